@@ -1,0 +1,172 @@
+"""The shape of a role contract: entries, roles, declared types and default factories.
+
+Data only; never imports torch or SGLang at module level. Type names such as "torch.dtype" are
+resolved on first use, so a contract can be loaded, printed and checked on a machine without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from dsakit.errors import UsageError
+
+
+class Role(str, Enum):
+    TARGET = "target"
+    DRAFT = "draft"
+
+    @classmethod
+    def parse(cls, name: str | Role) -> Role:
+        if isinstance(name, Role):
+            return name
+        try:
+            return cls(str(name).strip().lower())
+        except ValueError:
+            raise UsageError(
+                f"unknown role {name!r}; expected one of: {', '.join(r.value for r in cls)}"
+            ) from None
+
+
+def parse_roles(spec: str | Iterable[str]) -> list[str]:
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    roles = [Role.parse(n).value for n in names if str(n).strip()]
+    if not roles:
+        raise UsageError("no role given; expected a comma-separated subset of: target, draft")
+    return roles
+
+
+@dataclass(frozen=True)
+class Factory:
+    """A default computed when first read, from the mock runner being built (lazy torch)."""
+
+    build: Callable[[Any], Any]
+    describe: str
+
+    def __repr__(self) -> str:
+        return f"<{self.describe}>"
+
+
+NAMESPACE = "namespace"
+"""Type of an entry whose value is a strict nested object built from the entries below it."""
+
+
+@dataclass(frozen=True)
+class ContractEntry:
+    """One attribute a backend may read from `model_runner`.
+
+    path     dotted path below the runner: "max_running_requests", "model_config.context_len"
+    type     declared type: a builtin name ("int", "bool", "str", "list[str]"), a dotted name
+             resolved lazily ("torch.dtype"), "object" (anything) or NAMESPACE
+    target   default for a target worker (a value or a Factory)
+    draft    default for a draft worker (defaults to the target's)
+    optional None is allowed besides the declared type
+    readers  who reads it, with the condition when the read is conditional
+    note     why the default is what it is, or what the real runner does
+    """
+
+    path: str
+    type: str
+    target: Any = None
+    draft: Any = field(default=None)
+    optional: bool = False
+    readers: tuple[str, ...] = ()
+    note: str = ""
+    same_for_roles: bool = True
+
+    def default_for(self, role: Role) -> Any:
+        if role is Role.DRAFT and not self.same_for_roles:
+            return self.draft
+        return self.target
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+    @property
+    def parent(self) -> str:
+        return self.path.rsplit(".", 1)[0] if "." in self.path else ""
+
+
+def per_role(target: Any, draft: Any) -> dict[str, Any]:
+    """Keyword arguments for an entry whose default differs by role."""
+    return {"target": target, "draft": draft, "same_for_roles": False}
+
+
+# ---------------------------------------------------------------- declared-type checks
+
+_BUILTINS: dict[str, type | tuple[type, ...]] = {
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "str": str,
+    "list": list,
+    "tuple": tuple,
+    "dict": dict,
+}
+
+
+def _resolve_dotted(name: str) -> type:
+    module_name, _, attr = name.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"contract type {name!r} cannot be resolved here: {error}") from None
+    if not isinstance(value, type):
+        raise UsageError(f"contract type {name!r} is not a class")
+    return value
+
+
+def type_matches(type_name: str, value: Any, optional: bool = False) -> bool:
+    """Does `value` satisfy a declared type? bool never passes for int (True is no batch size)."""
+    if value is None:
+        return optional
+    if type_name in ("object", NAMESPACE):
+        return True
+    if type_name.startswith("list[") and type_name.endswith("]"):
+        inner = type_name[5:-1]
+        return isinstance(value, (list, tuple)) and all(type_matches(inner, v) for v in value)
+    if "|" in type_name:
+        return any(type_matches(part.strip(), value) for part in type_name.split("|"))
+    if type_name == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name in _BUILTINS:
+        return isinstance(value, _BUILTINS[type_name])
+    return isinstance(value, _resolve_dotted(type_name))
+
+
+class Contract:
+    """An ordered, validated set of entries with lookups by path and by parent."""
+
+    def __init__(self, name: str, entries: Iterable[ContractEntry]) -> None:
+        self.name = name
+        self.entries: dict[str, ContractEntry] = {}
+        for entry in entries:
+            if entry.path in self.entries:
+                raise ValueError(f"contract {name}: duplicate entry {entry.path!r}")
+            if entry.parent and entry.parent not in self.entries:
+                raise ValueError(f"contract {name}: {entry.path!r} declared before its parent {entry.parent!r}")
+            if entry.parent and self.entries[entry.parent].type != NAMESPACE:
+                raise ValueError(f"contract {name}: parent of {entry.path!r} is not a namespace")
+            self.entries[entry.path] = entry
+
+    def __iter__(self) -> Any:
+        return iter(self.entries.values())
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.entries
+
+    def get(self, path: str) -> ContractEntry | None:
+        return self.entries.get(path)
+
+    def children(self, parent: str) -> dict[str, ContractEntry]:
+        return {e.name: e for e in self.entries.values() if e.parent == parent}
+
+    def top_level(self) -> dict[str, ContractEntry]:
+        return self.children("")

@@ -1,0 +1,42 @@
+"""dsakit: a pytest kit and strict mocks for contract-testing SGLang's DSA / DeepSeek-V4 backends.
+
+This is the only name downstream suites import. Everything public is re-exported here, lazily:
+`import dsakit` loads no torch, SGLang or CUDA; each name's module is imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that owns it
+_EXPORTS: dict[str, str] = {
+    "ContractViolation": "dsakit.errors",
+    "UsageError": "dsakit.errors",
+    "Reason": "dsakit.reasons",
+    "SGLangRelease": "dsakit.sglang_release",
+    "installed_release": "dsakit.sglang_release",
+    "release_from_tree": "dsakit.sglang_release",
+    "ContractEntry": "dsakit.contracts.schema",
+    "Role": "dsakit.contracts.schema",
+    "MODEL_RUNNER_CONTRACT": "dsakit.contracts.model_runner_contract",
+    "MockModelRunner": "dsakit.mocks.model_runner",
+    "contract_reads": "dsakit.mocks.read_log",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsakit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,26 @@
+"""Exceptions dsakit raises. Never imports torch or SGLang.
+
+`UsageError` is bad input from the user (exit code 2 on the command line); `ContractViolation`
+is a read or write of a model-runner attribute outside the role contract. It subclasses
+`AttributeError` so that `getattr(runner, name, default)` and `hasattr` keep their meaning.
+"""
+
+from __future__ import annotations
+
+
+class DsakitError(Exception):
+    """Base of dsakit's own errors."""
+
+
+class UsageError(DsakitError, ValueError):
+    """Bad input: names what is wrong and what would be right."""
+
+
+class ContractViolation(AttributeError):
+    """An attribute access on a strict mock that the role contract does not allow."""
+
+    def __init__(self, message: str, *, attribute: str, code: str, reading_site: str = "") -> None:
+        super().__init__(message)
+        self.attribute = attribute
+        self.code = code
+        self.reading_site = reading_site

@@ -1,0 +1,90 @@
+"""The pytest plugin (pytest11 entry point `dsakit`): options, markers, fixtures and hooks, wired
+here and implemented in the modules that own each concept.
+
+Must stay cheap to load: no torch, SGLang or CUDA import at module level or in the option/marker
+hooks, so `pytest --help` and collection on a CPU box stay fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from dsakit.mocks.model_runner import MockModelRunner
+
+
+# ---------------------------------------------------------------- options & markers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
+    group.addoption(
+        "--dsakit-roles",
+        default="target,draft",
+        help="roles the `model_runner` fixture is parametrized over (comma-separated: target, draft)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "dsakit_role(name): run this test only for one model-runner role (target or draft)",
+    )
+
+
+# ---------------------------------------------------------------- model-runner fixtures
+
+
+def _runner(role: str) -> MockModelRunner:
+    from dsakit.mocks.model_runner import MockModelRunner
+
+    return MockModelRunner(role=role)
+
+
+@pytest.fixture
+def target_runner() -> MockModelRunner:
+    """A strict MockModelRunner for a target worker (`is_draft_worker=False`)."""
+    return _runner("target")
+
+
+@pytest.fixture
+def draft_runner() -> MockModelRunner:
+    """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`)."""
+    return _runner("draft")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "model_runner_role" in metafunc.fixturenames:
+        from dsakit.contracts.schema import parse_roles
+
+        roles = parse_roles(metafunc.config.getoption("--dsakit-roles"))
+        marker = metafunc.definition.get_closest_marker("dsakit_role")
+        if marker is not None:
+            roles = parse_roles(marker.args[0])
+        metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
+
+
+@pytest.fixture
+def model_runner(model_runner_role: str) -> MockModelRunner:
+    """A strict MockModelRunner, parametrized over the roles (target, draft)."""
+    return _runner(model_runner_role)
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    import sys
+
+    if "dsakit.mocks.read_log" not in sys.modules:
+        return  # no mock was built in this process: nothing to report
+    from dsakit.mocks.read_log import format_summary
+
+    lines = format_summary()
+    if lines:
+        terminalreporter.section("dsakit contract reads")
+        for line in lines:
+            terminalreporter.write_line(line)

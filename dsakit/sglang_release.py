@@ -1,0 +1,192 @@
+"""The SGLang release under test and its feature probes.
+
+dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 stack on the H200),
+so code asks for *features*, never for version numbers. Every probe reads source files (text or
+AST) of the installed package or of a source tree: nothing here imports SGLang or torch, so probes
+are cheap at collection time and work on a tree that cannot be imported on this machine.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsakit.errors import UsageError
+
+MODEL_RUNNER_FILE = "srt/model_executor/model_runner.py"
+DSA_BACKEND_FILE = "srt/layers/attention/dsa_backend.py"
+DEEPSEEK_V4_BACKEND_FILE = "srt/layers/attention/deepseek_v4_backend.py"
+DSA_TOPK_BACKEND_FILE = "srt/layers/attention/dsa/dsa_topk_backend.py"
+TOPK_V2_FILE = "kernels/ops/attention/dsv4/topk.py"
+RUNTIME_CONTEXT_FILE = "srt/runtime_context.py"
+ENVIRON_FILE = "srt/environ.py"
+SERVER_ARGS_FILE = "srt/server_args.py"
+
+# Known names of the fused top-k v2 kernel (page-table fold), newest first.
+TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A probed capability of the SGLang source; `missing` says what lacks it and what has it."""
+
+    code: str
+    description: str
+    missing: str
+
+
+FEATURES: dict[str, Feature] = {
+    f.code: f
+    for f in (
+        Feature(
+            "dsa-backend",
+            "DeepseekSparseAttnBackend (srt/layers/attention/dsa_backend.py)",
+            "this SGLang has no DSA backend; SGLang 0.5.17 and 0.5.23 have one",
+        ),
+        Feature(
+            "deepseek-v4-backend",
+            "DeepseekV4AttnBackend (srt/layers/attention/deepseek_v4_backend.py)",
+            "this SGLang has no DeepSeek-V4 backend; SGLang 0.5.17 and 0.5.23 have one",
+        ),
+        Feature(
+            "topk-role-split",
+            "DSATopKBackend.resolve(model_runner): target reads --dsa-topk-backend, draft reads "
+            "--speculative-dsa-topk-backend",
+            "needs the per-role top-k split (DSATopKBackend.resolve); SGLang 0.5.17 has one flag "
+            "for both roles, 0.5.23 has the split",
+        ),
+        Feature(
+            "runtime-context-overrides",
+            "sglang.srt.runtime_context.get_context().override_server_args(...)",
+            "needs runtime_context.override_server_args; present in 0.5.17 and 0.5.23",
+        ),
+        Feature(
+            "topk-v2-fold",
+            "the fused top-k v2 JIT kernel that folds the page table into selection",
+            "needs the top-k v2 JIT (kernels/ops/attention/dsv4/topk.py: topk_transform_512_v2 in "
+            "0.5.17, topk_transform_paged_v2 in 0.5.23)",
+        ),
+    )
+}
+
+
+def _defined_names(path: Path) -> frozenset[str]:
+    """Top-level function/class names and method names (as Class.method) defined in a file."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError):
+        return frozenset()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names.add(node.name)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(f"{node.name}.{item.name}")
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class SGLangRelease:
+    """One SGLang source tree: the installed package or an unpacked one.
+
+    `package_dir` is the directory of the `sglang` package itself (holding `srt/`).
+    """
+
+    package_dir: Path
+    version: str
+
+    def file(self, relative: str) -> Path:
+        return self.package_dir / relative
+
+    def defines(self, relative: str, name: str) -> bool:
+        return name in _defined_names_cached(self.file(relative))
+
+    @property
+    def topk_v2_kernel_name(self) -> str | None:
+        for name in TOPK_V2_KERNEL_NAMES:
+            if self.defines(TOPK_V2_FILE, name):
+                return name
+        return None
+
+    def has(self, feature: str) -> bool:
+        if feature not in FEATURES:
+            raise UsageError(
+                f"unknown SGLang feature {feature!r}; known features: {', '.join(sorted(FEATURES))}"
+            )
+        probe = {
+            "dsa-backend": lambda: self.file(DSA_BACKEND_FILE).is_file(),
+            "deepseek-v4-backend": lambda: self.file(DEEPSEEK_V4_BACKEND_FILE).is_file(),
+            "topk-role-split": lambda: self.defines(DSA_TOPK_BACKEND_FILE, "DSATopKBackend.resolve"),
+            "runtime-context-overrides": lambda: self.defines(
+                RUNTIME_CONTEXT_FILE, "RuntimeContext.override_server_args"
+            ),
+            "topk-v2-fold": lambda: self.topk_v2_kernel_name is not None,
+        }[feature]
+        return bool(probe())
+
+    def features(self) -> dict[str, bool]:
+        return {code: self.has(code) for code in FEATURES}
+
+    def describe(self) -> str:
+        on = [code for code, present in self.features().items() if present]
+        return f"SGLang {self.version} at {self.package_dir} (features: {', '.join(on) or 'none'})"
+
+
+@functools.lru_cache(maxsize=None)
+def _defined_names_cached(path: Path) -> frozenset[str]:
+    return _defined_names(path)
+
+
+def _version_from_tree(package_dir: Path) -> str:
+    """`__version__` from the generated `_version.py` (wheels, built checkouts) or `version.py`."""
+    for name in ("_version.py", "version.py"):
+        try:
+            tree = ast.parse((package_dir / name).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else [])
+            if (
+                any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in targets)
+                and isinstance(node.value, ast.Constant)
+            ):
+                return str(node.value.value)
+    return "unknown"
+
+
+def release_from_tree(path: str | Path) -> SGLangRelease:
+    """An SGLang source tree: a checkout (`python/sglang` inside), an unpacked wheel, or the package dir."""
+    root = Path(path).expanduser()
+    candidates = [root, root / "sglang", root / "python" / "sglang"]
+    for candidate in candidates:
+        if (candidate / MODEL_RUNNER_FILE).is_file():
+            return SGLangRelease(candidate.resolve(), _version_from_tree(candidate))
+    raise UsageError(
+        f"{root} is not an SGLang source tree: expected {MODEL_RUNNER_FILE} under it, under "
+        f"{root}/sglang or under {root}/python/sglang (an SGLang checkout or an unpacked wheel)"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def installed_release() -> SGLangRelease:
+    """The SGLang this interpreter would import, located without importing it."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError(
+            "SGLang is not installed in this environment: install it (see README: the pinned "
+            "CPU recipe in requirements/) or pass --sglang-src DIR pointing at an SGLang tree"
+        )
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        version = _version_from_tree(package_dir)
+    return SGLangRelease(package_dir.resolve(), version)
