@@ -40,6 +40,22 @@ def _req_to_token(runner: Any) -> Any:
     )
 
 
+def _published(name: str, fallback: Any) -> Factory:
+    """The published ServerArgs' field when an SGLang config scope is active, else `fallback`:
+    the real runner's `server_args` is the process-wide ServerArgs, so the mock mirrors it."""
+
+    def build(runner: Any) -> Any:
+        try:
+            from sglang.srt.runtime_context import get_context
+
+            published = get_context().server_args
+        except (ImportError, ValueError):
+            return fallback
+        return getattr(published, name, fallback)
+
+    return Factory(build, f"published ServerArgs.{name}, else {fallback!r}")
+
+
 def _spec_algorithm(name: str | None) -> Factory:
     def build(runner: Any) -> Any:
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -134,20 +150,23 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("server_args.max_running_requests", "int",
                       Factory(lambda r: r.max_running_requests, "max_running_requests"), optional=True,
                       readers=(DSV4_INIT,)),
-        ContractEntry("server_args.dsa_prefill_backend", "str", "flashmla_sparse", optional=True,
+        ContractEntry("server_args.dsa_prefill_backend", "str", _published("dsa_prefill_backend", "flashmla_sparse"), optional=True,
                       readers=(DSA_INIT + " (0.5.17)",)),
-        ContractEntry("server_args.dsa_decode_backend", "str", "flashmla_sparse", optional=True,
+        ContractEntry("server_args.dsa_decode_backend", "str", _published("dsa_decode_backend", "flashmla_sparse"), optional=True,
                       readers=(DSA_INIT + " (0.5.17; 'trtllm' triggers the max_running_requests read)",)),
-        ContractEntry("server_args.dsa_topk_backend", "str", "sgl-kernel",
+        ContractEntry("server_args.dsa_topk_backend", "str", _published("dsa_topk_backend", "sgl-kernel"),
                       readers=(DSA_INIT + " (0.5.17: one flag for both roles)",)),
-        ContractEntry("server_args.speculative_dsa_topk_backend", "str", "sgl-kernel",
+        ContractEntry("server_args.speculative_dsa_topk_backend", "str",
+                      _published("speculative_dsa_topk_backend", "sgl-kernel"),
                       note="0.5.23 draft-role top-k flag (read through get_spec())"),
-        ContractEntry("server_args.enable_deterministic_inference", "bool", False,
+        ContractEntry("server_args.enable_deterministic_inference", "bool",
+                      _published("enable_deterministic_inference", False),
                       readers=(DSA_INIT + " (0.5.17)",)),
-        ContractEntry("server_args.enable_two_batch_overlap", "bool", False, readers=(DSA_INIT + " (0.5.17)",)),
-        ContractEntry("server_args.speculative_eagle_topk", "int", **per_role(None, 1), optional=True,
+        ContractEntry("server_args.enable_two_batch_overlap", "bool", _published("enable_two_batch_overlap", False), readers=(DSA_INIT + " (0.5.17)",)),
+        ContractEntry("server_args.speculative_eagle_topk", "int",
+                      **per_role(_published("speculative_eagle_topk", None), _published("speculative_eagle_topk", 1)), optional=True,
                       readers=(DSA_INIT + " (0.5.17)",)),
-        ContractEntry("server_args.disaggregation_mode", "str", "null",
+        ContractEntry("server_args.disaggregation_mode", "str", _published("disaggregation_mode", "null"),
                       readers=("should_use_dsa_fused_topk (0.5.17)",)),
     ],
 )

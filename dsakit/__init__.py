@@ -33,9 +33,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'dsakit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    # Not cached in globals(): the owning module stays the single source (pytester's in-process
+    # runs drop and re-import modules, and a cached class would then be a stale twin).
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

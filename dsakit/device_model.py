@@ -1,0 +1,297 @@
+"""The accelerator a run is gated on: a frozen `DeviceModel`, real (probed) or simulated.
+
+Owns: the simulated device profiles, the lazy real probe and the choice between them
+(`--dsakit-device NAME` / `DSAKIT_DEVICE=NAME`). Nothing is probed at import or plugin load;
+`real_device()` runs once per process on first use and prefers tools that do not initialise CUDA
+(NVML, `nvidia-smi`, `rocminfo`). torch is imported only when it is already loaded or when asked
+(`allow_torch=True` / `DSAKIT_PROBE_TORCH=1`). Never imports SGLang.
+
+AMD GPUs report a CUDA-style capability through torch (MI200 says 9.0 like an H100; MI355 says
+9.5), so AMD devices carry their gfx arch string and gates compare that, never the number.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from dsakit.errors import UsageError
+
+Vendor = Literal["nvidia", "amd", "cpu"]
+
+DEVICE_ENV = "DSAKIT_DEVICE"
+PROBE_TORCH_ENV = "DSAKIT_PROBE_TORCH"
+REAL = "real"
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """One accelerator as gates see it.
+
+    `sm` is the capability as the runtime reports it (AMD reports one too, which is why AMD is
+    gated by `gfx`); `toolkit` is the CUDA or HIP toolkit version the stack was built with.
+    """
+
+    key: str
+    vendor: Vendor
+    name: str
+    sm: tuple[int, int] | None = None
+    gfx: str | None = None
+    memory_bytes: int | None = None
+    toolkit: str | None = None
+    device_count: int = 0
+    simulated: bool = False
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.vendor in ("nvidia", "amd")
+
+    @property
+    def sm_text(self) -> str:
+        return f"{self.sm[0]}.{self.sm[1]}" if self.sm else "none"
+
+    def describe(self) -> str:
+        """One line naming the device, e.g. 'NVIDIA H200 (SM 9.0, CUDA 12.8, 141 GiB) [simulated sm90]'."""
+        if self.vendor == "cpu":
+            core = f"{self.name} (no CUDA or ROCm GPU)"
+        else:
+            parts: list[str] = []
+            if self.vendor == "nvidia":
+                parts.append(f"SM {self.sm_text}")
+                if self.toolkit:
+                    parts.append(f"CUDA {self.toolkit}")
+            else:
+                parts.append(f"{self.gfx or 'gfx unknown'}, reports {self.sm_text}")
+                if self.toolkit:
+                    parts.append(f"HIP {self.toolkit}")
+            if self.memory_bytes:
+                parts.append(f"{round(self.memory_bytes / _GIB)} GiB")
+            if self.device_count > 1:
+                parts.append(f"x{self.device_count}")
+            core = f"{self.name} ({', '.join(parts)})"
+        return f"{core} [simulated {self.key}]" if self.simulated else core
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sm"] = self.sm_text if self.sm else None
+        data["description"] = self.describe()
+        return data
+
+
+# ---------------------------------------------------------------- simulated profiles
+
+SIMULATED: dict[str, DeviceModel] = {
+    d.key: d
+    for d in (
+        DeviceModel("sm90", "nvidia", "NVIDIA H200", (9, 0), None, 141 * _GIB, "12.8", 1, True),
+        DeviceModel("sm100", "nvidia", "NVIDIA B200", (10, 0), None, 180 * _GIB, "12.8", 1, True),
+        DeviceModel("sm103", "nvidia", "NVIDIA B300", (10, 3), None, 288 * _GIB, "12.9", 1, True),
+        DeviceModel(
+            "sm120", "nvidia", "NVIDIA RTX PRO 6000 Blackwell", (12, 0), None, 96 * _GIB, "12.8", 1, True
+        ),
+        # MI200 reports capability 9.0, the same number as Hopper.
+        DeviceModel("gfx90a", "amd", "AMD Instinct MI250X", (9, 0), "gfx90a", 64 * _GIB, "6.3", 1, True),
+        DeviceModel("gfx942", "amd", "AMD Instinct MI300X", (9, 4), "gfx942", 192 * _GIB, "6.3", 1, True),
+        # MI355 reports 9.5: a number that looks like "SM 9.x" but is not Hopper.
+        DeviceModel("gfx950", "amd", "AMD Instinct MI355X", (9, 5), "gfx950", 288 * _GIB, "7.0", 1, True),
+        DeviceModel("cpu", "cpu", "CPU", None, None, None, None, 0, True),
+    )
+}
+
+# Marketing names people type; each maps to one profile above.
+ALIASES: dict[str, str] = {
+    "h100": "sm90",
+    "h200": "sm90",
+    "b200": "sm100",
+    "b300": "sm103",
+    "mi200": "gfx90a",
+    "mi250": "gfx90a",
+    "mi300": "gfx942",
+    "mi355": "gfx950",
+}
+
+
+def device_names() -> list[str]:
+    """Every name `--dsakit-device` accepts."""
+    return [REAL, *SIMULATED, *ALIASES]
+
+
+def simulated_device(name: str) -> DeviceModel:
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
+    try:
+        return SIMULATED[key]
+    except KeyError:
+        aliases = ", ".join(f"{a}={k}" for a, k in ALIASES.items())
+        raise UsageError(
+            f"unknown dsakit device {name!r}; valid names: {REAL} (probe this machine), "
+            f"{', '.join(SIMULATED)} (aliases: {aliases})"
+        ) from None
+
+
+def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceModel:
+    """The device for a selection: a simulated profile by name, else the probed real device.
+
+    `name` None or empty falls back to `$DSAKIT_DEVICE`, then to the real device.
+    """
+    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    if not chosen or chosen.strip().lower() == REAL:
+        return real_device(allow_torch=allow_torch)
+    return simulated_device(chosen)
+
+
+def validate_device_name(name: str | None) -> str:
+    """The canonical selection name ('real' or a profile key); UsageError for unknown names."""
+    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    if not chosen or chosen.strip().lower() == REAL:
+        return REAL
+    return simulated_device(chosen).key
+
+
+# ---------------------------------------------------------------- real probe
+
+
+def _gfx_capability(gfx: str) -> tuple[int, int] | None:
+    """The capability torch reports for a gfx arch: gfx942 -> 9.4, gfx90a -> 9.0, gfx1100 -> 11.0."""
+    match = re.fullmatch(r"gfx(\d+)([0-9a-f])([0-9a-f])", gfx)
+    if not match:
+        return None
+    minor = int(match.group(2), 16)
+    return (int(match.group(1)), minor if minor < 10 else 0)
+
+
+def _torch_version_field(field: str) -> str | None:
+    """`cuda` / `hip` from torch/version.py, read as text so torch is not imported."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) else [])
+        value = getattr(node, "value", None)
+        if any(isinstance(t, ast.Name) and t.id == field for t in targets) and isinstance(value, ast.Constant):
+            return str(value.value) if value.value is not None else None
+    return None
+
+
+def _probe_nvml() -> DeviceModel | None:
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+            if count == 0:
+                return None
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(handle)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - a broken NVML means "try the next probe"
+        return None
+    return DeviceModel(REAL, "nvidia", name, (int(major), int(minor)), None, memory,
+                       _torch_version_field("cuda"), count)
+
+
+def _run(command: list[str]) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _probe_nvidia_smi() -> DeviceModel | None:
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"])
+    rows = [line.split(",") for line in (out or "").strip().splitlines() if line.strip()]
+    if not rows or len(rows[0]) < 3:
+        return None
+    name, memory_mib, cap = (field.strip() for field in rows[0][:3])
+    match = re.fullmatch(r"(\d+)\.(\d+)", cap)
+    if not match:
+        return None
+    memory = int(memory_mib) << 20 if memory_mib.isdigit() else None
+    return DeviceModel(REAL, "nvidia", name, (int(match.group(1)), int(match.group(2))), None, memory,
+                       _torch_version_field("cuda"), len(rows))
+
+
+def _probe_rocminfo() -> DeviceModel | None:
+    out = _run(["rocminfo"])
+    if not out:
+        return None
+    archs: list[str] = []
+    names: list[str] = []
+    for block in out.split("*******"):
+        if not re.search(r"Device Type:\s+GPU", block):
+            continue
+        arch = re.search(r"^\s*Name:\s+(gfx[0-9a-f]+)", block, re.MULTILINE)
+        market = re.search(r"^\s*Marketing Name:\s+(.+)$", block, re.MULTILINE)
+        if arch:
+            archs.append(arch.group(1))
+            names.append(market.group(1).strip() if market else arch.group(1))
+    if not archs:
+        return None
+    return DeviceModel(REAL, "amd", names[0], _gfx_capability(archs[0]), archs[0], None,
+                       _torch_version_field("hip"), len(archs))
+
+
+def _probe_torch() -> DeviceModel | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    count = torch.cuda.device_count()
+    if getattr(torch.version, "hip", None):
+        gfx = str(getattr(props, "gcnArchName", "")).split(":")[0] or None
+        return DeviceModel(REAL, "amd", props.name, (props.major, props.minor), gfx,
+                           int(props.total_memory), str(torch.version.hip), count)
+    return DeviceModel(REAL, "nvidia", props.name, (props.major, props.minor), None,
+                       int(props.total_memory), torch.version.cuda, count)
+
+
+def _cpu() -> DeviceModel:
+    return DeviceModel(REAL, "cpu", "CPU")
+
+
+@functools.lru_cache(maxsize=None)
+def real_device(*, allow_torch: bool = False) -> DeviceModel:
+    """This machine's first accelerator, probed once per process (CPU when there is none)."""
+    for probe in (_probe_nvml, _probe_nvidia_smi, _probe_rocminfo):
+        found = probe()
+        if found is not None:
+            return found
+    if allow_torch or os.environ.get(PROBE_TORCH_ENV) == "1" or "torch" in sys.modules:
+        try:
+            found = _probe_torch()
+        except Exception:  # noqa: BLE001 - a CPU build or a broken driver both mean "no GPU"
+            found = None
+        if found is not None:
+            return found
+    return _cpu()
+
+
+def with_key(device: DeviceModel, key: str) -> DeviceModel:
+    return replace(device, key=key)

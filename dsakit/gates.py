@@ -1,0 +1,460 @@
+"""Capability gates as data: the declared table of `Gate`s, capability expressions, evaluation.
+
+Owns: which gate codes exist, what each requires, the sentence a closed gate produces (what is
+missing and what covers the case instead) and the rule that decides it. The pytest side (markers,
+skips) lives in `dsakit.gate_marks`; this module never imports pytest, torch or SGLang: module
+gates use `importlib.util.find_spec` on top-level names and look for extension files inside the
+package directory, SGLang gates read source through `dsakit.sglang_release`.
+
+Device rules follow vLLM's three predicates: *at least* (>=), *exactly* (==) and *same family*
+(same major). AMD GPUs are gated by gfx arch string, never by the capability number they report
+(MI200 reports 9.0 like an H100, MI355 reports 9.5).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from dsakit.device_model import SIMULATED, DeviceModel
+from dsakit.errors import UsageError
+from dsakit.reasons import Reason
+
+GateKind = Literal["device", "module", "jit", "sglang", "expression"]
+
+# A check returns None when satisfied, else a clause saying what this machine/device lacks.
+Check = Callable[[DeviceModel], "str | None"]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One gate: `requirement` says what must hold, `covered_by` what covers the case instead.
+
+    `device_checks` depend only on the device model (real or simulated); `env_checks` look at this
+    machine's Python environment and tools, also when the device is simulated.
+    """
+
+    code: str
+    kind: GateKind
+    requirement: str
+    covered_by: str
+    device_checks: tuple[Check, ...] = field(default=(), compare=False)
+    env_checks: tuple[Check, ...] = field(default=(), compare=False)
+
+    def why_closed(self, device: DeviceModel) -> str | None:
+        """None when open; else the clause naming what is missing."""
+        for check in (*self.device_checks, *self.env_checks):
+            missing = check(device)
+            if missing is not None:
+                return missing
+        return None
+
+    def device_allows(self, device: DeviceModel) -> bool:
+        return all(check(device) is None for check in self.device_checks)
+
+    def reason(self, missing: str) -> Reason:
+        return Reason(self.code, f"needs {self.requirement}, but {missing}; {self.covered_by}")
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    gate: Gate
+    open: bool
+    reason: Reason | None
+
+    @property
+    def code(self) -> str:
+        return self.gate.code
+
+
+# ---------------------------------------------------------------- device checks
+
+
+def _not_nvidia(device: DeviceModel) -> str:
+    if device.vendor == "amd":
+        return (
+            f"this device is {device.describe()}: AMD reports capability {device.sm_text} but is "
+            "gated by gfx arch, never by that number"
+        )
+    return f"this device is {device.describe()}, not an NVIDIA GPU"
+
+
+def _nvidia() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        return None if device.vendor == "nvidia" else _not_nvidia(device)
+
+    return check
+
+
+def _amd() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        return None if device.vendor == "amd" else f"this device is {device.describe()}, not an AMD GPU"
+
+    return check
+
+
+def _gpu() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        return None if device.is_gpu else f"this device is {device.describe()}"
+
+    return check
+
+
+def _nvidia_sm(test: Callable[[tuple[int, int]], bool]) -> Check:
+    """An NVIDIA-only capability test; AMD never passes, whatever number it reports."""
+
+    def check(device: DeviceModel) -> str | None:
+        if device.vendor != "nvidia" or device.sm is None:
+            return _not_nvidia(device)
+        return None if test(device.sm) else f"this device is {device.describe()}"
+
+    return check
+
+
+def at_least(major: int, minor: int) -> Check:
+    """vLLM's has_device_capability: SM >= major.minor (NVIDIA)."""
+    return _nvidia_sm(lambda sm: sm >= (major, minor))
+
+
+def exactly(major: int, minor: int) -> Check:
+    """vLLM's is_device_capability: SM == major.minor (NVIDIA)."""
+    return _nvidia_sm(lambda sm: sm == (major, minor))
+
+
+def family(major: int) -> Check:
+    """vLLM's is_device_capability_family: same major (NVIDIA)."""
+    return _nvidia_sm(lambda sm: sm[0] == major)
+
+
+def gfx_in(*archs: str) -> Check:
+    """AMD by gfx arch string (gcnArchName without feature flags)."""
+    allowed = frozenset(archs)
+
+    def check(device: DeviceModel) -> str | None:
+        if device.vendor != "amd":
+            return f"this device is {device.describe()}, not an AMD GPU"
+        if device.gfx in allowed:
+            return None
+        return f"this device is {device.describe()}, not one of {', '.join(archs)}"
+
+    return check
+
+
+def any_of(*checks: Check) -> Check:
+    def check(device: DeviceModel) -> str | None:
+        misses = [c(device) for c in checks]
+        return None if any(m is None for m in misses) else misses[0]
+
+    return check
+
+
+# ---------------------------------------------------------------- environment checks
+
+_SIMULATED_NOTE = " (module and tool gates look at this machine's real environment even with a simulated device)"
+
+
+def _note(device: DeviceModel) -> str:
+    return _SIMULATED_NOTE if device.simulated else ""
+
+
+@functools.lru_cache(maxsize=None)
+def _package_dir(name: str) -> Path | None:
+    """The directory of a top-level package, found without importing it (None if absent)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+@functools.lru_cache(maxsize=None)
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def _package_has_file(package: str, pattern: str) -> bool:
+    directory = _package_dir(package)
+    return directory is not None and any(directory.rglob(pattern))
+
+
+def module(name: str) -> Check:
+    def check(device: DeviceModel) -> str | None:
+        if _importable(name):
+            return None
+        return f"Python module {name!r} is not installed here{_note(device)}"
+
+    return check
+
+
+def package_file(package: str, pattern: str, what: str) -> Check:
+    """An extension inside a package, found by file name so the package is not imported."""
+
+    def check(device: DeviceModel) -> str | None:
+        if _package_dir(package) is None:
+            return f"Python module {package!r} is not installed here{_note(device)}"
+        if _package_has_file(package, pattern):
+            return None
+        return f"the installed {package} has no {what} ({pattern}){_note(device)}"
+
+    return check
+
+
+def _flash_mla_build() -> Check:
+    standalone = module("flash_mla")
+    bundled = package_file("sgl_kernel", "flashmla_ops*", "FlashMLA extension")
+
+    def check(device: DeviceModel) -> str | None:
+        if standalone(device) is None or bundled(device) is None:
+            return None
+        return (
+            "neither the flash_mla package nor sgl_kernel's flashmla_ops extension is installed "
+            f"here{_note(device)}"
+        )
+
+    return check
+
+
+def _nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").is_file():
+        return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def _jit_toolchain() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        missing = []
+        if not _importable("tvm_ffi"):
+            missing.append("tvm_ffi is not importable")
+        if _nvcc() is None:
+            missing.append("no nvcc on PATH or under $CUDA_HOME/bin")
+        return " and ".join(missing) + _note(device) if missing else None
+
+    return check
+
+
+def _sglang_feature(code: str) -> Check:
+    def check(device: DeviceModel) -> str | None:
+        from dsakit.sglang_release import FEATURES, installed_release
+
+        try:
+            release = installed_release()
+        except UsageError as error:
+            return str(error)
+        if release.has(code):
+            return None
+        return f"installed SGLang {release.version} lacks it ({FEATURES[code].missing})"
+
+    return check
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _device(code: str, requirement: str, covered_by: str, *checks: Check, env: Sequence[Check] = ()) -> Gate:
+    return Gate(code, "device", requirement, covered_by, tuple(checks), tuple(env))
+
+
+def _module_gate(name: str, covered_by: str) -> Gate:
+    return Gate(f"module:{name}", "module", f"the Python module {name!r}", covered_by, (), (module(name),))
+
+
+_SGLANG_COVERED_BY = {
+    "dsa-backend": "the DeepSeek-V4 backend suites cover the sparse-attention contracts where it exists",
+    "deepseek-v4-backend": "the DSA backend suites cover the shared contracts",
+    "topk-role-split": "the single-flag tests (one --dsa-topk-backend for both roles) cover this SGLang",
+    "runtime-context-overrides": "tests that pass server args directly cover this SGLang",
+    "topk-v2-fold": "the unfused top-k then page-table gather path covers this SGLang",
+}
+
+
+def _build_table() -> dict[str, Gate]:
+    from dsakit.sglang_release import FEATURES
+
+    gates = [
+        _device("cuda", "an NVIDIA GPU (CUDA)",
+                "the CPU mocks and contract suites cover the Python side; kernels run on a GPU node",
+                _nvidia()),
+        _device("rocm", "an AMD GPU (ROCm)", "the CUDA suites cover the same contracts on NVIDIA", _amd()),
+        # FA3 is Hopper-only: exactly the SM 9.x family on NVIDIA (MI200 and MI355 report 9.x too).
+        _device("fa3", "exactly SM 9.x on NVIDIA (Hopper) with sgl_kernel's flash_ops extension",
+                "on SM 10.x trtllm-dsa-decode and flashmla-sparse cover DSA attention, on AMD aiter does",
+                family(9), env=(package_file("sgl_kernel", "flash_ops*", "FA3 flash_ops extension"),)),
+        # Same family, not ">= 10.0": sm_100a/sm_103a cubins (tcgen05) run on 10.0 and 10.3 but not
+        # on 12.x, although 12.0 >= 10.0 (FlashInfer's conftest makes the same point).
+        _device("trtllm-dsa-decode", "the SM 10.x family on NVIDIA (B200 10.0, B300 10.3)",
+                "on SM 9.0 flashmla-sparse and fa3 cover DSA decode",
+                family(10)),
+        _device("flashmla-sparse", "SM 9.0 or the SM 10.x family on NVIDIA with a FlashMLA build",
+                "on SM 12.x and AMD the tilelang and aiter sparse paths cover it",
+                any_of(exactly(9, 0), family(10)), env=(_flash_mla_build(),)),
+        _device("flashinfer-gvr-topk", "SM 10.0 or later on NVIDIA",
+                "on SM 9.0 the sgl_kernel fused top-k (topk-v2-cluster) covers top-k",
+                at_least(10, 0)),
+        _device("aiter", "an AMD gfx942 (MI300) or gfx950 (MI355) GPU",
+                "on NVIDIA the CUDA backends cover the same contracts; gfx90a (MI200) has no aiter MLA",
+                gfx_in("gfx942", "gfx950")),
+        _device("fp8-kv", "an FP8 KV cache: NVIDIA SM 8.9 or later, or AMD gfx942/gfx950",
+                "the bf16 KV-cache tests cover older GPUs",
+                any_of(at_least(8, 9), gfx_in("gfx942", "gfx950"))),
+        # Thread-block clusters exist from Hopper on.
+        _device("topk-v2-cluster", "SM 9.0 or later on NVIDIA (thread-block clusters)",
+                "the v1 top-k kernel (no clusters) covers older NVIDIA GPUs and AMD",
+                at_least(9, 0)),
+        _device("cuda-graphs", "an NVIDIA or AMD GPU to capture CUDA/HIP graphs",
+                "the eager-mode tests cover the same logic without graphs", _gpu()),
+        _module_gate("sgl_kernel", "the torch reference implementations cover the kernel contracts"),
+        _module_gate("flashinfer", "the sgl_kernel and torch reference paths cover the same cases"),
+        _module_gate("flash_mla", "the sgl_kernel FlashMLA extension or the torch reference covers it"),
+        _module_gate("deep_gemm", "the torch reference GEMMs cover the indexer logits"),
+        _module_gate("tilelang", "the CUDA kernels in sgl_kernel cover the same cases"),
+        _module_gate("aiter", "on NVIDIA the CUDA backends cover the same contracts"),
+        Gate("jit:tvm-ffi-nvcc", "jit", "the JIT toolchain (tvm_ffi importable and nvcc on PATH or $CUDA_HOME)",
+             "the ahead-of-time sgl_kernel ops cover the kernels without JIT", (), (_jit_toolchain(),)),
+    ]
+    for code, feature in FEATURES.items():
+        gates.append(Gate(f"sglang:{code}", "sglang", f"SGLang with {feature.description}",
+                          _SGLANG_COVERED_BY.get(code, "other SGLang releases cover it"),
+                          (), (_sglang_feature(code),)))
+    return {gate.code: gate for gate in gates}
+
+
+@functools.lru_cache(maxsize=1)
+def gate_table() -> dict[str, Gate]:
+    """Every declared gate by code, in declaration order."""
+    return _build_table()
+
+
+# ---------------------------------------------------------------- capability expressions
+
+EXPRESSION_SYNTAX = (
+    "capability expressions: 'sm>=MAJOR.MINOR' (at least), 'sm==MAJOR.MINOR' (exactly), "
+    "'sm~MAJOR' (same family), 'gfx in gfxA,gfxB' (AMD arch); NVIDIA only for sm, e.g. "
+    "'sm>=9.0', 'sm==9.0', 'sm~10', 'gfx in gfx942,gfx950'"
+)
+
+_SM = re.compile(r"sm\s*(>=|==|~)\s*(\d+)(?:\.(\d+))?")
+_GFX = re.compile(r"gfx\s+in\s+(gfx[0-9a-f]+(?:\s*,\s*gfx[0-9a-f]+)*)")
+
+
+def _looks_like_expression(code: str) -> bool:
+    return code.startswith(("sm", "gfx")) and not code.startswith("sglang")
+
+
+def parse_expression(text: str) -> Gate:
+    """A gate from a capability expression; UsageError naming the valid syntax otherwise."""
+    stripped = text.strip()
+    if match := _SM.fullmatch(stripped):
+        op, major_text, minor_text = match.groups()
+        major = int(major_text)
+        if op == "~":
+            if minor_text is not None:
+                raise UsageError(f"bad capability expression {text!r}: 'sm~' takes a major only (sm~{major}); "
+                                 + EXPRESSION_SYNTAX)
+            return Gate(f"sm~{major}", "expression", f"the SM {major}.x family on NVIDIA",
+                        "other devices run the tests without this gate", (family(major),))
+        if minor_text is None:
+            raise UsageError(f"bad capability expression {text!r}: '{op}' needs MAJOR.MINOR "
+                             f"(e.g. sm{op}{major}.0); " + EXPRESSION_SYNTAX)
+        minor = int(minor_text)
+        if op == ">=":
+            return Gate(f"sm>={major}.{minor}", "expression", f"SM {major}.{minor} or later on NVIDIA",
+                        "other devices run the tests without this gate", (at_least(major, minor),))
+        return Gate(f"sm=={major}.{minor}", "expression", f"exactly SM {major}.{minor} on NVIDIA",
+                    "other devices run the tests without this gate", (exactly(major, minor),))
+    if match := _GFX.fullmatch(stripped):
+        archs = [a.strip() for a in match.group(1).split(",")]
+        return Gate(f"gfx in {','.join(archs)}", "expression", f"an AMD GPU with arch {' or '.join(archs)}",
+                    "other devices run the tests without this gate", (gfx_in(*archs),))
+    raise UsageError(f"bad capability expression {text!r}; " + EXPRESSION_SYNTAX)
+
+
+def gate_for(code: str) -> Gate:
+    """The gate for a code or capability expression; UsageError listing valid codes otherwise."""
+    table = gate_table()
+    if code in table:
+        return table[code]
+    if _looks_like_expression(code.strip()):
+        return _parse_cached(code.strip())
+    raise UsageError(f"unknown dsakit gate {code!r}; valid codes: {', '.join(table)}; or " + EXPRESSION_SYNTAX)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_cached(text: str) -> Gate:
+    return parse_expression(text)
+
+
+def validate_codes(codes: Iterable[str]) -> tuple[str, ...]:
+    """Canonical codes (expressions normalised); UsageError on the first unknown one."""
+    result: list[str] = []
+    for code in codes:
+        if not isinstance(code, str):
+            raise UsageError(f"dsakit gate codes are strings, got {code!r}")
+        canonical = gate_for(code).code
+        if canonical not in result:
+            result.append(canonical)
+    return tuple(result)
+
+
+def split_codes(text: str) -> list[str]:
+    """Codes from a comma-separated option value, keeping 'gfx in gfxA,gfxB' whole."""
+    pieces: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if pieces and re.fullmatch(r"gfx[0-9a-f]+", piece) and pieces[-1].startswith("gfx in"):
+            pieces[-1] = f"{pieces[-1]},{piece}"
+        else:
+            pieces.append(piece)
+    return pieces
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(code: str, device: DeviceModel) -> GateOutcome:
+    gate = gate_for(code)
+    missing = gate.why_closed(device)
+    if missing is None:
+        return GateOutcome(gate, True, None)
+    return GateOutcome(gate, False, gate.reason(missing))
+
+
+def closed_reasons(codes: Iterable[str], device: DeviceModel) -> list[Reason]:
+    """One Reason per closed gate among `codes` (empty when all are open)."""
+    return [o.reason for o in (evaluate(c, device) for c in validate_codes(codes)) if o.reason is not None]
+
+
+def known_devices_opening(codes: Iterable[str]) -> list[str]:
+    """Simulated profiles on which the device part of every gate in `codes` opens together."""
+    gates = [gate_for(code) for code in codes]
+    return [key for key, device in SIMULATED.items() if all(g.device_allows(device) for g in gates)]
+
+
+def never_open_explanation(codes: Sequence[str]) -> str | None:
+    """None if some known device could open all `codes` together; else why none can."""
+    if known_devices_opening(codes):
+        return None
+    return (
+        f"gates {', '.join(codes)} can never open together on any known device "
+        f"({', '.join(SIMULATED)}): the tests behind them are skipped everywhere; split the "
+        "parametrization or fix the capability requirement"
+    )

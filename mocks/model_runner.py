@@ -1,0 +1,53 @@
+"""`MockModelRunner`: the one strict stand-in for SGLang's ModelRunner, built from the role contract.
+
+Every attribute a DSA / DeepSeek-V4 backend may read is present with its per-role default (so a
+mock cannot silently lack `max_running_requests`); anything else raises `ContractViolation`.
+Never imports torch or SGLang itself: lazy defaults do, when first read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+from dsakit.contracts.schema import Role
+from dsakit.errors import UsageError
+from dsakit.mocks.strict_node import StrictNode
+
+
+class MockModelRunner(StrictNode):
+    """A strict model runner for one role.
+
+    MockModelRunner(role="draft", max_running_requests=8, model_config__context_len=4096)
+    MockModelRunner(overrides={"server_args.dsa_decode_backend": "trtllm"})
+    MockModelRunner(omit=["max_running_requests"])   # reproduce a drifted hand-written mock
+
+    Nested overrides use "__" in keywords or "." in `overrides` keys; each is checked against the
+    declared type. `omit` removes declared attributes: reading one raises ContractViolation.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        role: str | Role = Role.TARGET,
+        *,
+        omit: Iterable[str] = (),
+        overrides: dict[str, Any] | None = None,
+        **keyword_overrides: Any,
+    ) -> None:
+        parsed_role = Role.parse(role)
+        if isinstance(omit, str):
+            omit = [omit]
+        omitted = frozenset(omit)
+        for path in omitted:
+            if path not in MODEL_RUNNER_CONTRACT:
+                raise UsageError(
+                    f"cannot omit {path!r}: not declared by the role contract; declared top-level "
+                    f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
+                )
+        merged = dict(overrides or {})
+        for key, value in keyword_overrides.items():
+            merged[key.replace("__", ".")] = value
+        super().__init__(MODEL_RUNNER_CONTRACT, "", parsed_role, None, merged, omitted)

@@ -1,0 +1,52 @@
+"""The process-wide log of contract reads that strict mocks could not serve.
+
+Owns what the report lists at the end of a run: soft reads (`getattr(runner, name, default)` /
+`hasattr` of an undeclared attribute, legitimate but worth knowing) and violations (hard reads or
+writes outside the contract, reads of omitted attributes). Never imports torch or SGLang.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+SOFT = "soft-read"
+UNDECLARED = "undeclared-read"
+OMITTED = "omitted-read"
+WRITE = "undeclared-write"
+
+
+@dataclass(frozen=True)
+class ContractRead:
+    kind: str
+    role: str
+    path: str
+    site: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+_LOG: list[ContractRead] = []
+
+
+def record(read: ContractRead) -> None:
+    _LOG.append(read)
+
+
+def contract_reads(kind: str | None = None) -> list[ContractRead]:
+    """Reads logged in this process so far (optionally only one kind)."""
+    return [r for r in _LOG if kind is None or r.kind == kind]
+
+
+def clear() -> None:
+    _LOG.clear()
+
+
+def format_summary() -> list[str]:
+    counts = Counter(_LOG)
+    lines = []
+    for read, count in sorted(counts.items(), key=lambda item: (item[0].kind, item[0].path, item[0].site)):
+        times = f" x{count}" if count > 1 else ""
+        lines.append(f"{read.kind}: model_runner.{read.path} ({read.role}) at {read.site}{times}")
+    return lines

@@ -1,0 +1,133 @@
+"""The strict MockModelRunner: built from the contract, refuses what the contract does not declare."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import dsakit
+from dsakit.mocks import read_log
+
+
+@pytest.fixture(autouse=True)
+def _fresh_read_log():
+    read_log.clear()
+    yield
+    read_log.clear()
+
+
+def test_role_defaults() -> None:
+    target, draft = dsakit.MockModelRunner("target"), dsakit.MockModelRunner("draft")
+    assert (target.is_draft_worker, draft.is_draft_worker) == (False, True)
+    assert target.max_running_requests == 64
+    assert target.model_config.hf_config.index_topk == 2048
+
+
+def test_no_torch_until_a_tensor_default_is_read() -> None:
+    code = (
+        "import sys, dsakit\n"
+        "r = dsakit.MockModelRunner('draft')\n"
+        "assert r.max_running_requests == 64 and r.page_size == 64\n"
+        "assert 'torch' not in sys.modules and 'sglang' not in sys.modules\n"
+        "t = r.req_to_token_pool.req_to_token\n"
+        "assert tuple(t.shape) == (64, 163840), t.shape\n"
+    )
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_undeclared_read_names_attribute_site_and_real_runner() -> None:
+    runner = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.brand_new_attr  # noqa: B018 - the read is the test
+    message = str(raised.value)
+    assert isinstance(raised.value, AttributeError)
+    assert "model_runner.brand_new_attr is not in the dsakit role contract" in message
+    assert f"test_mock_model_runner.py:{sys._getframe().f_lineno - 4} in test_undeclared_read" in message
+    assert "never sets it" in message  # the real ModelRunner has no such attribute
+    assert [r.kind for r in read_log.contract_reads()] == [read_log.UNDECLARED]
+
+
+def test_undeclared_read_of_a_real_runner_attribute_points_at_its_assignment() -> None:
+    runner = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.ContractViolation, match=r"model_runner\.py:\d+"):
+        runner.attn_backend  # noqa: B018 - ModelRunner sets it, the contract does not declare it
+
+
+def test_nested_objects_are_strict() -> None:
+    runner = dsakit.MockModelRunner("draft")
+    with pytest.raises(dsakit.ContractViolation, match=r"model_runner\.token_to_kv_pool\.get_key_buffer"):
+        runner.token_to_kv_pool.get_key_buffer  # noqa: B018
+
+
+def test_soft_read_returns_default_and_is_logged() -> None:
+    runner = dsakit.MockModelRunner("draft")
+    assert getattr(runner, "some_optional_feature", "dflt") == "dflt"
+    assert hasattr(runner.model_config.hf_config, "index_kpool") is False
+    reads = read_log.contract_reads()
+    assert [(r.kind, r.path) for r in reads] == [
+        (read_log.SOFT, "some_optional_feature"),
+        (read_log.SOFT, "model_config.hf_config.index_kpool"),
+    ]
+    assert any("soft-read: model_runner.some_optional_feature (draft)" in line for line in read_log.format_summary())
+
+
+def test_omitted_attribute_fails_with_contract_violation_not_bare_attribute_error() -> None:
+    runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.max_running_requests  # noqa: B018
+    message = str(raised.value)
+    assert raised.value.code == "contract-omitted-read"
+    assert "omitted" in message and "SM major >= 10" in message and "model_runner.py:" in message
+
+
+def test_writes_are_type_checked_and_undeclared_writes_refused() -> None:
+    runner = dsakit.MockModelRunner("target")
+    runner.max_running_requests = 8
+    assert runner.max_running_requests == 8
+    with pytest.raises(dsakit.UsageError, match="expected int, got str"):
+        runner.max_running_requests = "8"
+    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.attn_backend"):
+        runner.attn_backend = object()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_running_requests": "64"}, "max_running_requests='64': expected int, got str"),
+        ({"max_running_requests": True}, "expected int, got bool"),
+        ({"page_size": 1.5}, "expected int, got float"),
+        ({"model_config__context_len": None}, "model_config.context_len=None: expected int, got NoneType"),
+        ({"is_draft_worker": True}, "contradicts role='target'"),
+        ({"max_runing_requests": 1}, "unknown override 'max_runing_requests'"),
+        ({"model_config__hf_config__index_top_k": 1}, "unknown override 'model_config.hf_config.index_top_k'"),
+        ({"page_size__x": 1}, "page_size is a int, not a nested object"),
+    ],
+)
+def test_bad_overrides_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(dsakit.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        dsakit.MockModelRunner("target", **kwargs)
+
+
+def test_overrides_nested_by_keyword_and_by_dotted_key() -> None:
+    runner = dsakit.MockModelRunner(
+        "draft", model_config__context_len=4096, overrides={"model_config.hf_config.index_topk": 512}
+    )
+    assert runner.model_config.context_len == 4096
+    assert runner.model_config.hf_config.index_topk == 512
+    assert runner.model_config.num_attention_heads == 128
+
+
+def test_unknown_role_and_unknown_omit() -> None:
+    with pytest.raises(dsakit.UsageError, match="unknown role 'verifier'; expected one of: target, draft"):
+        dsakit.MockModelRunner("verifier")
+    with pytest.raises(dsakit.UsageError, match="cannot omit 'max_requests'"):
+        dsakit.MockModelRunner("target", omit=["max_requests"])
+
+
+def test_mutable_defaults_are_not_shared() -> None:
+    first, second = dsakit.MockModelRunner("target"), dsakit.MockModelRunner("target")
+    first.model_config.hf_config.architectures.append("X")
+    assert second.model_config.hf_config.architectures == ["DeepseekV32ForCausalLM"]

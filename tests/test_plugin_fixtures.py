@@ -1,0 +1,58 @@
+"""The plugin's model-runner fixtures, run through pytester (in-process: no torch is loaded)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+FIXTURE_TESTS = """
+import dsakit
+
+def test_target(target_runner):
+    assert target_runner.is_draft_worker is False
+
+def test_draft(draft_runner):
+    assert draft_runner.is_draft_worker is True
+
+def test_by_role(model_runner, model_runner_role):
+    assert isinstance(model_runner, dsakit.MockModelRunner)
+    assert model_runner.is_draft_worker is (model_runner_role == "draft")
+
+@pytest.mark.dsakit_role("draft")
+def test_draft_only(model_runner):
+    assert model_runner.is_draft_worker
+"""
+
+
+def test_fixtures_and_role_parametrization(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
+    result = pytester.runpytest("-v", "--strict-markers")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*test_by_role?role=target? PASSED*", "*test_by_role?role=draft? PASSED*"])
+
+
+def test_roles_option_narrows_the_matrix(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
+    result = pytester.runpytest("-v", "--dsakit-roles=draft")
+    result.assert_outcomes(passed=4)
+    assert "role=target" not in result.stdout.str()
+
+
+def test_unknown_role_is_a_clear_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
+    result = pytester.runpytest("--dsakit-roles=target,verifier")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*unknown role 'verifier'; expected one of: target, draft*"])
+
+
+def test_contract_violations_are_summarised_at_the_end(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        def test_reads(target_runner):
+            assert getattr(target_runner, "optional_knob", 3) == 3
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*dsakit contract reads*", "soft-read: model_runner.optional_knob (target) at *"])
