@@ -168,5 +168,9 @@ MODEL_RUNNER_CONTRACT = Contract(
                       readers=(DSA_INIT + " (0.5.17)",)),
         ContractEntry("server_args.disaggregation_mode", "str", _published("disaggregation_mode", "null"),
                       readers=("should_use_dsa_fused_topk (0.5.17)",)),
+        ContractEntry("server_args.enable_deepseek_v4_fp4_indexer", "bool",
+                      _published("enable_deepseek_v4_fp4_indexer", False),
+                      readers=(DSV4_INIT + " (0.5.17)",),
+                      note="0.5.17 ServerArgs flag (FP4 indexer for DeepSeek-V4); found by `dsakit contract check`"),
     ],
 )

@@ -7,7 +7,15 @@ This is the only name downstream suites import. Everything public is re-exported
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
+
+# In a source checkout, mocks/ and contracts/ sit beside dsakit/; wheels carry them as
+# dsakit/mocks and dsakit/contracts (pyproject package-dir). Let the checkout resolve the same
+# names, so `PYTHONPATH=<checkout>` works without an install (the offline GPU node).
+_checkout = Path(__file__).resolve().parent.parent
+if (_checkout / "mocks" / "__init__.py").is_file() and not (Path(__file__).parent / "mocks").exists():
+    __path__.append(str(_checkout))  # noqa: F821 - a package's __path__
 
 __version__ = "0.1.0"
 
@@ -24,6 +32,11 @@ _EXPORTS: dict[str, str] = {
     "MODEL_RUNNER_CONTRACT": "dsakit.contracts.model_runner_contract",
     "MockModelRunner": "dsakit.mocks.model_runner",
     "contract_reads": "dsakit.mocks.read_log",
+    # capability gates
+    "gate": "dsakit.gate_marks",
+    "require": "dsakit.gate_marks",
+    "DeviceModel": "dsakit.device_model",
+    "Gate": "dsakit.gates",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

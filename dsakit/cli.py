@@ -27,6 +27,12 @@ def _contract_check(args: argparse.Namespace) -> int:
     return run_contract_check(sglang_src=args.sglang_src, as_json=args.json)
 
 
+def _capabilities(args: argparse.Namespace) -> int:
+    from dsakit.capabilities import run_capabilities
+
+    return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -39,6 +45,18 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
+
+    # -- capability gates (dsakit.capabilities)
+    caps = commands.add_parser("capabilities", help="the device model and every gate, open or closed, with reasons")
+    caps.add_argument(
+        "--device",
+        metavar="NAME",
+        help="simulate a device (sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu; default: "
+        "$DSAKIT_DEVICE or the real one)",
+    )
+    caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
+    caps.add_argument("--json", action="store_true", help="print the report as JSON")
+    caps.set_defaults(handler=_capabilities)
 
     return parser
 

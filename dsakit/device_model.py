@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -291,7 +291,3 @@ def real_device(*, allow_torch: bool = False) -> DeviceModel:
         if found is not None:
             return found
     return _cpu()
-
-
-def with_key(device: DeviceModel, key: str) -> DeviceModel:
-    return replace(device, key=key)

@@ -157,7 +157,7 @@ def any_of(*checks: Check) -> Check:
 
 # ---------------------------------------------------------------- environment checks
 
-_SIMULATED_NOTE = " (module and tool gates look at this machine's real environment even with a simulated device)"
+_SIMULATED_NOTE = " (module and tool gates check this machine even with a simulated device)"
 
 
 def _note(device: DeviceModel) -> str:
@@ -274,7 +274,10 @@ def _device(code: str, requirement: str, covered_by: str, *checks: Check, env: S
 
 
 def _module_gate(name: str, covered_by: str) -> Gate:
-    return Gate(f"module:{name}", "module", f"the Python module {name!r}", covered_by, (), (module(name),))
+    def check(device: DeviceModel) -> str | None:
+        return None if _importable(name) else f"it is not installed in this environment{_note(device)}"
+
+    return Gate(f"module:{name}", "module", f"the Python module {name!r}", covered_by, (), (check,))
 
 
 _SGLANG_COVERED_BY = {

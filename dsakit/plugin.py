@@ -27,12 +27,61 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="roles the `model_runner` fixture is parametrized over (comma-separated: target, draft)",
     )
 
+    # -- capability gates and the skip inventory (dsakit.gate_marks, dsakit.skip_inventory)
+    group.addoption(
+        "--dsakit-device",
+        default=None,
+        metavar="NAME",
+        help="simulate a device for the capability gates (sm90, sm100, sm103, sm120, gfx90a, gfx942, "
+        "gfx950, cpu; or 'real', the default; env DSAKIT_DEVICE). Module gates still look at this machine",
+    )
+    group.addoption(
+        "--dsakit-probe-torch",
+        action="store_true",
+        default=False,
+        help="let the real-device probe fall back to torch.cuda when NVML, nvidia-smi and rocminfo find nothing",
+    )
+    group.addoption(
+        "--dsakit-report",
+        default=None,
+        metavar="PATH",
+        help="write the skip inventory (device, SGLang version, skips per gate with test ids) as JSON",
+    )
+    group.addoption(
+        "--dsakit-must-run",
+        default="",
+        metavar="CODE,...",
+        help="fail the run when any test behind these gate codes was skipped",
+    )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "dsakit_role(name): run this test only for one model-runner role (target or draft)",
     )
+
+    # -- capability gates: the marker, the run's device and the skip-inventory reporters
+    from dsakit import gate_marks
+
+    config.addinivalue_line("markers", gate_marks.MARKER_HELP)
+    gate_marks.configure(config)
+
+
+# ---------------------------------------------------------------- capability gates
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items are gated
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from dsakit.gate_marks import apply_gates
+
+    apply_gates(config, items)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from dsakit.gate_marks import unconfigure
+
+    unconfigure(config)
 
 
 # ---------------------------------------------------------------- model-runner fixtures

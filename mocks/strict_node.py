@@ -61,7 +61,10 @@ _UNSET = _Unset()
 class StrictNode:
     """The attributes of one contract path (the runner itself has path "")."""
 
-    __slots__ = ("_dsakit_contract", "_dsakit_path", "_dsakit_role", "_dsakit_root", "_dsakit_values", "_dsakit_omit")
+    __slots__ = (
+        "_dsakit_contract", "_dsakit_path", "_dsakit_role", "_dsakit_root", "_dsakit_values", "_dsakit_omit",
+        "_dsakit_building",
+    )
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class StrictNode:
         object.__setattr__(self, "_dsakit_role", role)
         object.__setattr__(self, "_dsakit_root", root if root is not None else self)
         object.__setattr__(self, "_dsakit_omit", omit)
+        object.__setattr__(self, "_dsakit_building", 0)  # >0 while a contract default is built
         values: dict[str, Any] = {}
         object.__setattr__(self, "_dsakit_values", values)
         children = contract.children(path)
@@ -177,14 +181,21 @@ class StrictNode:
                     attribute=path, code="contract-soft-read", reading_site=_site(frame),
                 )
             raise self._violation(name, read_log.UNDECLARED, frame)
-        if path in self._dsakit_omit:
+        root = self._dsakit_root
+        if path in self._dsakit_omit and not root._dsakit_building:
+            # Defaults derived from an omitted value (req_to_token_pool.size from
+            # max_running_requests) still build: only the code under test must not see it.
             raise self._violation(name, read_log.OMITTED, _reading_frame())
         value = values[name]
         if value is _UNSET:
             entry = self._dsakit_contract.entries[path]
             value = entry.default_for(self._dsakit_role)
             if isinstance(value, Factory):
-                factory, value = value, value.build(self._dsakit_root)
+                object.__setattr__(root, "_dsakit_building", root._dsakit_building + 1)
+                try:
+                    factory, value = value, value.build(root)
+                finally:
+                    object.__setattr__(root, "_dsakit_building", root._dsakit_building - 1)
                 if not type_matches(entry.type, value, entry.optional):
                     raise UsageError(
                         f"the contract default of model_runner.{path} ({factory.describe}) built "

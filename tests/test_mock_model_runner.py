@@ -131,3 +131,11 @@ def test_mutable_defaults_are_not_shared() -> None:
     first, second = dsakit.MockModelRunner("target"), dsakit.MockModelRunner("target")
     first.model_config.hf_config.architectures.append("X")
     assert second.model_config.hf_config.architectures == ["DeepseekV32ForCausalLM"]
+
+
+def test_defaults_derived_from_an_omitted_attribute_still_build() -> None:
+    runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
+    assert runner.req_to_token_pool.size == 64  # derived from the omitted value
+    assert read_log.contract_reads() == []
+    with pytest.raises(dsakit.ContractViolation, match="omitted"):
+        runner.max_running_requests  # noqa: B018

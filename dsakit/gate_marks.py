@@ -1,0 +1,136 @@
+"""Gates in pytest: the `dsakit_requires` marker, `dsakit.gate(...)`, `dsakit.require(...)` and the
+one collection hook that turns closed gates into skip markers (FlashInfer-conftest style).
+
+Owns: the run's gate session (selected device, skip inventory) and its wiring into pytest. The
+device is resolved on first use, not at configure time; never imports torch or SGLang itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import NoReturn
+
+import pytest
+
+from dsakit.device_model import REAL, DeviceModel, resolve_device, validate_device_name
+from dsakit.errors import UsageError
+from dsakit.gates import closed_reasons, never_open_explanation, split_codes, validate_codes
+from dsakit.skip_inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
+
+MARKER = "dsakit_requires"
+MARKER_HELP = (
+    "dsakit_requires(*codes): skip unless every dsakit gate is open (codes: `dsakit capabilities`; "
+    "expressions like 'sm>=9.0', 'sm~10', 'gfx in gfx942,gfx950')"
+)
+
+
+class DsakitGateWarning(pytest.PytestWarning):
+    """A gate combination that no known device can open."""
+
+
+class GateSession:
+    """One pytest run's view of gates: the selected device (lazy) and the skip inventory."""
+
+    def __init__(self, device_name: str = REAL, *, allow_torch: bool = False) -> None:
+        self.device_name = device_name
+        self.allow_torch = allow_torch
+        self.inventory = SkipInventory()
+
+    @functools.cached_property
+    def device(self) -> DeviceModel:
+        return resolve_device(self.device_name, allow_torch=self.allow_torch)
+
+
+_SESSIONS: list[GateSession] = []  # a stack: pytester runs nest configs in one process
+_SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def active_session() -> GateSession:
+    """The innermost configured pytest run's session; outside pytest, one from $DSAKIT_DEVICE."""
+    if _SESSIONS:
+        return _SESSIONS[-1]
+    return GateSession(validate_device_name(None))
+
+
+# ---------------------------------------------------------------- public helpers
+
+
+def gate(*codes: str) -> pytest.MarkDecorator:
+    """A `dsakit_requires` mark: `@dsakit.gate("cuda", "module:flashinfer")` or
+    `pytest.param(..., marks=dsakit.gate("fa3"))`. Unknown codes raise UsageError right here."""
+    if not codes:
+        raise UsageError("dsakit.gate() needs at least one gate code (see `dsakit capabilities`)")
+    return getattr(pytest.mark, MARKER)(*validate_codes(codes))
+
+
+def require(*codes: str) -> None:
+    """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open."""
+    session = active_session()
+    reasons = closed_reasons(codes, session.device)
+    if not reasons:
+        return
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    if current:
+        session.inventory.plan(current.rsplit(" (", 1)[0], reasons)
+    _skip(format_reasons(reasons))
+
+
+def _skip(message: str) -> NoReturn:
+    pytest.skip(message)
+
+
+# ---------------------------------------------------------------- plugin wiring
+
+
+def configure(config: pytest.Config) -> None:
+    """pytest_configure: validate the options, start the session, register the reporters."""
+    workerinput = getattr(config, "workerinput", None)
+    try:
+        if workerinput is not None and DEVICE_KEY in workerinput:
+            name = str(workerinput[DEVICE_KEY])
+        else:
+            name = validate_device_name(config.getoption("dsakit_device"))
+        must_run = validate_codes(split_codes(config.getoption("dsakit_must_run") or ""))
+    except UsageError as error:
+        raise pytest.UsageError(str(error)) from None
+    session = GateSession(name, allow_torch=bool(config.getoption("dsakit_probe_torch")))
+    _SESSIONS.append(session)
+    config.stash[_SESSION_KEY] = session
+    reporter = InventoryReporter(
+        config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report")
+    )
+    config.pluginmanager.register(reporter, "dsakit-skip-inventory")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(session.inventory, name), "dsakit-xdist")
+
+
+def unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is not None and session in _SESSIONS:
+        _SESSIONS.remove(session)
+
+
+def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest_collection_modifyitems: closed gates become skip markers, so --collect-only and -ra
+    show the reason, and the skip inventory knows the gate codes."""
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is None:
+        return
+    warned: set[tuple[str, ...]] = set()
+    for item in items:
+        raw = [code for marker in item.iter_markers(MARKER) for code in marker.args]
+        if not raw:
+            continue
+        try:
+            codes = validate_codes(raw)
+        except UsageError as error:
+            raise pytest.UsageError(f"{item.nodeid}: {error}") from None
+        explanation = never_open_explanation(codes)
+        if explanation is not None and codes not in warned:
+            warned.add(codes)
+            item.warn(DsakitGateWarning(explanation))
+        reasons = closed_reasons(codes, session.device)
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason=format_reasons(reasons)))
+            session.inventory.plan(item.nodeid, reasons)

@@ -1,0 +1,327 @@
+"""Top-k selection checks, vLLM `test_top_k_per_row.py` style: per-row index *sets* first; where
+two selections differ, the *scores* of the symmetric difference decide (a tie is fine, anything
+else is a bug); count, duplicates, range and -1 padding always.
+
+Owns: `assert_topk_valid`, `assert_topk_equal`, the per-row diff text, and `normalized_rows` (the
+backend-independent form of a selection the snapshot stores). Never launches kernels or imports
+SGLang; torch is imported lazily and every check runs on CPU copies.
+
+The contract, per row r with window w = scores[r, start : start + length] and k = topk:
+  * entries are -1 (padding, anywhere) or row-local positions in [0, length); no duplicates;
+  * count == min(length, k) for rows without -inf/NaN. A backend may pad instead of selecting a
+    -inf position (torch's `_topk_unfused` masks them to -1) and NaN is outside the ordering, so
+    such rows need only count >= min(#ranked, k) - #NaN, where ranked = finite or +inf;
+  * order: every selected non-NaN score >= every unselected non-NaN score (so every selected
+    score is >= the k-th largest valid score);
+  * equality of two selections: identical sets, or differing only inside the tied group at the
+    boundary (score == k-th largest), at -inf, or at NaN positions; reported as tie swaps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+_SHOW = 8  # positions shown per list in a diff
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """Why one row fails: a stable `code` and the evidence (positions with their scores)."""
+
+    row: int
+    code: str  # shape | out-of-range | duplicate | count | order | mismatch
+    message: str
+    length: int = 0
+    threshold: float | None = None
+    missing: tuple[tuple[int, float], ...] = ()
+    extra: tuple[tuple[int, float], ...] = ()
+
+    def format(self) -> str:
+        head = f"row {self.row} [{self.code}] (length {self.length}"
+        if self.threshold is not None:
+            head += f", k-th largest valid score {self.threshold!r}"
+        lines = [head + f"): {self.message}"]
+        if self.missing:
+            lines.append("    missing (should be selected): " + _fmt_pairs(self.missing))
+        if self.extra:
+            lines.append("    extra (selected, should not be): " + _fmt_pairs(self.extra))
+        return "\n".join("  " + line for line in lines)
+
+
+@dataclass
+class TopkReport:
+    """Outcome of a check: problems per row, and tie swaps (allowed differences) per row."""
+
+    topk: int
+    rows: int
+    problems: list[RowProblem] = field(default_factory=list)
+    tie_swaps: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def format(self, title: str) -> str:
+        bad = sorted({p.row for p in self.problems})
+        lines = [f"{title}: {len(bad)} of {self.rows} rows fail (k={self.topk})"]
+        lines += [p.format() for p in self.problems[:12]]
+        if len(self.problems) > 12:
+            lines.append(f"  ... and {len(self.problems) - 12} more problems")
+        return "\n".join(lines)
+
+
+def _fmt_pairs(pairs: tuple[tuple[int, float], ...]) -> str:
+    return ", ".join(f"{pos} (score {score!r})" for pos, score in pairs)
+
+
+@dataclass
+class _Prepared:
+    idx: Any  # (rows, kk) int64 cpu
+    scores: Any  # (rows, width) float32 cpu
+    lengths: list[int]
+    starts: list[int]
+
+    def window(self, row: int) -> Any:
+        start = self.starts[row]
+        return self.scores[row, start:start + max(self.lengths[row], 0)]
+
+
+def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepared:
+    import torch
+
+    idx = torch.as_tensor(indices).detach().to("cpu", torch.int64)
+    sc = torch.as_tensor(scores).detach().to("cpu", torch.float32)
+    lens = [int(x) for x in torch.as_tensor(lengths).detach().cpu().tolist()]
+    if row_starts is None:
+        starts = [0] * len(lens)
+    else:
+        starts = [int(x) for x in torch.as_tensor(row_starts).detach().cpu().tolist()]
+    if idx.dim() != 2 or sc.dim() != 2 or not (idx.shape[0] == sc.shape[0] == len(lens) == len(starts)):
+        from dsakit.errors import UsageError
+
+        raise UsageError(
+            f"top-k check needs indices (rows, k), scores (rows, width), lengths (rows,): got "
+            f"indices {tuple(idx.shape)}, scores {tuple(sc.shape)}, {len(lens)} lengths, "
+            f"{len(starts)} row starts")
+    return _Prepared(idx, sc, lens, starts)
+
+
+def _kth_largest(window: Any, k: int) -> float | None:
+    """The k-th largest non-NaN score of a window (the selection boundary), None if empty."""
+    import torch
+
+    vals = window[~torch.isnan(window)]
+    if vals.numel() == 0 or k <= 0:
+        return None
+    return float(torch.topk(vals, min(k, vals.numel())).values[-1])
+
+
+def _pairs(window: Any, positions: Any) -> tuple[tuple[int, float], ...]:
+    out = []
+    for p in positions[:_SHOW]:
+        p = int(p)
+        out.append((p, float(window[p]) if 0 <= p < window.numel() else float("nan")))
+    return tuple(out)
+
+
+def _selected(row_idx: Any) -> Any:
+    return row_idx[row_idx != -1]
+
+
+def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
+               row_starts: Any = None) -> TopkReport:
+    """The validity contract (module docstring) per row; never raises on a bad selection."""
+    import torch
+
+    prep = _prepare(indices, scores, lengths, row_starts)
+    report = TopkReport(topk=topk, rows=len(prep.lengths))
+    if prep.idx.shape[1] != topk:
+        report.problems.append(RowProblem(-1, "shape", f"indices have {prep.idx.shape[1]} columns, "
+                                          f"expected k={topk}"))
+        return report
+    for row, length in enumerate(prep.lengths):
+        length = max(length, 0)
+        w = prep.window(row)
+        sel = _selected(prep.idx[row])
+        bad = sel[(sel < 0) | (sel >= length)]
+        if bad.numel():
+            report.problems.append(RowProblem(
+                row, "out-of-range", f"entries {bad[:_SHOW].tolist()} are neither -1 nor in "
+                f"[0, {length})", length))
+            continue
+        uniq, counts = torch.unique(sel, return_counts=True)
+        if (counts > 1).any():
+            report.problems.append(RowProblem(
+                row, "duplicate", f"positions {uniq[counts > 1][:_SHOW].tolist()} selected twice",
+                length))
+        nan = torch.isnan(w)
+        ranked = ~nan & (w != float("-inf"))
+        need = min(length, topk)
+        floor = max(0, min(int(ranked.sum()), topk) - int(nan.sum()))
+        count = uniq.numel()
+        if count > need or count < floor:
+            allowed = f"{need}" if floor == need else f"{floor}..{need} (-inf/NaN may be padded)"
+            report.problems.append(RowProblem(
+                row, "count", f"selected {count} positions, expected {allowed}", length,
+                _kth_largest(w, topk)))
+        chosen = torch.zeros(length, dtype=torch.bool)
+        chosen[uniq] = True
+        sel_ord = chosen & ~nan
+        unsel_ord = ~chosen & ~nan
+        if sel_ord.any() and unsel_ord.any():
+            smin = w[sel_ord].min()
+            umax = w[unsel_ord].max()
+            if smin < umax:
+                miss = torch.nonzero(unsel_ord & (w > smin)).flatten()
+                miss = miss[torch.argsort(w[miss], descending=True, stable=True)]
+                extra = torch.nonzero(sel_ord & (w < umax)).flatten()
+                extra = extra[torch.argsort(w[extra], stable=True)]
+                report.problems.append(RowProblem(
+                    row, "order", f"{extra.numel()} selected scores are below the best unselected "
+                    f"score {float(umax)!r}", length, _kth_largest(w, topk),
+                    _pairs(w, miss), _pairs(w, extra)))
+    return report
+
+
+def compare_topk(actual: Any, expected: Any, scores: Any, lengths: Any, *,
+                 topk: int | None = None, row_starts: Any = None) -> TopkReport:
+    """Tie-aware set comparison of two selections; differences inside the boundary tie group, at
+    -inf or at NaN are recorded as `tie_swaps`, anything else is a `mismatch` problem."""
+    import torch
+
+    prep = _prepare(actual, scores, lengths, row_starts)
+    exp = torch.as_tensor(expected).detach().to("cpu", torch.int64)
+    k = int(topk if topk is not None else prep.idx.shape[1])
+    report = TopkReport(topk=k, rows=len(prep.lengths))
+    if exp.shape[0] != prep.idx.shape[0]:
+        report.problems.append(RowProblem(-1, "shape", f"actual has {prep.idx.shape[0]} rows, "
+                                          f"expected {exp.shape[0]}"))
+        return report
+    for row, length in enumerate(prep.lengths):
+        length = max(length, 0)
+        w = prep.window(row)
+        a = set(_selected(prep.idx[row]).tolist())
+        e = set(_selected(exp[row]).tolist())
+        if a == e:
+            continue
+        missing = sorted(e - a)
+        extra = sorted(a - e)
+        boundary = _kth_largest(w, k)
+
+        def score(p: int) -> float | None:
+            return float(w[p]) if 0 <= p < length else None
+
+        def tied(p: int) -> bool:
+            s = score(p)
+            return s is not None and boundary is not None and s == boundary
+
+        def free(p: int) -> bool:  # -inf / NaN: outside the strict contract
+            s = score(p)
+            return s is not None and (s != s or s == float("-inf"))
+
+        unexplained_m = [p for p in missing if not (tied(p) or free(p))]
+        unexplained_e = [p for p in extra if not (tied(p) or free(p))]
+        n_tied_m = sum(tied(p) and not free(p) for p in missing)
+        n_tied_e = sum(tied(p) and not free(p) for p in extra)
+        if unexplained_m or unexplained_e or n_tied_m != n_tied_e:
+            why = (f"{len(missing)} expected positions not selected, {len(extra)} selected "
+                   f"positions not expected")
+            if not (unexplained_m or unexplained_e):
+                why += f"; tie group unbalanced ({n_tied_m} tied missing vs {n_tied_e} tied extra)"
+            else:
+                why += "; not explained by ties at the boundary"
+            mt = torch.tensor(unexplained_m or missing, dtype=torch.int64)
+            et = torch.tensor(unexplained_e or extra, dtype=torch.int64)
+            report.problems.append(RowProblem(row, "mismatch", why, length, boundary,
+                                              _pairs(w, mt), _pairs(w, et)))
+        else:
+            report.tie_swaps[row] = (missing, extra)
+    return report
+
+
+def assert_topk_valid(indices: Any, scores: Any, lengths: Any, topk: int, *,
+                      row_starts: Any = None) -> TopkReport:
+    """Raise AssertionError with a per-row diff unless `indices` is a valid top-k of `scores`."""
+    __tracebackhide__ = True
+    report = check_topk(indices, scores, lengths, topk, row_starts=row_starts)
+    if not report.ok:
+        raise AssertionError(report.format("invalid top-k selection"))
+    return report
+
+
+def assert_topk_equal(actual: Any, expected: Any, scores: Any, lengths: Any, *,
+                      topk: int | None = None, row_starts: Any = None) -> TopkReport:
+    """Raise AssertionError unless the selections agree up to ties (returned as `tie_swaps`)."""
+    __tracebackhide__ = True
+    report = compare_topk(actual, expected, scores, lengths, topk=topk, row_starts=row_starts)
+    if not report.ok:
+        raise AssertionError(report.format("top-k selections differ"))
+    return report
+
+
+# ---------------------------------------------------------------- normal form (for snapshots)
+
+
+@dataclass(frozen=True)
+class NormalizedRow:
+    """A selection's backend-independent part: positions strictly above its lowest selected
+    ranked score (`certain`), that score (`boundary`) and how many tied picks sit on it.
+    -inf picks are dropped; rows holding NaN are marked and not normalised (backends disagree)."""
+
+    row: int
+    nan_row: bool
+    count: int = 0
+    boundary: float | None = None
+    tied: int = 0
+    certain: tuple[int, ...] = ()
+    invalid: tuple[int, ...] = ()
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.line(head=0).encode()).hexdigest()[:12]
+
+    def line(self, head: int = 0) -> str:
+        if self.nan_row:
+            return f"row {self.row}: NaN in window (validity only: backends disagree on NaN)"
+        b = "none" if self.boundary is None else float(self.boundary).hex()
+        text = f"row {self.row}: n={self.count} boundary={b} tied={self.tied}"
+        if self.invalid:
+            text += f" invalid={list(self.invalid[:_SHOW])}"
+        if head:
+            text += f" certain[:{head}]={list(self.certain[:head])}"
+        else:
+            text += " certain=" + hashlib.sha256(
+                ",".join(map(str, self.certain)).encode()).hexdigest()[:16]
+        return text
+
+
+def normalized_rows(indices: Any, scores: Any, lengths: Any, *,
+                    row_starts: Any = None) -> list[NormalizedRow]:
+    import torch
+
+    prep = _prepare(indices, scores, lengths, row_starts)
+    out = []
+    for row, length in enumerate(prep.lengths):
+        length = max(length, 0)
+        w = prep.window(row)
+        if bool(torch.isnan(w).any()):
+            out.append(NormalizedRow(row, True))
+            continue
+        sel = torch.unique(_selected(prep.idx[row]))
+        inside = (sel >= 0) & (sel < length)
+        invalid = tuple(sel[~inside].tolist())
+        pos = sel[inside]
+        vals = w[pos]
+        keep = vals != float("-inf")
+        pos, vals = pos[keep], vals[keep]
+        if pos.numel() == 0:
+            out.append(NormalizedRow(row, False, 0, None, 0, (), invalid))
+            continue
+        low = vals.min()
+        out.append(NormalizedRow(row, False, int(pos.numel()), float(low), int((vals == low).sum()),
+                                 tuple(pos[vals > low].tolist()), invalid))
+    return out
