@@ -37,6 +37,19 @@ _EXPORTS: dict[str, str] = {
     "require": "dsakit.gate_marks",
     "DeviceModel": "dsakit.device_model",
     "Gate": "dsakit.gates",
+    # top-k selections (issue 5)
+    "TopkCase": "dsakit.topk_cases",
+    "CASES": "dsakit.topk_cases",
+    "get_case": "dsakit.topk_cases",
+    "topk_cases": "dsakit.topk_cases",
+    "assert_topk_valid": "dsakit.topk_compare",
+    "assert_topk_equal": "dsakit.topk_compare",
+    "check_topk": "dsakit.topk_compare",
+    "compare_topk": "dsakit.topk_compare",
+    "validate_lengths": "dsakit.topk_launch",
+    "TOPK_PATHS": "dsakit.topk_launch",
+    "SelectionSnapshotExtension": "dsakit.selection_snapshot",
+    "summarize_selection": "dsakit.selection_snapshot",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -61,7 +61,8 @@ def gate(*codes: str) -> pytest.MarkDecorator:
     `pytest.param(..., marks=dsakit.gate("fa3"))`. Unknown codes raise UsageError right here."""
     if not codes:
         raise UsageError("dsakit.gate() needs at least one gate code (see `dsakit capabilities`)")
-    return getattr(pytest.mark, MARKER)(*validate_codes(codes))
+    mark: pytest.MarkDecorator = getattr(pytest.mark, MARKER)
+    return mark(*validate_codes(codes))
 
 
 def require(*codes: str) -> None:

@@ -137,3 +137,26 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section("dsakit contract reads")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------- top-k selection snapshots (issue 5)
+
+# Assertion helpers: rewritten so a failed `snapshot == summary` shows syrupy's diff.
+pytest.register_assert_rewrite("dsakit.topk_compare", "dsakit.selection_snapshot")
+
+
+@pytest.fixture
+def selection_snapshot(request: pytest.FixtureRequest) -> Any:
+    """Golden top-k selections keyed by case (`dsakit.selection_snapshot.SelectionSnapshot`):
+    `selection_snapshot.assert_case(case, positions, reference=...)`. Needs syrupy."""
+    try:
+        snapshot = request.getfixturevalue("snapshot")
+    except pytest.FixtureLookupError:
+        from dsakit.errors import UsageError
+
+        raise UsageError(
+            "selection_snapshot needs syrupy (the `snapshot` fixture): pip install 'syrupy>=7' "
+            "(dsakit[test]); on an offline node install its wheel") from None
+    from dsakit.selection_snapshot import SelectionSnapshot
+
+    return SelectionSnapshot(snapshot)

@@ -17,8 +17,10 @@ from typing import Any
 
 from dsakit.errors import UsageError
 
+# Names accepted by get_parallel().override() in both 0.5.17 and 0.5.23 (world_size/world_rank
+# are 0.5.17-only).
 SINGLE_GPU_PARALLEL: dict[str, int] = {
-    "world_size": 1, "world_rank": 0, "tp_size": 1, "tp_rank": 0, "pp_size": 1, "pp_rank": 0,
+    "tp_size": 1, "tp_rank": 0, "pp_size": 1, "pp_rank": 0,
     "attn_tp_size": 1, "attn_tp_rank": 0, "attn_cp_size": 1, "attn_cp_rank": 0,
     "attn_dcp_size": 1, "attn_dcp_rank": 0, "attn_dp_size": 1, "attn_dp_rank": 0,
 }
@@ -60,11 +62,9 @@ class SGLangScope:
             )
 
     def _check_server_args(self) -> None:
-        import dataclasses
-
         from sglang.srt.server_args import ServerArgs
 
-        fields = {f.name for f in dataclasses.fields(ServerArgs)}
+        fields = server_arg_fields(ServerArgs)
         unknown = sorted(set(self.server_args) - fields)
         if unknown:
             raise UsageError(
@@ -105,6 +105,16 @@ class SGLangScope:
         stack, self._stack = self._stack, None
         if stack is not None:
             stack.close()
+
+
+def server_arg_fields(server_args_class: type) -> frozenset[str]:
+    """Field names of ServerArgs: a msgspec Struct in 0.5.23, a dataclass in 0.5.17."""
+    struct_fields = getattr(server_args_class, "__struct_fields__", None)
+    if struct_fields is not None:
+        return frozenset(struct_fields)
+    import dataclasses
+
+    return frozenset(f.name for f in dataclasses.fields(server_args_class))
 
 
 def _restore_env(saved: Mapping[str, str | None]) -> None:

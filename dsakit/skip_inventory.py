@@ -72,7 +72,7 @@ class SkipInventory:
                 entry.tests.append(nodeid)
 
     def record(self, report: pytest.TestReport) -> None:
-        if not report.skipped or report.when not in ("setup", "call"):
+        if not report.skipped or report.when not in ("setup", "call") or hasattr(report, "wasxfail"):
             return
         reasons = self.planned.get(report.nodeid) or tuple(reasons_from_message(_skip_message(report)))
         if reasons:

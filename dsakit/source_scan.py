@@ -69,7 +69,7 @@ def _class_assignments(cls: ast.ClassDef) -> dict[str, int]:
                     targets = [node.target]
                 for target in targets:
                     for name in _self_targets(target):
-                        note(name, node.lineno)
+                        note(name, target.lineno)
         elif isinstance(item, ast.Assign):
             for target in item.targets:
                 if isinstance(target, ast.Name):

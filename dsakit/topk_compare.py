@@ -14,7 +14,8 @@ The contract, per row r with window w = scores[r, start : start + length] and k 
   * order: every selected non-NaN score >= every unselected non-NaN score (so every selected
     score is >= the k-th largest valid score);
   * equality of two selections: identical sets, or differing only inside the tied group at the
-    boundary (score == k-th largest), at -inf, or at NaN positions; reported as tie swaps.
+    boundary (score == k-th largest) or at -inf positions; reported as tie swaps. Rows holding
+    NaN have no defined equality (only validity): their differences are reported as swaps too.
 """
 
 from __future__ import annotations
@@ -211,6 +212,11 @@ def compare_topk(actual: Any, expected: Any, scores: Any, lengths: Any, *,
             continue
         missing = sorted(e - a)
         extra = sorted(a - e)
+        if bool(torch.isnan(w).any()):
+            # NaN rows: backends disagree (NaN first, or never collected, displacing finite
+            # picks), so equality is undefined there; validity still applies to each side
+            report.tie_swaps[row] = (missing, extra)
+            continue
         boundary = _kth_largest(w, k)
 
         def score(p: int) -> float | None:

@@ -74,7 +74,7 @@ def _fake_tool(directory: Path, name: str, output: str) -> None:
 
 def test_nvidia_smi_probe_reads_capability_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_tool(tmp_path, "nvidia-smi", "NVIDIA H200, 143771, 9.0\nNVIDIA H200, 143771, 9.0")
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     found = device_model._probe_nvidia_smi()
     assert found is not None
     assert (found.vendor, found.name, found.sm, found.device_count, found.simulated) == (
@@ -86,7 +86,7 @@ def test_rocminfo_probe_reads_the_gfx_arch(tmp_path: Path, monkeypatch: pytest.M
     agent = "*******\nAgent 2\n*******\n  Name:                    gfx942\n  Marketing Name:          AMD Instinct MI300X\n  Device Type:             GPU\n"
     cpu = "*******\nAgent 1\n*******\n  Name:                    AMD EPYC\n  Device Type:             CPU\n"
     _fake_tool(tmp_path, "rocminfo", cpu + agent)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     found = device_model._probe_rocminfo()
     assert found is not None
     assert (found.vendor, found.gfx, found.sm, found.name) == ("amd", "gfx942", (9, 4), "AMD Instinct MI300X")

@@ -1,0 +1,172 @@
+"""Contract suite: selections of the REAL fused top-k entry points against one golden per case.
+
+Every path (`dsakit.topk_launch.TOPK_PATHS`: `DSATopKBackend.topk_func` for torch / sgl-kernel /
+flashinfer, `topk_transform` PAGED and RAGGED with fusion on, the v2 JIT fold) runs every case
+that applies to it; outputs are mapped back to row-local positions, checked for validity and
+matched against the golden in `__snapshots__/test_topk_selection/selections.topksel`. The goldens
+are written on CPU by the torch path (`pytest contracts/test_topk_selection.py --snapshot-update`)
+and every GPU path must reproduce them, up to ties. Torch runs on CPU; the rest are gated.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+import dsakit
+from dsakit.topk_cases import CASES, TopkCase, get_case, topk_cases
+from dsakit.topk_launch import TOPK_PATHS, TopkPath, _set_env, path_gates, run_v2_fold
+
+REFERENCE = TOPK_PATHS["torch.topk_func"]
+POISON = 0x7FFFFFF0
+
+
+def _params() -> list[Any]:
+    out = []
+    for path in TOPK_PATHS.values():
+        for case in topk_cases():
+            marks = [dsakit.gate(*path_gates(path, case))] if path_gates(path, case) else []
+            out.append(pytest.param(path, case, marks=marks, id=f"{path.path_id}-{case.case_id}"))
+    return out
+
+
+def _skip_unsupported(path: TopkPath, case: TopkCase) -> None:
+    reason = path.unsupported(case)
+    if reason is not None:
+        pytest.skip(str(reason))
+
+
+def _reference(case: TopkCase, scores: Any = None) -> Any:
+    import torch
+
+    from dsakit.topk_launch import _sglang
+
+    sc = case.scores("cpu") if scores is None else scores.detach().cpu()
+    starts = case.row_starts_tensor("cpu")
+    return _sglang().Backend.TORCH.topk_func(sc, torch.tensor(case.lengths, dtype=torch.int32),
+                                            case.k, row_starts=starts)
+
+
+@pytest.mark.parametrize(("path", "case"), _params())
+def test_selection(path: TopkPath, case: TopkCase, selection_snapshot: Any,
+                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _skip_unsupported(path, case)
+    positions = path.run(case, path.device, monkeypatch)
+    selection_snapshot.assert_case(case, positions, reference=path.reference)
+    if not path.reference:  # the readable per-row diff against the live reference, ties allowed
+        dsakit.assert_topk_equal(positions, _reference(case), case.scores("cpu"), case.lengths,
+                                 topk=case.k, row_starts=case.row_starts)
+
+
+@pytest.mark.parametrize("path", list(TOPK_PATHS.values()), ids=list(TOPK_PATHS))
+def test_negative_lengths_refused_before_launch(path: TopkPath, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs for every path on any machine: the refusal happens before SGLang or a kernel is touched."""
+    case = get_case("padded-negative-lengths-k512")
+    with pytest.raises(dsakit.UsageError, match=r"row 1 = -1, row 3 = -4.*must carry length 0"):
+        path.run(case, "cpu", monkeypatch)
+
+
+_FOLD = dsakit.gate("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c.case_id, marks=[_FOLD] + ([dsakit.gate("topk-v2-cluster")]
+                                                    if max(c.lengths) >= 1 << 16 else []))
+     for c in topk_cases(ragged=False) if c.page_size == 64],
+)
+def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    slots64, pos64, tables = run_v2_fold(case, "cuda", monkeypatch, page_size=64)
+    slots1, pos1, _ = run_v2_fold(case, "cuda", monkeypatch, page_size=1)
+    scores = case.scores("cpu")
+    dsakit.assert_topk_valid(pos64, scores, case.lengths, case.k)
+    dsakit.assert_topk_valid(pos1, scores, case.lengths, case.k)
+    # same positions up to ties; both mapped through the one page_size-1 table, so same slots
+    report = dsakit.assert_topk_equal(pos64, pos1, scores, case.lengths, topk=case.k)
+    for row in range(case.num_rows):
+        if row not in report.tie_swaps:
+            a = sorted(x for x in slots64[row].tolist() if x != -1)
+            b = sorted(x for x in slots1[row].tolist() if x != -1)
+            assert a == b, f"row {row}: page_size 64 fold and page_size 1 table give different slots"
+
+
+_GRAPH_PATHS = ["torch.topk_func", "sgl-kernel.topk_func", "flashinfer.topk_func", "v2-fold.paged"]
+
+
+@pytest.mark.parametrize(
+    "path_id",
+    [pytest.param(p, marks=dsakit.gate("cuda", "cuda-graphs", *TOPK_PATHS[p].gates)) for p in _GRAPH_PATHS],
+)
+def test_cuda_graph_replay_with_poisoned_output(path_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capture once, poison the output, feed new scores, replay: every slot must be rewritten."""
+    import torch
+
+    from dsakit.topk_launch import _metadata, _sglang
+
+    case = get_case("decode-ps64-k2048")
+    sgl = _sglang()
+    scores = case.scores("cuda")
+    lengths = case.lengths_tensor("cuda")
+    tables = None
+    if path_id == "v2-fold.paged":
+        from sglang.kernels.ops.attention.dsv4.topk import plan_topk_v2
+
+        _set_env(monkeypatch, fuse=True, v2=True)
+        tables, md, _ = _metadata(case, "cuda")
+        md.topk_v2_plan = plan_topk_v2(lengths)
+        md.page_table_1 = None
+
+        def call() -> Any:
+            return sgl.Backend.SGL_KERNEL.topk_transform(scores, lengths, case.k, sgl.Method.PAGED, md)
+    else:
+        backend = sgl.Backend({"torch.topk_func": "torch", "sgl-kernel.topk_func": "sgl-kernel",
+                               "flashinfer.topk_func": "flashinfer"}[path_id])
+
+        def call() -> Any:
+            return backend.topk_func(scores, lengths, case.k)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # warm-up (JIT, workspace) outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    new_scores = case.scores("cpu", seed_offset=1)
+    scores.copy_(new_scores.to("cuda"))
+    out.fill_(POISON)
+    graph.replay()
+    torch.cuda.synchronize()
+    raw = out.detach().cpu()
+    poisoned = int((raw == POISON).sum())
+    assert poisoned == 0, f"{path_id}: replay left {poisoned} output entries unwritten (poison visible)"
+    positions = raw if tables is None else tables.slots_to_positions(raw)[0]
+    dsakit.assert_topk_valid(positions, new_scores, case.lengths, case.k)
+    dsakit.assert_topk_equal(positions, _reference(case, new_scores), new_scores, case.lengths, topk=case.k)
+
+
+def test_env_flags_are_restored_even_when_the_test_raises() -> None:
+    from sglang.srt.environ import envs
+
+    names = ("SGLANG_DSA_FUSE_TOPK", "SGLANG_OPT_USE_TOPK_V2", "SGLANG_NSA_FUSE_TOPK")
+    before = {n: os.environ.get(n) for n in names}
+    with pytest.raises(RuntimeError, match="boom"):
+        with pytest.MonkeyPatch.context() as mp:
+            _set_env(mp, fuse=False, v2=True)
+            # EnvField.get() reads os.environ on every call: the override is seen at once
+            assert envs.SGLANG_DSA_FUSE_TOPK.get() is False
+            assert envs.SGLANG_OPT_USE_TOPK_V2.get() is True
+            raise RuntimeError("boom")
+    assert {n: os.environ.get(n) for n in names} == before
+
+
+def test_catalogue_has_every_shape() -> None:
+    shapes = {c.shape for c in CASES.values()}
+    assert {"decode", "extend", "target-verify", "draft-extend", "adversarial", "long-context"} <= shapes
+    assert {c.k for c in CASES.values()} == {512, 2048}
+    assert {c.page_size for c in CASES.values()} == {1, 64}
+    assert max(max(c.lengths) for c in CASES.values()) >= 1 << 20

@@ -1,0 +1,173 @@
+"""Real SGLang `ForwardBatch`es for DSA backends, with realistic paged KV placement.
+
+Owns: placing each request's KV slots in shuffled physical pages of `page_size` tokens and writing
+them into the runner's `req_to_token` (the page_size-1 table), and building a `ForwardBatch` for
+decode, extend, target-verify and draft-extend. Lengths are validated before anything is launched:
+a negative or inconsistent length is a UsageError, not a kernel fault. Imports torch and SGLang
+lazily (inside functions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsakit.errors import UsageError
+
+FORWARD_MODES = ("decode", "extend", "target_verify", "draft_extend")
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What a forward pass looks like, in tokens.
+
+    mode          one of FORWARD_MODES
+    seq_lens      per request: KV tokens before this step's draft tokens. decode: including the
+                  token being decoded; extend / draft_extend: prefix + new tokens; target_verify:
+                  committed tokens (the backend adds the draft tokens)
+    prefix_lens   extend / draft_extend: cached prefix per request (default: seq_len - 1 for
+                  extend, seq_len - draft_tokens for draft_extend)
+    draft_tokens  target_verify / draft_extend: speculative tokens per request
+    """
+
+    mode: str
+    seq_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...] = field(default=())
+    draft_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in FORWARD_MODES:
+            raise UsageError(f"unknown forward mode {self.mode!r}; expected one of: {', '.join(FORWARD_MODES)}")
+        if not self.seq_lens:
+            raise UsageError("BatchShape needs at least one request (seq_lens is empty)")
+        bad = [(i, n) for i, n in enumerate(self.seq_lens) if n < 1]
+        if bad:
+            raise UsageError(
+                f"seq_lens must be >= 1 for every request; got {bad} (row, length). Padded rows of a "
+                "CUDA-graph batch are the backend's business: build the real rows only"
+            )
+        if self.mode in ("target_verify", "draft_extend") and self.draft_tokens < 1:
+            raise UsageError(f"mode {self.mode!r} needs draft_tokens >= 1 (speculative tokens per request)")
+        if self.prefix_lens:
+            if self.mode not in ("extend", "draft_extend"):
+                raise UsageError(f"prefix_lens only apply to extend / draft_extend, not {self.mode!r}")
+            if len(self.prefix_lens) != len(self.seq_lens):
+                raise UsageError(
+                    f"prefix_lens has {len(self.prefix_lens)} entries, seq_lens {len(self.seq_lens)}: one per request"
+                )
+            bad = [(i, p, n) for i, (p, n) in enumerate(zip(self.prefix_lens, self.seq_lens)) if not 0 <= p < n]
+            if bad:
+                raise UsageError(f"need 0 <= prefix_len < seq_len per request; got {bad} (row, prefix, seq)")
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.seq_lens)
+
+    def resolved_prefix_lens(self) -> tuple[int, ...]:
+        if self.prefix_lens:
+            return self.prefix_lens
+        if self.mode == "extend":
+            return tuple(n - 1 for n in self.seq_lens)
+        if self.mode == "draft_extend":
+            return tuple(max(n - self.draft_tokens, 0) for n in self.seq_lens)
+        return ()
+
+    def extend_lens(self) -> tuple[int, ...]:
+        return tuple(n - p for n, p in zip(self.seq_lens, self.resolved_prefix_lens()))
+
+    def kv_lens(self) -> tuple[int, ...]:
+        """KV tokens each request occupies during this step (what req_to_token must cover)."""
+        if self.mode == "target_verify":
+            return tuple(n + self.draft_tokens for n in self.seq_lens)
+        return self.seq_lens
+
+
+@dataclass
+class PagedPlacement:
+    """Where requests live: their req_to_token rows and their physical pages."""
+
+    req_pool_indices: list[int]
+    pages: list[list[int]]  # per request, physical page ids in order
+    page_size: int
+
+    def slot(self, request: int, position: int) -> int:
+        return self.pages[request][position // self.page_size] * self.page_size + position % self.page_size
+
+
+def place_requests(runner: Any, kv_lens: Sequence[int], *, seed: int = 0) -> PagedPlacement:
+    """Give each request shuffled physical pages and write its slots into runner's req_to_token."""
+    import torch
+
+    req_to_token = runner.req_to_token_pool.req_to_token
+    rows, width = req_to_token.shape
+    page_size = int(runner.page_size)
+    if len(kv_lens) > rows:
+        raise UsageError(f"{len(kv_lens)} requests do not fit req_to_token_pool.size={rows}")
+    if max(kv_lens) > width:
+        raise UsageError(f"a request of {max(kv_lens)} tokens exceeds context_len={width} (req_to_token width)")
+    generator = torch.Generator().manual_seed(seed)
+    needed = [-(-n // page_size) for n in kv_lens]
+    free_pages = torch.randperm(sum(needed) * 2 + 1, generator=generator)[: sum(needed)].tolist()
+    free_pages = [p + 1 for p in free_pages]  # page 0 is SGLang's padding page
+    pool_rows = torch.randperm(rows, generator=generator)[: len(kv_lens)].tolist()
+    placement = PagedPlacement(pool_rows, [], page_size)
+    cursor = 0
+    for count in needed:
+        placement.pages.append(free_pages[cursor : cursor + count])
+        cursor += count
+    for request, (row, n) in enumerate(zip(pool_rows, kv_lens)):
+        slots = torch.tensor([placement.slot(request, j) for j in range(n)], dtype=torch.int32)
+        req_to_token[row].zero_()
+        req_to_token[row, :n] = slots.to(req_to_token.device)
+    return placement
+
+
+def _forward_mode(name: str) -> Any:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    if name == "draft_extend":
+        return getattr(ForwardMode, "DRAFT_EXTEND_V2", None) or ForwardMode.DRAFT_EXTEND
+    return {"decode": ForwardMode.DECODE, "extend": ForwardMode.EXTEND, "target_verify": ForwardMode.TARGET_VERIFY}[name]
+
+
+def build_forward_batch(runner: Any, shape: BatchShape, *, seed: int = 0) -> tuple[Any, PagedPlacement]:
+    """A real ForwardBatch for `shape`, its requests placed in the runner's req_to_token."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    device = runner.device
+    placement = place_requests(runner, shape.kv_lens(), seed=seed)
+    seq_lens_cpu = torch.tensor(shape.seq_lens, dtype=torch.int64)
+    if shape.mode == "decode":
+        new_positions = [[n - 1] for n in shape.seq_lens]
+    elif shape.mode == "target_verify":
+        new_positions = [list(range(n, n + shape.draft_tokens)) for n in shape.seq_lens]
+    else:
+        new_positions = [list(range(p, n)) for p, n in zip(shape.resolved_prefix_lens(), shape.seq_lens)]
+    out_cache_loc = torch.tensor(
+        [placement.slot(r, pos) for r, positions in enumerate(new_positions) for pos in positions], dtype=torch.int64
+    )
+    num_tokens = out_cache_loc.numel()
+    batch = ForwardBatch(
+        forward_mode=_forward_mode(shape.mode),
+        batch_size=shape.batch_size,
+        input_ids=torch.zeros(num_tokens, dtype=torch.int64, device=device),
+        req_pool_indices=torch.tensor(placement.req_pool_indices, dtype=torch.int64, device=device),
+        seq_lens=seq_lens_cpu.to(device=device, dtype=torch.int32),
+        out_cache_loc=out_cache_loc.to(device),
+        seq_lens_sum=int(seq_lens_cpu.sum()),
+    )
+    batch.seq_lens_cpu = seq_lens_cpu.to(torch.int32)
+    batch.positions = torch.tensor([p for ps in new_positions for p in ps], dtype=torch.int64, device=device)
+    if shape.mode in ("extend", "draft_extend"):
+        extend_lens, prefix_lens = list(shape.extend_lens()), list(shape.resolved_prefix_lens())
+        batch.extend_seq_lens = torch.tensor(extend_lens, dtype=torch.int32, device=device)
+        batch.extend_prefix_lens = torch.tensor(prefix_lens, dtype=torch.int32, device=device)
+        batch.extend_seq_lens_cpu = extend_lens
+        batch.extend_prefix_lens_cpu = prefix_lens
+        batch.extend_num_tokens = sum(extend_lens)
+        batch.extend_start_loc = torch.tensor(
+            [sum(extend_lens[:i]) for i in range(len(extend_lens))], dtype=torch.int32, device=device
+        )
+    return batch, placement

@@ -1,0 +1,142 @@
+"""The skip inventory: grouping by gate code, --dsakit-report JSON, --dsakit-must-run, xdist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process runs see no kernel modules, so outcomes match on this box and on a GPU node."""
+    from dsakit import gates
+
+    monkeypatch.setattr(gates, "_importable", lambda name: False)
+    monkeypatch.setattr(gates, "_package_dir", lambda name: None)
+
+SUITE = """
+import pytest
+import dsakit
+
+@dsakit.gate("fa3")
+@pytest.mark.parametrize("n", range(3))
+def test_fa3(n):
+    pass
+
+@dsakit.gate("cuda", "module:aiter")
+def test_cuda_and_module():
+    pass
+
+@pytest.fixture(scope="session")
+def amd():
+    dsakit.require("rocm")
+
+@pytest.mark.parametrize("n", range(2))
+def test_needs_amd(amd, n):
+    pass
+
+def test_plain_skip():
+    pytest.skip("not a gate")
+
+def test_runs():
+    pass
+"""
+
+
+def test_terminal_section_groups_by_gate(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--dsakit-device=sm100", "-v")
+    result.stdout.fnmatch_lines([
+        "*dsakit skip inventory*",
+        "device: NVIDIA B200 (SM 10.0*) [[]simulated sm100[]]; SGLang *",
+        "   3 skipped  [[]fa3[]] needs exactly SM 9.x on NVIDIA*",
+        "           test_terminal_section_groups_by_gate.py::test_fa3[[]0[]]",
+        "*",
+        "*",
+        "   2 skipped  [[]rocm[]] needs an AMD GPU (ROCm)*",
+        "*",
+        "*",
+        "   1 skipped  [[]module:aiter[]]*",
+    ])
+    result.assert_outcomes(passed=1, skipped=7)
+    assert "not a gate" not in result.stdout.str().split("dsakit skip inventory")[1].split("short test summary")[0]
+
+
+def test_report_json(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    report = pytester.path / "out" / "skips.json"
+    result = pytester.runpytest("--dsakit-device=gfx90a", f"--dsakit-report={report}")
+    assert result.ret == 0
+    data = json.loads(report.read_text())
+    assert data["device"]["key"] == "gfx90a" and data["device"]["simulated"] is True
+    assert data["device"]["gfx"] == "gfx90a" and data["device"]["sm"] == "9.0"
+    assert data["sglang"]
+    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"fa3": 3, "cuda": 1, "module:aiter": 1}
+    assert data["gates"]["cuda"]["tests"] == ["test_report_json.py::test_cuda_and_module"]
+    assert "AMD reports capability 9.0" in data["gates"]["fa3"]["reason"]
+    assert data["must_run"] == {"codes": [], "failed": {}}
+
+
+def test_must_run_fails_when_its_tests_skipped(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--dsakit-device=sm120", "--dsakit-must-run=rocm,fa3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "dsakit: --dsakit-must-run rocm: 2 test(s) behind gate rocm skipped: *test_needs_amd[[]0[]], *test_needs_amd[[]1[]]",
+        "dsakit: --dsakit-must-run fa3: 3 test(s) behind gate fa3 skipped: *",
+    ])
+
+
+def test_must_run_passes_when_gates_open(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--dsakit-device=sm90", "--dsakit-must-run=cuda-graphs,gfx in gfx942,gfx950")
+    assert result.ret == 0
+
+
+def test_must_run_in_collect_only_checks_planned_skips(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device=sm120", "--dsakit-must-run=fa3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["dsakit: --dsakit-must-run fa3: 3 test(s) behind gate fa3 skipped: *"])
+
+
+def test_must_run_unknown_code_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--dsakit-must-run=fa4")
+    result.stderr.fnmatch_lines(["ERROR: unknown dsakit gate 'fa4'; valid codes: *"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_header_names_device_and_sglang(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--dsakit-device=mi300")
+    result.stdout.fnmatch_lines(["dsakit: device AMD Instinct MI300X (gfx942, reports 9.4*) [[]simulated gfx942[]]; SGLang *"])
+    assert "dsakit skip inventory" not in result.stdout.str()  # nothing gated: no section
+
+
+def test_xdist_workers_report_to_the_controller(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(SUITE)
+    report = tmp_path / "skips.json"
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dsakit-device=sm103", f"--dsakit-report={report}", "--dsakit-must-run=rocm"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*dsakit skip inventory*",
+        "device: NVIDIA B300 (SM 10.3*) [[]simulated sm103[]]; SGLang *",
+        "   3 skipped  [[]fa3[]]*",
+        "   2 skipped  [[]rocm[]]*",
+        "   1 skipped  [[]module:aiter[]]*",
+    ])
+    data = json.loads(report.read_text())
+    assert data["device"]["key"] == "sm103"
+    assert {code: entry["count"] for code, entry in data["gates"].items()} == {
+        "fa3": 3, "rocm": 2, "module:aiter": 1}
+    assert sorted(data["must_run"]["failed"]["rocm"]) == [
+        "test_xdist_workers_report_to_the_controller.py::test_needs_amd[0]",
+        "test_xdist_workers_report_to_the_controller.py::test_needs_amd[1]",
+    ]
