@@ -143,7 +143,7 @@ class SelectionSnapshot:
         stored = AmberDataSerializer.read_file(location).get(name) if Path(location).is_file() else None
         if stored is None or stored.data is None:
             pytest.skip(f"no golden for {case_id} yet: goldens are written by the reference path "
-                        f"(torch) under --snapshot-update")
+                        f"(torch) under --snapshot-update, at the end of the run; run again without it")
         if str(stored.data) != summary:
             raise AssertionError(
                 f"{case_id}: selection differs from the golden (not rewritten: only the reference "

@@ -3,9 +3,15 @@ these runs load neither torch nor SGLang)."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# The plugin loads through its pytest11 entry point when dsakit is installed; on a node that only
+# has the checkout on PYTHONPATH, inner runs load it explicitly.
+PLUGIN = () if any(ep.name == "dsakit" for ep in entry_points(group="pytest11")) else ("-p", "dsakit.plugin")
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +84,7 @@ def _outcomes(result: pytest.RunResult) -> dict[str, str]:
 )
 def test_gates_per_simulated_device(pytester: pytest.Pytester, device: str, passed: set[str]) -> None:
     pytester.makepyfile(GATED)
-    result = pytester.runpytest("-v", "--strict-markers", f"--dsakit-device={device}")
+    result = pytester.runpytest(*PLUGIN, "-v", "--strict-markers", f"--dsakit-device={device}")
     outcomes = _outcomes(result)
     assert {name for name, word in outcomes.items() if word == "PASSED"} == passed
     assert len(outcomes) == 9
@@ -88,14 +94,14 @@ def test_gates_per_simulated_device(pytester: pytest.Pytester, device: str, pass
 def test_env_var_selects_the_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makepyfile(GATED)
     monkeypatch.setenv("DSAKIT_DEVICE", "b200")
-    result = pytester.runpytest("-v")
+    result = pytester.runpytest(*PLUGIN, "-v")
     assert _outcomes(result)["test_trtllm"] == "PASSED"
     result.stdout.fnmatch_lines(["dsakit: device NVIDIA B200 (SM 10.0*) [[]simulated sm100[]]; SGLang *"])
 
 
 def test_collect_only_shows_the_skip_reasons(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(GATED)
-    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device=sm120")
+    result = pytester.runpytest(*PLUGIN, "--collect-only", "-q", "--dsakit-device=sm120")
     result.stdout.fnmatch_lines([
         "*dsakit skip inventory*",
         "device: NVIDIA RTX PRO 6000 Blackwell (SM 12.0*) [[]simulated sm120[]]; SGLang *",
@@ -108,7 +114,7 @@ def test_collect_only_shows_the_skip_reasons(pytester: pytest.Pytester) -> None:
 
 def test_skip_reasons_in_short_summary(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(GATED)
-    result = pytester.runpytest("-rs", "--dsakit-device=gfx90a")
+    result = pytester.runpytest(*PLUGIN, "-rs", "--dsakit-device=gfx90a")
     result.stdout.fnmatch_lines([
         "SKIPPED * [[]fa3[]] needs exactly SM 9.x on NVIDIA*AMD reports capability 9.0 but is gated by gfx arch*",
         "SKIPPED * [[]gfx in gfx942,gfx950[]] needs an AMD GPU with arch gfx942 or gfx950, but this device is AMD Instinct MI250X*",
@@ -117,31 +123,31 @@ def test_skip_reasons_in_short_summary(pytester: pytest.Pytester) -> None:
 
 def test_unknown_code_in_gate_is_a_collection_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import dsakit\n\n@dsakit.gate('fa4')\ndef test_x():\n    pass\n")
-    result = pytester.runpytest("--dsakit-device=sm90")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90")
     result.stdout.fnmatch_lines(["*UsageError: unknown dsakit gate 'fa4'; valid codes: cuda, rocm, fa3,*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
 
 def test_unknown_code_in_raw_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n\n@pytest.mark.dsakit_requires('sm>=9')\ndef test_x():\n    pass\n")
-    result = pytester.runpytest("--dsakit-device=sm90")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90")
     result.stderr.fnmatch_lines(["ERROR: test_*.py::test_x: bad capability expression 'sm>=9': '>=' needs MAJOR.MINOR*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_unknown_device_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("--dsakit-device=h300")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=h300")
     result.stderr.fnmatch_lines(["ERROR: unknown dsakit device 'h300'; valid names: real (probe this machine), sm90, *"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_never_open_combination_warns_at_collection(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import dsakit\n\n@dsakit.gate('fa3', 'aiter')\ndef test_x():\n    pass\n")
-    result = pytester.runpytest("--collect-only", "--dsakit-device=sm90")
+    result = pytester.runpytest(*PLUGIN, "--collect-only", "--dsakit-device=sm90")
     result.stdout.fnmatch_lines(["*DsakitGateWarning: gates fa3, aiter can never open together on any known device*"])
 
 
 def test_markers_are_registered(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--markers")
+    result = pytester.runpytest(*PLUGIN, "--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.dsakit_requires(*codes): skip unless every dsakit gate is open*"])

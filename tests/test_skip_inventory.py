@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# The plugin loads through its pytest11 entry point when dsakit is installed; on a node that only
+# has the checkout on PYTHONPATH, inner runs load it explicitly.
+PLUGIN = () if any(ep.name == "dsakit" for ep in entry_points(group="pytest11")) else ("-p", "dsakit.plugin")
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +54,7 @@ def test_runs():
 
 def test_terminal_section_groups_by_gate(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
-    result = pytester.runpytest("--dsakit-device=sm100", "-v")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm100", "-v")
     result.stdout.fnmatch_lines([
         "*dsakit skip inventory*",
         "device: NVIDIA B200 (SM 10.0*) [[]simulated sm100[]]; SGLang *",
@@ -69,7 +74,7 @@ def test_terminal_section_groups_by_gate(pytester: pytest.Pytester) -> None:
 def test_report_json(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     report = pytester.path / "out" / "skips.json"
-    result = pytester.runpytest("--dsakit-device=gfx90a", f"--dsakit-report={report}")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=gfx90a", f"--dsakit-report={report}")
     assert result.ret == 0
     data = json.loads(report.read_text())
     assert data["device"]["key"] == "gfx90a" and data["device"]["simulated"] is True
@@ -83,7 +88,7 @@ def test_report_json(pytester: pytest.Pytester) -> None:
 
 def test_must_run_fails_when_its_tests_skipped(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
-    result = pytester.runpytest("--dsakit-device=sm120", "--dsakit-must-run=rocm,fa3")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm120", "--dsakit-must-run=rocm,fa3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
         "dsakit: --dsakit-must-run rocm: 2 test(s) behind gate rocm skipped: *test_needs_amd[[]0[]], *test_needs_amd[[]1[]]",
@@ -93,27 +98,27 @@ def test_must_run_fails_when_its_tests_skipped(pytester: pytest.Pytester) -> Non
 
 def test_must_run_passes_when_gates_open(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
-    result = pytester.runpytest("--dsakit-device=sm90", "--dsakit-must-run=cuda-graphs,gfx in gfx942,gfx950")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90", "--dsakit-must-run=cuda-graphs,gfx in gfx942,gfx950")
     assert result.ret == 0
 
 
 def test_must_run_in_collect_only_checks_planned_skips(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
-    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device=sm120", "--dsakit-must-run=fa3")
+    result = pytester.runpytest(*PLUGIN, "--collect-only", "-q", "--dsakit-device=sm120", "--dsakit-must-run=fa3")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["dsakit: --dsakit-must-run fa3: 3 test(s) behind gate fa3 skipped: *"])
 
 
 def test_must_run_unknown_code_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("--dsakit-must-run=fa4")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-must-run=fa4")
     result.stderr.fnmatch_lines(["ERROR: unknown dsakit gate 'fa4'; valid codes: *"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 def test_header_names_device_and_sglang(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
-    result = pytester.runpytest("--dsakit-device=mi300")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=mi300")
     result.stdout.fnmatch_lines(["dsakit: device AMD Instinct MI300X (gfx942, reports 9.4*) [[]simulated gfx942[]]; SGLang *"])
     assert "dsakit skip inventory" not in result.stdout.str()  # nothing gated: no section
 
@@ -122,7 +127,7 @@ def test_xdist_workers_report_to_the_controller(pytester: pytest.Pytester, tmp_p
     pytester.makepyfile(SUITE)
     report = tmp_path / "skips.json"
     result = pytester.runpytest_subprocess(
-        "-n", "2", "--dsakit-device=sm103", f"--dsakit-report={report}", "--dsakit-must-run=rocm"
+        *PLUGIN, "-n", "2", "--dsakit-device=sm103", f"--dsakit-report={report}", "--dsakit-must-run=rocm"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
