@@ -50,6 +50,20 @@ _EXPORTS: dict[str, str] = {
     "TOPK_PATHS": "dsakit.topk_launch",
     "SelectionSnapshotExtension": "dsakit.selection_snapshot",
     "summarize_selection": "dsakit.selection_snapshot",
+    # target/draft top-k backend matrix (issue 4)
+    "topk_matrix": "dsakit.topk_backend_matrix",
+    "topk_cells": "dsakit.topk_backend_matrix",
+    "topk_cell": "dsakit.topk_backend_matrix",
+    "TopkCell": "dsakit.topk_backend_matrix",
+    "InvalidTopkCell": "dsakit.topk_backend_matrix",
+    "TopkFlags": "dsakit.topk_flags",
+    "release_topk_flags": "dsakit.topk_flags",
+    "TopkConfig": "dsakit.topk_rules",
+    "Expectation": "dsakit.topk_rules",
+    "expect_topk": "dsakit.topk_rules",
+    "SGLangScope": "dsakit.sglang_scope",
+    "SGLangState": "dsakit.sglang_scope",
+    "sglang_state": "dsakit.sglang_scope",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

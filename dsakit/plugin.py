@@ -54,6 +54,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail the run when any test behind these gate codes was skipped",
     )
 
+    # -- GPU nodes: one GPU per xdist worker (dsakit.gpu_pinning, issue 7)
+    group.addoption(
+        "--dsakit-workers-per-gpu",
+        type=int,
+        default=1,
+        metavar="N",
+        help="xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). Each worker gets "
+        "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
+    )
+
+    # -- target/draft top-k backend matrix (dsakit.topk_backend_matrix, issue 4)
+    group.addoption(
+        "--dsakit-topk-subset",
+        default=None,
+        choices=("full", "per-role", "pairwise"),
+        help="top-k backend matrix subset for every `topk_cell` test of this run (overrides the "
+        "dsakit_topk_matrix marker; default: the marker's, else pairwise)",
+    )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -67,6 +86,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", gate_marks.MARKER_HELP)
     gate_marks.configure(config)
 
+    # -- GPU nodes: worker pinning, multi-GPU markers, JIT warm-up marker (issue 7)
+    from dsakit import gpu_pinning, jit_warmup
+
+    gpu_pinning.configure(config)
+    config.addinivalue_line("markers", jit_warmup.MARKER_HELP)
+
+    # -- target/draft top-k backend matrix: the marker that parametrizes `topk_cell` (issue 4)
+    from dsakit import topk_backend_matrix
+
+    config.addinivalue_line("markers", topk_backend_matrix.MARKER_HELP)
+
 
 # ---------------------------------------------------------------- capability gates
 
@@ -76,6 +106,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from dsakit.gate_marks import apply_gates
 
     apply_gates(config, items)
+
+    # -- GPU nodes: tests declaring more GPUs than the node has skip with [gpus:n] (issue 7)
+    from dsakit.gpu_pinning import skip_multi_gpu
+
+    skip_multi_gpu(config, items)
+
+
+# ---------------------------------------------------------------- GPU nodes (issue 7)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` on a GPU node: GPUs x --dsakit-workers-per-gpu. Module-level (not in the xdist
+    class) because xdist asks in pytest_cmdline_main, before pytest_configure registers classes;
+    optionalhook keeps it valid without xdist."""
+    from dsakit.gpu_pinning import auto_num_workers
+
+    return auto_num_workers(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -160,3 +208,31 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
     from dsakit.selection_snapshot import SelectionSnapshot
 
     return SelectionSnapshot(snapshot)
+
+
+# ---------------------------------------------------------------- top-k backend matrix (issue 4)
+
+
+@pytest.hookimpl(specname="pytest_generate_tests")
+def _topk_matrix_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "topk_cell" in metafunc.fixturenames:
+        from dsakit.topk_backend_matrix import parametrize
+
+        parametrize(metafunc)
+
+
+@pytest.fixture
+def topk_cell(request: pytest.FixtureRequest) -> Any:
+    """One cell of the DSA top-k backend matrix (`dsakit.topk_backend_matrix.TopkCell`), parametrized
+    by `@dsakit.topk_matrix(...)` / `--dsakit-topk-subset`; nothing is applied yet."""
+    return request.param
+
+
+@pytest.fixture
+def topk_scope(topk_cell: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The `topk_cell` applied through SGLang's runtime context (server args, env flags,
+    one-GPU topology) for the test, restored afterwards even when it raised; invalid cells are
+    refused with their reasons before anything runs. Yields the cell."""
+    from dsakit.topk_backend_matrix import scoped
+
+    yield from scoped(topk_cell, request.node)

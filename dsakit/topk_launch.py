@@ -234,6 +234,18 @@ def _chain(*checks: Callable[[TopkCase], Reason | None]) -> Callable[[TopkCase],
     return check
 
 
+def _v2_ragged_or_2048(case: TopkCase) -> Reason | None:
+    # 0.5.23 routes RAGGED to the v2 JIT (any k <= 2048); 0.5.17 has no v2 ragged entry and falls
+    # back to sgl_kernel's fused ragged kernel, which asserts topk == 2048 (feature probe, no import)
+    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
+
+    if case.k == 2048 or installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
+        return None
+    return Reason("topk-k-unsupported", "this SGLang has no v2 RAGGED entry, so RAGGED falls back to "
+                  "sgl_kernel.fast_topk_transform_ragged_fused, which asserts topk == 2048; the "
+                  f"flashinfer and torch paths cover k={case.k}")
+
+
 def _any(case: TopkCase) -> Reason | None:
     return None
 
@@ -258,7 +270,7 @@ TOPK_PATHS: dict[str, TopkPath] = {
         # v2 on: PAGED decode-shaped rows go to the v2 JIT fold; RAGGED goes to the v2 ragged entry
         # where the release has one (0.5.23) and to the legacy fused kernel otherwise (0.5.17)
         TopkPath("sgl-kernel.transform-ragged.v2", V2, _run_transform("sgl-kernel", v2=True),
-                 _ragged_only()),
+                 _ragged_only(_v2_ragged_or_2048)),
         TopkPath("v2-fold.paged", V2, _run_v2_fold(page_size_1=False), _paged_only()),
         TopkPath("v2-fold.paged-ps1-table", V2, _run_v2_fold(page_size_1=True), _paged_only()),
     )

@@ -1,0 +1,421 @@
+"""One GPU per xdist worker: the node's GPU inventory, the worker -> GPU plan, and the node lock
+that gives multi-GPU tests the GPUs they declare.
+
+Owns: finding the GPUs the run may use (in the controller, before anything initialises CUDA),
+the deterministic plan worker `gwK` -> GPU, handing it to workers (the execnet spec's `env:` so the
+variable is set before pytest even starts in the worker, plus `workerinput` so the worker checks
+and reports it), the markers `dsakit_gpus(n)` / `dsakit_whole_node` and the reader-writer node
+lock that serialises them against single-GPU tests. Never imports torch, SGLang or CUDA: the GPU
+count comes from `$DSAKIT_GPU_COUNT`, the outer `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`, or
+`dsakit.device_model` (NVML / nvidia-smi / rocminfo). Must not decide which tests run (gates do).
+
+Multi-GPU design. A worker's visible set is fixed when its CUDA context starts, so a test that
+needs n GPUs cannot borrow them from inside a pinned worker's CUDA context. Instead such a test
+(marker `dsakit_gpus(n)` or `dsakit_whole_node`) takes the node lock *exclusively*: it waits until
+every other worker has finished its current test (single-GPU tests hold the lock *shared*) and no
+new test starts until it is done. For its duration `CUDA_VISIBLE_DEVICES` in `os.environ` names n
+GPUs (the worker's own first), so the ranks it launches (subprocesses, `mp.spawn`, a server) see
+them; a worker that has not initialised CUDA yet sees them in-process too. Fewer GPUs than n on
+the node: the test skips with reason `gpus:n`. Add `@pytest.mark.xdist_group("dsakit-multi-gpu")`
+and `--dist loadgroup` to queue them on one worker instead of parking several workers on the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsakit.errors import UsageError
+from dsakit.reasons import Reason
+
+GPU_COUNT_ENV = "DSAKIT_GPU_COUNT"
+CUDA_ENV = "CUDA_VISIBLE_DEVICES"
+HIP_ENV = "HIP_VISIBLE_DEVICES"
+WORKER_KEY = "dsakit_gpu_pin"
+MULTI_GPU_GROUP = "dsakit-multi-gpu"
+GPUS_MARKER = "dsakit_gpus"
+WHOLE_NODE_MARKER = "dsakit_whole_node"
+GPUS_MARKER_HELP = (
+    "dsakit_gpus(n): the test needs n GPUs; under xdist it takes the node lock exclusively and "
+    "CUDA_VISIBLE_DEVICES names n GPUs for its duration (skips with [gpus:n] on smaller nodes)"
+)
+WHOLE_NODE_MARKER_HELP = (
+    "dsakit_whole_node: the test needs every GPU of the node, exclusively (see dsakit_gpus)"
+)
+
+
+class DsakitPinningWarning(pytest.PytestWarning):
+    """More xdist workers than GPUs x workers-per-GPU, or CUDA initialised before pinning."""
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs this run may use. `ids` are what goes into the visibility variable (indices or
+    UUIDs, respecting an outer restriction); empty means no pinning and `note` says why."""
+
+    vendor: str  # nvidia, amd, or none
+    ids: tuple[str, ...]
+    source: str
+    note: str = ""
+
+    @property
+    def env_var(self) -> str:
+        return HIP_ENV if self.vendor == "amd" else CUDA_ENV
+
+    def describe(self) -> str:
+        if not self.ids:
+            return f"no GPU pinning: {self.note}"
+        return f"{len(self.ids)} {self.vendor} GPU(s) [{','.join(self.ids)}] from {self.source}"
+
+
+def _outer_restriction(env: Mapping[str, str], vendor: str) -> list[str] | None:
+    """The entries of an outer CUDA_/HIP_VISIBLE_DEVICES (None when unset)."""
+    names = (HIP_ENV, CUDA_ENV) if vendor == "amd" else (CUDA_ENV,)
+    for name in names:
+        if name in env:
+            return [part.strip() for part in env[name].split(",") if part.strip()]
+    return None
+
+
+def discover(device_name: str | None = None, env: Mapping[str, str] | None = None) -> GpuInventory:
+    """The GPUs to pin, decided without initialising CUDA.
+
+    `$DSAKIT_GPU_COUNT` overrides the probe (simulating a node or fixing a broken probe); a
+    simulated `--dsakit-device` without it pins nothing; otherwise the real device's count
+    (NVML / nvidia-smi / rocminfo). An outer visibility variable wins over both: workers map onto
+    its entries, in order.
+    """
+    from dsakit.device_model import REAL, resolve_device, validate_device_name
+
+    env = os.environ if env is None else env
+    override = env.get(GPU_COUNT_ENV, "").strip()
+    if override:
+        if not override.isdigit():
+            raise UsageError(f"${GPU_COUNT_ENV} must be a GPU count (0, 1, 2, ...), not {override!r}")
+        count, vendor, source = int(override), "nvidia", f"${GPU_COUNT_ENV}={override}"
+        name = validate_device_name(device_name)
+        if name != REAL and resolve_device(name).vendor == "amd":
+            vendor = "amd"
+    else:
+        device = resolve_device(device_name)
+        if device.simulated:
+            return GpuInventory("none", (), "simulated device",
+                                f"simulated device {device.key} (set ${GPU_COUNT_ENV} to simulate pinning)")
+        if not device.is_gpu:
+            return GpuInventory("none", (), "probe", "no CUDA or ROCm GPU on this machine")
+        count, vendor, source = device.device_count, device.vendor, "NVML/nvidia-smi/rocminfo"
+    if count <= 0:
+        return GpuInventory("none", (), source, f"{source} reports no GPU")
+    outer = _outer_restriction(env, vendor)
+    if outer is not None:
+        var = HIP_ENV if vendor == "amd" and HIP_ENV in env else CUDA_ENV
+        if not outer:
+            return GpuInventory(vendor, (), f"outer {var}", f"outer {var} is empty: no GPU visible")
+        return GpuInventory(vendor, tuple(outer), f"outer {var}={','.join(outer)}")
+    return GpuInventory(vendor, tuple(str(i) for i in range(count)), source)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class WorkerPin:
+    worker: str
+    env_var: str
+    gpu: str  # this worker's own GPU
+    all_gpus: tuple[str, ...]  # the node's GPUs (for dsakit_gpus / dsakit_whole_node)
+    lock_dir: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"worker": self.worker, "env_var": self.env_var, "gpu": self.gpu,
+                "all_gpus": list(self.all_gpus), "lock_dir": self.lock_dir}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WorkerPin:
+        return cls(str(data["worker"]), str(data["env_var"]), str(data["gpu"]),
+                   tuple(str(g) for g in data["all_gpus"]), str(data["lock_dir"]))
+
+    def gpus_for(self, n: int) -> tuple[str, ...]:
+        """n GPUs for a multi-GPU test: the worker's own first, then the rest in node order."""
+        return (self.gpu, *[g for g in self.all_gpus if g != self.gpu])[:n]
+
+
+@dataclass
+class PinPlan:
+    inventory: GpuInventory
+    workers_per_gpu: int
+    pins: dict[str, WorkerPin] = field(default_factory=dict)
+    warnings: list[Reason] = field(default_factory=list)
+
+    def header_lines(self) -> list[str]:
+        if not self.pins:
+            return [f"dsakit: {self.inventory.describe()}"]
+        by_gpu: dict[str, list[str]] = {}
+        for pin in self.pins.values():
+            by_gpu.setdefault(pin.gpu, []).append(pin.worker)
+        mapping = "; ".join(f"{pin.worker} -> {pin.env_var}={pin.gpu}" for pin in self.pins.values())
+        lines = [f"dsakit: GPU pinning ({self.inventory.describe()}, {self.workers_per_gpu} worker(s) per GPU): "
+                 + mapping]
+        lines += [f"dsakit: WARNING [{w.code}] {w.message}" for w in self.warnings]
+        return lines
+
+
+def plan(inventory: GpuInventory, workers: Sequence[str], workers_per_gpu: int = 1,
+         lock_dir: str = "") -> PinPlan:
+    """Worker `workers[k]` gets GPU `ids[k % len(ids)]`: round robin, so -n 2 on 2 GPUs uses both
+    even with 2 workers per GPU allowed. More workers than GPUs x workers-per-GPU: warned."""
+    if workers_per_gpu < 0:
+        raise UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {workers_per_gpu}")
+    result = PinPlan(inventory, workers_per_gpu)
+    ids = inventory.ids
+    if not ids or not workers or workers_per_gpu == 0:
+        return result
+    for k, worker in enumerate(workers):
+        result.pins[worker] = WorkerPin(worker, inventory.env_var, ids[k % len(ids)], ids, lock_dir)
+    capacity = len(ids) * workers_per_gpu
+    if len(workers) > capacity:
+        result.warnings.append(Reason(
+            "gpu-oversubscribed",
+            f"{len(workers)} xdist workers > {len(ids)} GPU(s) x {workers_per_gpu} worker(s) per GPU; "
+            f"workers share GPUs round robin. Use -n {capacity} (or -n auto, which dsakit sets to "
+            f"GPUs x workers-per-GPU) or raise --dsakit-workers-per-gpu"))
+    return result
+
+
+def new_lock_dir() -> str:
+    return tempfile.mkdtemp(prefix="dsakit-gpu-lock-")
+
+
+# ---------------------------------------------------------------- the worker side
+
+
+def apply(pin: WorkerPin, env: dict[str, str] | None = None) -> str | None:
+    """Set the worker's visibility variable; returns a warning sentence when it comes too late
+    (CUDA already initialised in this process), else None."""
+    import sys
+
+    target = os.environ if env is None else env
+    late = None
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    initialized = getattr(cuda, "is_initialized", None)
+    if initialized is not None and initialized() and target.get(pin.env_var) != pin.gpu:
+        late = (f"CUDA was initialised in worker {pin.worker} before dsakit pinned it to "
+                f"{pin.env_var}={pin.gpu}; this worker may use another GPU")
+    target[pin.env_var] = pin.gpu
+    return late
+
+
+# ---------------------------------------------------------------- the node lock
+
+
+class NodeLock:
+    """A reader-writer lock over the node's GPUs, shared by the workers of one run (fcntl.flock).
+
+    Single-GPU tests hold it shared, multi-GPU tests exclusively. A writer first takes the `gate`
+    exclusively, and readers pass through the gate before taking the lock, so a waiting writer is
+    not starved by workers that keep starting new tests.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    @contextlib.contextmanager
+    def _flock(self, name: str, mode: int) -> Iterator[None]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / name, "a+") as handle:
+            fcntl.flock(handle, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._flock("gate", fcntl.LOCK_SH):
+            pass
+        with self._flock("gpus", fcntl.LOCK_SH):
+            yield
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._flock("gate", fcntl.LOCK_EX), self._flock("gpus", fcntl.LOCK_EX):
+            yield
+
+
+def gpus_needed(item: Any) -> int | None:
+    """GPUs a test declares (None: an ordinary single-GPU-or-less test; 0: the whole node)."""
+    if item.get_closest_marker(WHOLE_NODE_MARKER) is not None:
+        return 0
+    marker = item.get_closest_marker(GPUS_MARKER)
+    if marker is None:
+        return None
+    n = marker.args[0] if marker.args else marker.kwargs.get("n")
+    if not isinstance(n, int) or n < 1:
+        raise UsageError(f"{item.nodeid}: @pytest.mark.{GPUS_MARKER}(n) needs a GPU count n >= 1, got {n!r}")
+    return n
+
+
+def multi_gpu_skip(need: int, available: int) -> Reason | None:
+    if need == 0 or need <= available:
+        return None
+    return Reason(f"gpus:{need}", f"needs {need} GPUs, but this node has {available}; "
+                  "a larger node (e.g. nvidia-h200-x2 / -x4 / -x8) runs it")
+
+
+
+# ---------------------------------------------------------------- pytest wiring (hooks live in plugin.py)
+
+_PLAN_KEY = pytest.StashKey["dict[tuple[str, ...], PinPlan]"]()
+_INVENTORY_KEY = pytest.StashKey[GpuInventory]()
+
+
+def workers_per_gpu(config: pytest.Config) -> int:
+    value = int(config.getoption("dsakit_workers_per_gpu"))
+    if value < 0:
+        raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {value}")
+    return value
+
+
+def inventory(config: pytest.Config) -> GpuInventory:
+    """The controller's (or a non-xdist run's) inventory, discovered once per config."""
+    found = config.stash.get(_INVENTORY_KEY, None)
+    if found is None:
+        try:
+            found = discover(config.getoption("dsakit_device"))
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
+        config.stash[_INVENTORY_KEY] = found
+    return found
+
+
+def controller_plan(config: pytest.Config, workers: Sequence[str]) -> PinPlan:
+    plans = config.stash.setdefault(_PLAN_KEY, {})
+    key = tuple(workers)
+    if key not in plans:
+        lock_dir = next((p.pins[w].lock_dir for p in plans.values() for w in p.pins), "") or new_lock_dir()
+        plans[key] = plan(inventory(config), workers, workers_per_gpu(config), lock_dir)
+    return plans[key]
+
+
+def auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` on a GPU node: GPUs x workers-per-GPU (None: let xdist count CPUs)."""
+    per_gpu = workers_per_gpu(config)
+    found = inventory(config)
+    return len(found.ids) * per_gpu if found.ids and per_gpu else None
+
+
+class XdistPinning:
+    """Controller-side xdist hooks (registered only when xdist is loaded, pytest-randomly style)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def _planned_workers(self) -> list[str]:
+        n = getattr(self.config.option, "numprocesses", None)
+        return [f"gw{k}" for k in range(n)] if isinstance(n, int) and n > 0 else []
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        workers = self._planned_workers()
+        if not workers:
+            return []
+        return controller_plan(config, workers).header_lines()
+
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
+        # The execnet spec's env is applied in the worker process before pytest starts there:
+        # earlier than any conftest or test module could touch CUDA.
+        result = controller_plan(config, [str(spec.id) for spec in specs])
+        for spec in specs:
+            pin = result.pins.get(str(spec.id))
+            if pin is not None:
+                spec.env[pin.env_var] = pin.gpu
+        for reason in result.warnings:
+            config.issue_config_time_warning(DsakitPinningWarning(str(reason)), stacklevel=2)
+
+    def pytest_configure_node(self, node: Any) -> None:
+        workers = [str(spec.id) for spec in node.nodemanager.specs] if hasattr(node, "nodemanager") else []
+        worker = str(node.gateway.id)
+        result = controller_plan(self.config, workers or self._planned_workers())
+        pin = result.pins.get(worker)
+        if pin is not None:
+            node.workerinput[WORKER_KEY] = pin.as_dict()
+
+
+class WorkerPinning:
+    """Worker-side hooks: the node lock around each test, the GPUs of multi-GPU tests."""
+
+    def __init__(self, pin: WorkerPin) -> None:
+        self.pin = pin
+        self.lock = NodeLock(pin.lock_dir)
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        return f"dsakit: worker {self.pin.worker} pinned to {self.pin.env_var}={self.pin.gpu}"
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        need = gpus_needed(item)
+        if need is None:
+            with self.lock.shared():
+                yield
+            return
+        gpus = self.pin.gpus_for(need or len(self.pin.all_gpus))
+        with self.lock.exclusive():
+            before = os.environ.get(self.pin.env_var)
+            os.environ[self.pin.env_var] = ",".join(gpus)
+            try:
+                yield
+            finally:
+                if before is None:
+                    os.environ.pop(self.pin.env_var, None)
+                else:
+                    os.environ[self.pin.env_var] = before
+
+
+def configure_worker(config: pytest.Config) -> None:
+    """pytest_configure in an xdist worker: check/apply the pin, register the lock hooks."""
+    data = getattr(config, "workerinput", {}).get(WORKER_KEY)
+    if not data:
+        return
+    pin = WorkerPin.from_dict(data)
+    late = apply(pin)
+    if late:
+        config.issue_config_time_warning(DsakitPinningWarning(late), stacklevel=2)
+    config.pluginmanager.register(WorkerPinning(pin), "dsakit-gpu-worker")
+
+
+def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Collection: tests declaring more GPUs than the node has skip with a [gpus:n] reason."""
+    available: int | None = None
+    for item in items:
+        try:
+            need = gpus_needed(item)
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
+        if need is None:
+            continue
+        if available is None:
+            data = getattr(config, "workerinput", {}).get(WORKER_KEY)
+            available = len(data["all_gpus"]) if data else len(inventory(config).ids)
+        reason = multi_gpu_skip(need, available)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=str(reason)))
+
+
+def configure(config: pytest.Config) -> None:
+    """pytest_configure: markers, then the controller's xdist hooks or the worker's pin."""
+    config.addinivalue_line("markers", GPUS_MARKER_HELP)
+    config.addinivalue_line("markers", WHOLE_NODE_MARKER_HELP)
+    workers_per_gpu(config)  # validate early: a bad value is a usage error, not a late crash
+    if hasattr(config, "workerinput"):
+        configure_worker(config)
+    elif config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistPinning(config), "dsakit-gpu-pinning")

@@ -1,0 +1,270 @@
+"""`dsakit warm`: build, once and before the workers start, the JIT modules a selection needs.
+
+Owns: the JIT target registry (`JIT_TARGETS`: what each target compiles, the gates it needs, the
+caches it fills), which targets a pytest selection needs (the `dsakit_jit(*targets)` marker, or
+derived from gate codes: `module:flashinfer` -> flashinfer-topk, `sglang:topk-v2-fold` ->
+sglang-topk-v2), and the warm-up itself: one file lock per target (so concurrent `dsakit warm`
+runs or workers never compile the same module twice at once), the real SGLang entry points the
+tests call (so exactly their specialisations are compiled into the kernels' own caches:
+$HOME/.cache/flashinfer, tvm-ffi, sglang), and a stamp written atomically after a build.
+
+Must not import torch, SGLang or flashinfer until a target with open gates is built; on a machine
+where a target's gates are closed (a CPU box) the target skips with the gates' reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsakit.errors import UsageError
+from dsakit.reasons import Reason
+
+MARKER = "dsakit_jit"
+MARKER_HELP = (
+    "dsakit_jit(*targets): JIT modules this test compiles on first use (flashinfer-topk, "
+    "sglang-topk-v2); `dsakit warm` builds them before the workers start"
+)
+
+
+@dataclass(frozen=True)
+class JitTarget:
+    """One JIT build: `build()` compiles (or, when the cache is warm, just loads) it and returns
+    how many kernel launches it made."""
+
+    name: str
+    description: str
+    gates: tuple[str, ...]
+    caches: tuple[str, ...]
+    build: Callable[[], int] = field(compare=False)
+
+
+def _launch_paths(path_ids: Sequence[str]) -> int:
+    """Run every applicable case through the named real top-k paths once (the tests' entry
+    points, so the same JIT specialisations are compiled)."""
+    import pytest
+    import torch
+
+    from dsakit.gate_marks import active_session
+    from dsakit.gates import closed_reasons
+    from dsakit.topk_cases import topk_cases
+    from dsakit.topk_launch import TOPK_PATHS, path_gates
+
+    device = active_session().device
+    launches = 0
+    for path_id in path_ids:
+        path = TOPK_PATHS[path_id]
+        for case in topk_cases():
+            if path.unsupported(case) is not None or closed_reasons(path_gates(path, case), device):
+                continue
+            with pytest.MonkeyPatch.context() as monkeypatch:
+                path.run(case, path.device, monkeypatch)
+            launches += 1
+    torch.cuda.synchronize()
+    return launches
+
+
+def _home_cache(*parts: str) -> str:
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", *parts))
+
+
+JIT_TARGETS: dict[str, JitTarget] = {
+    t.name: t
+    for t in (
+        JitTarget(
+            "flashinfer-topk",
+            "flashinfer.top_k and its fused page-table transforms (first call JIT-compiles, "
+            "~2-3 min cold on an H200)",
+            ("cuda", "module:flashinfer"),
+            (_home_cache("flashinfer"), _home_cache("tvm-ffi")),
+            lambda: _launch_paths(("flashinfer.topk_func", "flashinfer.transform-paged",
+                                   "flashinfer.transform-ragged")),
+        ),
+        JitTarget(
+            "sglang-topk-v2",
+            "SGLang's fused top-k v2 JIT (sglang.kernels.ops.attention.dsv4.topk: "
+            "topk_transform_512_v2 + plan_topk_v2 in 0.5.17, topk_transform_paged_v2 in 0.5.23)",
+            ("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc"),
+            (_home_cache("sglang"), _home_cache("tvm-ffi")),
+            lambda: _launch_paths(("v2-fold.paged", "v2-fold.paged-ps1-table",
+                                   "sgl-kernel.transform-ragged.v2")),
+        ),
+    )
+}
+
+# Gate codes that imply a target when a test does not name it with the marker.
+GATE_TARGETS: dict[str, tuple[str, ...]] = {
+    "module:flashinfer": ("flashinfer-topk",),
+    "sglang:topk-v2-fold": ("sglang-topk-v2",),
+}
+
+
+def validate_targets(names: Iterable[str], targets: dict[str, JitTarget] | None = None) -> tuple[str, ...]:
+    known = JIT_TARGETS if targets is None else targets
+    out: list[str] = []
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown dsakit JIT target {name!r}; known: {', '.join(known)}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def targets_of_item(item: Any) -> tuple[str, ...]:
+    """The targets one collected test needs: its dsakit_jit markers, else its gate codes."""
+    from dsakit.gate_marks import MARKER as GATE_MARKER
+
+    named = [t for marker in item.iter_markers(MARKER) for t in marker.args]
+    if named:
+        return validate_targets(named)
+    codes = [c for marker in item.iter_markers(GATE_MARKER) for c in marker.args]
+    return tuple(dict.fromkeys(t for code in codes for t in GATE_TARGETS.get(code, ())))
+
+
+# ---------------------------------------------------------------- which targets a selection needs
+
+
+class _Needs:
+    """A pytest plugin object: after collection, which tests need which target."""
+
+    def __init__(self) -> None:
+        self.tests: dict[str, list[str]] = {}
+        self.collected = 0
+        self.error: str | None = None
+
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        self.collected = len(items)
+        for item in items:
+            try:
+                names = targets_of_item(item)
+            except UsageError as error:
+                self.error = f"{item.nodeid}: {error}"
+                continue
+            for name in names:
+                self.tests.setdefault(name, []).append(item.nodeid)
+
+
+def needed_targets(selection: Sequence[str]) -> tuple[dict[str, list[str]], int]:
+    """{target: test ids} for a pytest selection (collected in-process, with the dsakit plugin),
+    and how many tests were collected. UsageError when collection fails."""
+    import pytest
+
+    needs = _Needs()
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider", *selection]
+    if not _plugin_autoloads():
+        args = ["-p", "dsakit.plugin", *args]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = pytest.main(args, plugins=[needs])
+    if needs.error:
+        raise UsageError(needs.error)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        tail = "\n".join(out.getvalue().strip().splitlines()[-15:])
+        raise UsageError(f"collecting {' '.join(selection) or '(rootdir)'} failed (pytest exit {int(code)}):\n{tail}")
+    return needs.tests, needs.collected
+
+
+def _plugin_autoloads() -> bool:
+    from importlib.metadata import entry_points
+
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return False
+    return any(ep.name == "dsakit" for ep in entry_points(group="pytest11"))
+
+
+# ---------------------------------------------------------------- building
+
+
+@dataclass
+class WarmResult:
+    target: str
+    status: str  # built, skipped, failed
+    seconds: float = 0.0
+    launches: int = 0
+    tests: int = 0
+    reasons: list[Reason] = field(default_factory=list)
+    error: str = ""
+    waited_s: float = 0.0  # time spent waiting for another process's build of the same target
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "status": self.status, "seconds": round(self.seconds, 3),
+                "launches": self.launches, "tests": self.tests, "waited_s": round(self.waited_s, 3),
+                "reasons": [r.as_dict() for r in self.reasons], "error": self.error}
+
+
+def state_dir() -> Path:
+    """Where dsakit keeps its locks and stamps (not the kernels' caches)."""
+    return Path(os.environ.get("DSAKIT_CACHE_DIR") or _home_cache("dsakit")) / "jit"
+
+
+def warm_target(target: JitTarget, device: Any, *, tests: int = 0) -> WarmResult:
+    """Build one target under its file lock; skipped with reasons when its gates are closed."""
+    from filelock import FileLock
+
+    from dsakit.gates import closed_reasons
+
+    reasons = closed_reasons(target.gates, device)
+    if reasons:
+        return WarmResult(target.name, "skipped", tests=tests, reasons=reasons)
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with FileLock(str(directory / f"{target.name}.lock")):
+        waited = time.perf_counter() - start
+        tic = time.perf_counter()
+        try:
+            launches = target.build()
+        except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
+            return WarmResult(target.name, "failed", time.perf_counter() - tic, tests=tests,
+                              error=f"{type(error).__name__}: {error}", waited_s=waited)
+        seconds = time.perf_counter() - tic
+        _write_stamp(directory / f"{target.name}.json", {
+            "target": target.name, "seconds": round(seconds, 3), "launches": launches,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": sys.version.split()[0]})
+    return WarmResult(target.name, "built", seconds, launches, tests, waited_s=waited)
+
+
+def _write_stamp(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a stamp
+
+
+def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: bool = False,
+             device_name: str | None = None) -> int:
+    """`dsakit warm [--target NAME] [pytest selection...]`: exit 0 when nothing failed to build."""
+    from dsakit.device_model import resolve_device
+
+    device = resolve_device(device_name)
+    if targets:
+        wanted: dict[str, list[str]] = {name: [] for name in validate_targets(targets)}
+        collected = None
+    else:
+        wanted, collected = needed_targets(selection)
+    results = [warm_target(JIT_TARGETS[name], device, tests=len(tests)) for name, tests in wanted.items()]
+    if as_json:
+        print(json.dumps({"device": device.as_dict(), "collected": collected,
+                          "targets": [r.as_dict() for r in results]}, indent=2))
+    else:
+        print(f"dsakit warm: device {device.describe()}")
+        if collected is not None:
+            needed = ", ".join(f"{name} ({len(t)} tests)" for name, t in wanted.items()) or "none"
+            print(f"dsakit warm: {collected} tests selected; JIT targets needed: {needed}")
+        for r in results:
+            if r.status == "built":
+                waited = f", waited {r.waited_s:.1f} s for another build" if r.waited_s >= 0.5 else ""
+                print(f"  {r.target:18s} built    {r.seconds:8.2f} s  ({r.launches} launches{waited}; "
+                      f"caches: {', '.join(JIT_TARGETS[r.target].caches)})")
+            elif r.status == "skipped":
+                print(f"  {r.target:18s} skipped  " + " | ".join(str(x) for x in r.reasons))
+            else:
+                print(f"  {r.target:18s} FAILED   {r.seconds:8.2f} s  {r.error}")
+    return 1 if any(r.status == "failed" for r in results) else 0

@@ -1,0 +1,137 @@
+"""Asking the real SGLang which top-k backend a role gets, and running that backend's selection.
+
+Owns: the real resolution of one role inside an applied cell scope — `DSATopKBackend.resolve`
+(a strict `MockModelRunner` of the role) where the release has the split, the pre-split rule
+(`DSATopKBackend(get_server_args().dsa_topk_backend)`, what 0.5.17's backend `__init__` does)
+otherwise — its comparison with the oracle (`dsakit.topk_rules`) as `Reason`s, and one
+selection check of the resolved backend's `topk_func` on a tie-free `dsakit.topk_cases` case
+against a plain torch reference. Must not decide the expectation itself; imports torch and
+SGLang lazily (call it inside a test, never at collection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dsakit.reasons import Reason
+from dsakit.topk_rules import PRE_SPLIT, ROLE_SPLIT
+
+if TYPE_CHECKING:
+    import torch
+
+    from dsakit.topk_backend_matrix import TopkCell
+
+# Tie-free (`distinct`) cases at k=2048 (sgl_kernel.fast_topk_v2 asserts k == 2048): row lengths
+# 0, 1, k-1, k, k+1 and decode-like rows up to 8192.
+SELECTION_CASES = ("short-rows-k2048", "decode-ps64-k2048")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What SGLang resolved for one role: the enum member and the rule that produced it."""
+
+    backend: Any  # DSATopKBackend member
+    rule: str
+
+    @property
+    def value(self) -> str:
+        return str(self.backend.value)
+
+
+def resolve(role: str) -> Resolved:
+    """The real resolution for `role` under the currently applied configuration."""
+    from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
+
+    from dsakit.sglang_release import installed_release
+
+    if installed_release().has("topk-role-split"):
+        from dsakit.mocks.model_runner import MockModelRunner
+
+        return Resolved(DSATopKBackend.resolve(MockModelRunner(role)), ROLE_SPLIT)
+    from sglang.srt.runtime_context import get_server_args
+
+    # 0.5.17: DeepseekSparseAttnBackend.__init__ builds DSATopKBackend(server_args.dsa_topk_backend)
+    # for every worker, target or draft.
+    return Resolved(DSATopKBackend(get_server_args().dsa_topk_backend), PRE_SPLIT)
+
+
+def resolution_problems(cell: TopkCell) -> list[Reason]:
+    """Where the real SGLang disagrees with the oracle for this cell (empty: agrees). Call
+    inside `cell.scope()`."""
+    from sglang.srt.runtime_context import get_server_args
+
+    problems: list[Reason] = []
+    exp = cell.expectation
+    applied = get_server_args().dsa_topk_backend
+    if applied != cell.target:
+        return [Reason("scope-not-applied", f"{cell.id}: the published dsa_topk_backend is "
+                       f"{applied!r}, not {cell.target!r}; call inside `with cell.scope():`")]
+    got = resolve(cell.role)
+    if got.rule != exp.rule:
+        problems.append(Reason("rule-mismatch", f"{cell.id}: dsakit's flags say {exp.rule!r} "
+                               f"but the release probe says {got.rule!r}"))
+    if got.value != exp.backend:
+        problems.append(Reason(
+            "resolution-mismatch",
+            f"{cell.id}: SGLang resolved the {cell.role} to {got.value} ({got.rule}), dsakit's "
+            f"rule table expects {exp.backend} (reads {exp.reads})"))
+    if bool(got.backend.should_use_topk_v2()) != exp.uses_v2:
+        problems.append(Reason(
+            "v2-mismatch",
+            f"{cell.id}: should_use_topk_v2() is {got.backend.should_use_topk_v2()}, dsakit "
+            f"expects {exp.uses_v2} (sgl-kernel and SGLANG_OPT_USE_TOPK_V2)"))
+    return problems
+
+
+def assert_resolution(cell: TopkCell) -> Resolved:
+    """Raise AssertionError naming each disagreement; returns the real resolution."""
+    __tracebackhide__ = True
+    problems = resolution_problems(cell)
+    if problems:
+        raise AssertionError("\n".join(str(p) for p in problems))
+    return resolve(cell.role)
+
+
+def selection_device(backend: str) -> str:
+    """torch runs where CUDA is (the realistic place) and on CPU otherwise; kernels need CUDA."""
+    import torch
+
+    if backend == "torch":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda"
+
+
+def reference_topk(scores: torch.Tensor, lengths: torch.Tensor, k: int) -> torch.Tensor:
+    """Row-local top-k positions of each window `scores[r, :lengths[r]]`, -1 padded (CPU)."""
+    import torch
+
+    scores = scores.detach().to("cpu", torch.float32)
+    out = torch.full((scores.shape[0], k), -1, dtype=torch.int64)
+    for row, length in enumerate(int(x) for x in lengths.detach().cpu().tolist()):
+        n = min(k, max(length, 0))
+        if n:
+            out[row, :n] = torch.topk(scores[row, :length], n).indices
+    return out
+
+
+def assert_selection(cell: TopkCell, case_id: str = SELECTION_CASES[0]) -> dict[str, Any]:
+    """Run the resolved backend's `topk_func` on a tie-free case (inside `cell.scope()`), check
+    validity and equality with `reference_topk`; returns a record (device, case, backend)."""
+    __tracebackhide__ = True
+    from dsakit.topk_cases import get_case
+    from dsakit.topk_compare import assert_topk_equal, assert_topk_valid
+
+    case = get_case(case_id)
+    if case.recipe != "distinct" or case.ragged:
+        from dsakit.errors import UsageError
+
+        raise UsageError(f"{case_id} is not a tie-free paged case; use one of {', '.join(SELECTION_CASES)}")
+    resolved = assert_resolution(cell)
+    device = selection_device(resolved.value)
+    scores, lengths = case.scores(device), case.lengths_tensor(device)
+    actual = resolved.backend.topk_func(scores, lengths, case.k)
+    expected = reference_topk(scores, lengths, case.k)
+    assert_topk_valid(actual, scores, lengths, case.k)
+    assert_topk_equal(actual, expected, scores, lengths, topk=case.k)
+    return {"case": case_id, "device": device, "backend": resolved.value, "rule": resolved.rule}
