@@ -109,7 +109,7 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("model_config.qk_nope_head_dim", "int", 128, readers=(DSA_INIT,)),
         ContractEntry("model_config.qk_rope_head_dim", "int", 64, readers=(DSA_INIT,)),
         ContractEntry("model_config.kv_lora_rank", "int", 512, readers=(DSA_INIT,)),
-        ContractEntry("model_config.head_dim", "int", 576, readers=(DSV4_INIT,)),
+        ContractEntry("model_config.head_dim", "int", 512, readers=(DSV4_INIT + " (asserts 512 = 448 nope + 64 rope)",)),
         ContractEntry("model_config.v_head_dim", "int", 512, readers=(DSV4_INIT,)),
         ContractEntry("model_config.hf_config", NAMESPACE,
                       readers=(DSA_INIT + " (is_deepseek_dsa, get_dsa_index_topk, architectures[0])",)),

@@ -33,6 +33,61 @@ def _capabilities(args: argparse.Namespace) -> int:
     return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
 
 
+# -- GPU-node workflows (issue 7): dsakit.jit_warmup, dsakit.rerun_test, dsakit.compare
+
+
+def _warm(args: argparse.Namespace) -> int:
+    from dsakit.jit_warmup import run_warm
+
+    return run_warm(args.selection, targets=args.target or (), as_json=args.json, device_name=args.device)
+
+
+def _rerun_test(args: argparse.Namespace) -> int:
+    from dsakit.rerun_test import run_rerun_test
+
+    return run_rerun_test(args.files, junit_dir=args.junitxml, timeout=args.timeout,
+                          only_matching=args.only_matching, show_output=args.show_output,
+                          device_name=args.device)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from dsakit.compare import run_compare
+
+    return run_compare(args.base, args.pr, args.pytest_args, json_path=args.json,
+                       allow_env_mismatch=args.allow_env_mismatch, keep=args.keep, timeout=args.timeout)
+
+
+def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    warm = commands.add_parser("warm", help="build the JIT modules a pytest selection needs, once, under a lock")
+    warm.add_argument("selection", nargs="*", help="pytest selection (files, node ids, -k/-m after --)")
+    warm.add_argument("--target", action="append", metavar="NAME",
+                      help="warm this JIT target without collecting (flashinfer-topk, sglang-topk-v2); repeatable")
+    warm.add_argument("--device", metavar="NAME", help="simulate a device for the targets' gates")
+    warm.add_argument("--json", action="store_true", help="print the report as JSON")
+    warm.set_defaults(handler=_warm)
+
+    rerun = commands.add_parser("rerun-test", help="rerun test files one process each, like SGLang's CI bot")
+    rerun.add_argument("files", nargs="+", metavar="FILE")
+    rerun.add_argument("--junitxml", metavar="DIR", help="JUnit XML + log per file (default ./dsakit-rerun-junit)")
+    rerun.add_argument("--timeout", type=float, default=None, metavar="S", help="per-file timeout in seconds")
+    rerun.add_argument("--only-matching", action="store_true",
+                       help="skip files whose CI registration does not match this node")
+    rerun.add_argument("--show-output", action="store_true", help="print every file's full output")
+    rerun.add_argument("--device", metavar="NAME", help="simulate a device for the runner match")
+    rerun.set_defaults(handler=_rerun_test)
+
+    compare = commands.add_parser("compare", help="one pytest selection against two SGLang trees: regressions, fixes, ...")
+    compare.add_argument("--base", required=True, metavar="SRC", help="the base SGLang tree")
+    compare.add_argument("--pr", required=True, metavar="SRC", help="the PR's SGLang tree")
+    compare.add_argument("--json", metavar="PATH", help="write the classification as JSON")
+    compare.add_argument("--allow-env-mismatch", action="store_true",
+                         help="classify even when the runs' environment fingerprints differ")
+    compare.add_argument("--keep", metavar="DIR", help="keep overlays, records and logs in DIR")
+    compare.add_argument("--timeout", type=float, default=None, metavar="S", help="per-run timeout in seconds")
+    compare.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS")
+    compare.set_defaults(handler=_compare)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -57,6 +112,9 @@ def _build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
     caps.add_argument("--json", action="store_true", help="print the report as JSON")
     caps.set_defaults(handler=_capabilities)
+
+    # -- GPU-node workflows (issue 7)
+    _add_gpu_node_commands(commands)
 
     return parser
 

@@ -53,12 +53,12 @@ def _launch_paths(path_ids: Sequence[str]) -> int:
     import pytest
     import torch
 
-    from dsakit.gate_marks import active_session
+    from dsakit.device_model import resolve_device
     from dsakit.gates import closed_reasons
     from dsakit.topk_cases import topk_cases
     from dsakit.topk_launch import TOPK_PATHS, path_gates
 
-    device = active_session().device
+    device = resolve_device(None)
     launches = 0
     for path_id in path_ids:
         path = TOPK_PATHS[path_id]

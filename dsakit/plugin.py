@@ -213,8 +213,10 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
 # ---------------------------------------------------------------- top-k backend matrix (issue 4)
 
 
+# A second pytest_generate_tests implementation under its own name (pytest only collects hook
+# functions whose name starts with "pytest_"; `specname` binds it to the real hook).
 @pytest.hookimpl(specname="pytest_generate_tests")
-def _topk_matrix_generate_tests(metafunc: pytest.Metafunc) -> None:
+def pytest_generate_tests_topk_matrix(metafunc: pytest.Metafunc) -> None:
     if "topk_cell" in metafunc.fixturenames:
         from dsakit.topk_backend_matrix import parametrize
 

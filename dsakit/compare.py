@@ -1,0 +1,290 @@
+"""`dsakit compare --base SRC --pr SRC -- PYTEST_ARGS`: one selection, two SGLang trees, and what
+changed between them.
+
+Owns: putting an SGLang tree in front of the installed one (a temporary overlay directory holding
+only a `sglang` link, first on PYTHONPATH: same interpreter, same torch and kernels), running the
+selection once per tree with `dsakit.compare_recorder`, the error signature (exception type +
+message, crash frame file; line numbers, addresses, ids and temp paths stripped), the
+classification of each test, the environment-fingerprint check, the table, the JSON and the exit
+code (1 only when something regressed; 2 for usage errors and refused fingerprints). Never imports
+torch or SGLang in this process.
+
+Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
+in base, passes in the PR), pre-existing (fails in both with the same signature), failing-differently
+(fails in both, different signatures), skip-change (skipped in one run only, or for another
+reason), added / removed (collected in one run only), unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsakit.errors import UsageError
+
+FAILING = ("failed", "error", "crashed", "xpassed")
+CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-change", "added",
+           "removed", "unchanged")
+
+_NORMALISERS = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
+    (re.compile(r"\.py:\d+"), ".py"),
+    (re.compile(r"\bline \d+"), "line ?"),
+    (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def signature(outcome: dict[str, Any]) -> str:
+    """A failure's identity across runs: message (with its exception type) and crash frame file,
+    without line numbers, addresses, pids or temp paths."""
+    text = str(outcome.get("message", "")).strip().splitlines()[0] if outcome.get("message") else ""
+    for pattern, repl in _NORMALISERS:
+        text = pattern.sub(repl, text)
+    frame = re.sub(r":\d+", "", str(outcome.get("frame", "")))
+    return f"{text.strip()[:200]} @ {frame}" if frame else text.strip()[:200]
+
+
+# ---------------------------------------------------------------- trees
+
+
+def package_dir(src: str) -> Path:
+    """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
+    from dsakit.sglang_release import release_from_tree
+
+    return release_from_tree(src).package_dir
+
+
+def overlay(src: str, into: Path) -> Path:
+    """A directory whose only entry is `sglang` -> the tree's package: put first on PYTHONPATH it
+    shadows the installed SGLang and nothing else."""
+    target = package_dir(src)
+    into.mkdir(parents=True, exist_ok=True)
+    link = into / "sglang"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target, target_is_directory=True)
+    return into
+
+
+# ---------------------------------------------------------------- one run
+
+
+@dataclass
+class Run:
+    label: str
+    src: str
+    returncode: int
+    seconds: float
+    env: dict[str, Any] = field(default_factory=dict)
+    sglang: dict[str, Any] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    crashed: str | None = None
+    output_tail: str = ""
+
+
+def _crash_message(output: str) -> str:
+    for pattern in (r"Fatal Python error: .*", r"Segmentation fault.*", r"Aborted.*",
+                    r"RuntimeError: CUDA error: .*", r"worker '[^']*' crashed.*"):
+        found = re.search(pattern, output)
+        if found:
+            return found.group(0)
+    return "the test process died"
+
+
+def load_record(path: Path, label: str, src: str, returncode: int, seconds: float, output: str) -> Run:
+    run = Run(label, src, returncode, seconds, output_tail="\n".join(output.splitlines()[-20:]))
+    started: list[str] = []
+    ended = False
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash
+            kind = record.get("kind")
+            if kind == "env":
+                run.env, run.sglang = record["fingerprint"], record["sglang"]
+            elif kind == "start":
+                started.append(record["nodeid"])
+            elif kind == "test":
+                run.tests[record["nodeid"]] = record
+            elif kind == "end":
+                ended = True
+    if not ended:
+        run.crashed = _crash_message(output)
+        for nodeid in started:  # the test(s) in flight when the process died
+            if nodeid not in run.tests:
+                run.tests[nodeid] = {"nodeid": nodeid, "outcome": "crashed", "message": run.crashed,
+                                     "frame": ""}
+    return run
+
+
+def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Path, *,
+                  timeout: float | None = None) -> Run:
+    tree = overlay(src, workdir / f"{label}-overlay")
+    record = workdir / f"{label}.jsonl"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("PYTEST_ADDOPTS", None)
+    command = [sys.executable, "-m", "pytest", "-p", "dsakit.compare_recorder", f"--dsakit-record={record}",
+               "-p", "no:cacheprovider", "-q", *pytest_args]
+    tic = time.perf_counter()
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as error:
+        code, output = 124, f"{error.stdout or ''}{error.stderr or ''}\nFatal Python error: timed out"
+    run = load_record(record, label, src, code, time.perf_counter() - tic, output)
+    (workdir / f"{label}.log").write_text(output, encoding="utf-8")
+    if not run.env:
+        raise UsageError(f"the {label} run ({src}) recorded nothing (pytest exit {code}); last output:\n"
+                         + run.output_tail)
+    return run
+
+
+# ---------------------------------------------------------------- classification
+
+
+@dataclass(frozen=True)
+class Change:
+    nodeid: str
+    kind: str
+    base: str | None
+    pr: str | None
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"test": self.nodeid, "class": self.kind, "base": self.base, "pr": self.pr, "detail": self.detail}
+
+
+def _skip_reason(outcome: dict[str, Any]) -> str:
+    return re.sub(r"\s+", " ", str(outcome.get("reason", ""))).strip()
+
+
+def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> list[Change]:
+    changes: list[Change] = []
+    for nodeid in list(dict.fromkeys([*base, *pr])):
+        b, p = base.get(nodeid), pr.get(nodeid)
+        if b is None:
+            assert p is not None
+            changes.append(Change(nodeid, "added", None, p["outcome"], _describe(p)))
+            continue
+        if p is None:
+            changes.append(Change(nodeid, "removed", b["outcome"], None, _describe(b)))
+            continue
+        bo, po = b["outcome"], p["outcome"]
+        b_fail, p_fail = bo in FAILING, po in FAILING
+        if p_fail and not b_fail:
+            was = f" (was skipped: {_skip_reason(b)})" if bo == "skipped" else ""
+            changes.append(Change(nodeid, "regression", bo, po, signature(p) + was))
+        elif b_fail and not p_fail:
+            detail = f"was: {signature(b)}" + (f"; now skipped: {_skip_reason(p)}" if po == "skipped" else "")
+            changes.append(Change(nodeid, "fixed" if po != "skipped" else "skip-change", bo, po, detail))
+        elif b_fail and p_fail:
+            sb, sp = signature(b), signature(p)
+            if sb == sp:
+                changes.append(Change(nodeid, "pre-existing", bo, po, sp))
+            else:
+                changes.append(Change(nodeid, "failing-differently", bo, po, f"base: {sb} | pr: {sp}"))
+        elif bo == "skipped" or po == "skipped":
+            if bo != po:
+                changes.append(Change(nodeid, "skip-change", bo, po, _skip_reason(b if bo == "skipped" else p)))
+            elif _skip_reason(b) != _skip_reason(p):
+                changes.append(Change(nodeid, "skip-change", bo, po,
+                                      f"base: {_skip_reason(b)} | pr: {_skip_reason(p)}"))
+            else:
+                changes.append(Change(nodeid, "unchanged", bo, po))
+        else:
+            changes.append(Change(nodeid, "unchanged", bo, po))
+    return changes
+
+
+def _describe(outcome: dict[str, Any]) -> str:
+    if outcome["outcome"] in FAILING:
+        return signature(outcome)
+    if outcome["outcome"] == "skipped":
+        return _skip_reason(outcome)
+    return ""
+
+
+def fingerprint_mismatch(base: Run, pr: Run) -> list[str]:
+    diffs: list[str] = []
+    for key in ("python", "implementation", "device"):
+        if base.env.get(key) != pr.env.get(key):
+            diffs.append(f"{key}: base {base.env.get(key)!r} vs pr {pr.env.get(key)!r}")
+    bp, pp = base.env.get("packages", {}), pr.env.get("packages", {})
+    for name in sorted(set(bp) | set(pp)):
+        if bp.get(name) != pp.get(name):
+            diffs.append(f"{name}: base {bp.get(name)} vs pr {pp.get(name)}")
+    return diffs
+
+
+# ---------------------------------------------------------------- report
+
+
+def format_table(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> list[str]:
+    counts = {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES}
+    lines = [
+        f"dsakit compare: base = SGLang {base.sglang.get('version')} ({base.src}), "
+        f"pr = SGLang {pr.sglang.get('version')} ({pr.src})",
+        f"environment: python {base.env.get('python')}, torch {base.env.get('packages', {}).get('torch')}, "
+        f"device {base.env.get('device')}"
+        + ("; MISMATCH: " + "; ".join(mismatch) if mismatch else "; same fingerprint in both runs"),
+        f"runs: base exit {base.returncode} in {base.seconds:.1f} s, pr exit {pr.returncode} in {pr.seconds:.1f} s",
+    ]
+    for run in (base, pr):
+        if run.crashed:
+            lines.append(f"  {run.label} run did not finish: {run.crashed}")
+    lines.append("")
+    lines.append("  ".join(f"{kind} {counts[kind]}" for kind in CLASSES))
+    shown = [c for c in changes if c.kind != "unchanged"]
+    if shown:
+        width = min(max(len(c.nodeid) for c in shown), 90)
+        lines.append("")
+        lines.append(f"{'class':20s} {'test':{width}s} {'base':8s} {'pr':8s} detail")
+        order = {kind: i for i, kind in enumerate(CLASSES)}
+        for c in sorted(shown, key=lambda c: (order[c.kind], c.nodeid)):
+            lines.append(f"{c.kind:20s} {c.nodeid:{width}s} {c.base or '-':8s} {c.pr or '-':8s} {c.detail[:160]}")
+    return lines
+
+
+def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_path: str | None = None,
+                allow_env_mismatch: bool = False, keep: str | None = None,
+                timeout: float | None = None) -> int:
+    for src in (base_src, pr_src):
+        package_dir(src)  # UsageError now, before any run, for a path that is not a tree
+    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    base = run_selection("base", base_src, pytest_args, workdir, timeout=timeout)
+    pr = run_selection("pr", pr_src, pytest_args, workdir, timeout=timeout)
+    mismatch = fingerprint_mismatch(base, pr)
+    changes = classify(base.tests, pr.tests)
+    print("\n".join(format_table(base, pr, changes, mismatch)))
+    if json_path:
+        data = {
+            "base": {"src": base_src, "sglang": base.sglang, "exit": base.returncode, "crashed": base.crashed},
+            "pr": {"src": pr_src, "sglang": pr.sglang, "exit": pr.returncode, "crashed": pr.crashed},
+            "environment": base.env, "environment_mismatch": mismatch, "pytest_args": list(pytest_args),
+            "counts": {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES},
+            "tests": [c.as_dict() for c in changes],
+            "logs": str(workdir),
+        }
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    print(f"(logs and per-test records: {workdir})")
+    if mismatch and not allow_env_mismatch:
+        print("dsakit compare: refused: the two runs do not share the environment fingerprint "
+              "(pass --allow-env-mismatch to classify anyway)", file=sys.stderr)
+        return 2
+    return 1 if any(c.kind == "regression" for c in changes) else 0

@@ -1,0 +1,126 @@
+"""A small pytest plugin (`-p dsakit.compare_recorder --dsakit-record PATH`) that records each
+test's outcome for `dsakit compare`: one JSON line per test, appended as soon as it finishes (so a
+crashed run keeps what it had and names the test in flight), plus the environment fingerprint.
+
+Owns: what an outcome is (passed, failed, error, skipped, xfailed, xpassed; crashed is decided by
+`dsakit.compare`), the raw failure data (exception type, message, crash frame) and the
+fingerprint (python, torch / kernel versions from package metadata, device, SGLang tree). Runs on
+the xdist controller only (workers' reports arrive there). Never imports torch or SGLang.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
+                   "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("dsakit").addoption(
+        "--dsakit-record", default=None, metavar="PATH",
+        help="(dsakit compare) append one JSON line per test outcome, and the environment, to PATH")
+
+
+def fingerprint() -> dict[str, Any]:
+    """What must match between two runs for their outcomes to be comparable (SGLang excluded)."""
+    from dsakit.device_model import resolve_device
+
+    versions: dict[str, str | None] = {}
+    for name in KERNEL_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    try:
+        device = resolve_device(None).describe()
+    except Exception as error:  # noqa: BLE001 - a bad $DSAKIT_DEVICE must not lose the run
+        device = f"unknown ({error})"
+    return {"python": platform.python_version(), "implementation": platform.python_implementation(),
+            "device": device, "packages": versions}
+
+
+def sglang_tree() -> dict[str, Any]:
+    from dsakit.sglang_release import _version_from_tree
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return {"path": None, "version": None}
+    path = Path(next(iter(spec.submodule_search_locations)))
+    return {"path": str(path), "version": _version_from_tree(path)}
+
+
+def _failure(report: pytest.TestReport) -> dict[str, Any]:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or "")
+    frame = ""
+    if crash is not None:
+        frame = f"{Path(str(crash.path)).name}"
+        entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", None) or []
+        if entries:
+            loc = getattr(entries[-1], "reprfileloc", None)
+            if loc is not None:
+                frame = f"{Path(str(loc.path)).name}"
+    if not message:
+        lines = str(report.longrepr or "").strip().splitlines()
+        message = lines[-1] if lines else ""
+    return {"message": message, "frame": frame}
+
+
+class Recorder:
+    def __init__(self, config: pytest.Config, path: Path) -> None:
+        self.config = config
+        self.path = path
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("", encoding="utf-8")
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._write({"kind": "env", "fingerprint": fingerprint(), "sglang": sglang_tree()})
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self._write({"kind": "start", "nodeid": nodeid})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        current = self.outcomes.get(report.nodeid)
+        outcome = None
+        detail: dict[str, Any] = {}
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+            detail = {"reason": str(report.wasxfail)}
+        elif report.skipped:
+            outcome = "skipped"
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+            detail = {"reason": str(reason).removeprefix("Skipped: ")}
+        elif report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            detail = _failure(report)
+        elif report.when == "call":
+            outcome = "passed"
+        if outcome is None or (current is not None and current["outcome"] in ("failed", "error")):
+            return  # a teardown pass never hides an earlier failure
+        record = {"kind": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
+                  "duration": round(report.duration, 4), **detail}
+        self.outcomes[report.nodeid] = record
+        self._write(record)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._write({"kind": "end", "exitstatus": int(exitstatus)})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("dsakit_record")
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Recorder(config, Path(path)), "dsakit-compare-recorder")

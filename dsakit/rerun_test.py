@@ -1,0 +1,343 @@
+"""`dsakit rerun-test FILE...`: rerun test files one process each, the way SGLang's CI bot does.
+
+Owns: reading a file's CI registration statically (top-level `register_cuda_ci(...)`,
+`register_amd_ci(...)`, `register_cpu_ci(...)` and the other `register_*_ci` calls of
+`sglang.test.ci.ci_register`; AST only, the file is never imported), whether this node matches
+the runner it is registered for (device model + GPU count), choosing how to run it (`python FILE`
+when its `if __name__ == "__main__":` block calls `unittest.main`, else `python -m pytest FILE`),
+the per-file result block, the JUnit XML per file and the exit code (1 when any file failed).
+Never imports torch or SGLang in this process.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsakit.device_model import DeviceModel
+from dsakit.errors import UsageError
+from dsakit.reasons import Reason
+
+# register_<x>_ci -> the hardware backend, as in sglang/test/ci/ci_register.py REGISTER_MAPPING
+BACKENDS = {"cpu": "cpu", "cuda": "nvidia", "amd": "amd", "npu": "npu", "xpu": "xpu", "musa": "musa",
+            "mlx": "mlx", "mps": "mps", "ppu": "ppu"}
+_REGISTER = re.compile(r"register_([a-z]+)_ci")
+_PARAM_ORDER = ("est_time", "suite", "nightly", "disabled")
+# GPU models that appear in SGLang runner names, and what the device name must contain
+_GPU_MODELS = {"h100": "h100", "h200": "h200", "h20": "h20", "b200": "b200", "b300": "b300",
+               "gb200": "gb200", "gb300": "gb300", "5090": "5090", "mi300": "mi300", "mi325": "mi325",
+               "mi35x": "mi35", "mi355": "mi355"}
+
+
+@dataclass(frozen=True)
+class CiRegistration:
+    backend: str  # cpu, cuda, amd, ...
+    est_time: float | None = None
+    suite: str | None = None
+    stage: str | None = None
+    runner_config: str | None = None
+    nightly: bool = False
+    disabled: str | None = None
+    line: int = 0
+
+    @property
+    def runner(self) -> str:
+        """The effective suite, as SGLang's CIRegistry.effective_suite names it."""
+        if self.stage and self.runner_config:
+            return f"{self.stage}-test-{self.runner_config}"
+        return self.suite or "(no suite)"
+
+    def describe(self) -> str:
+        parts = [f"register_{self.backend}_ci"]
+        if self.runner_config:
+            parts.append(f"runner_config={self.runner_config}")
+        if self.stage:
+            parts.append(f"stage={self.stage}")
+        if self.suite:
+            parts.append(f"suite={self.suite}")
+        if self.est_time is not None:
+            parts.append(f"est_time={self.est_time:g}s")
+        if self.nightly:
+            parts.append("nightly")
+        if self.disabled:
+            parts.append(f"disabled={self.disabled!r}")
+        return " ".join(parts)
+
+    @property
+    def gpus(self) -> int:
+        match = re.search(r"(\d+)-gpu", self.runner)
+        return int(match.group(1)) if match else (0 if self.backend == "cpu" else 1)
+
+    def match(self, device: DeviceModel, gpu_count: int) -> Reason | None:
+        """None when this node can run the runner kind; else why not."""
+        vendor = BACKENDS.get(self.backend, self.backend)
+        if vendor == "cpu":
+            return None
+        if vendor in ("nvidia", "amd") and device.vendor != vendor:
+            return Reason("ci-runner-mismatch", f"registered for {self.backend} runner {self.runner}, "
+                          f"but this node is {device.describe()}")
+        if vendor not in ("nvidia", "amd"):
+            return Reason("ci-runner-mismatch", f"registered for {self.backend} runner {self.runner}; "
+                          "dsakit nodes are CUDA, ROCm or CPU")
+        if self.gpus > gpu_count:
+            return Reason("ci-runner-mismatch", f"runner {self.runner} has {self.gpus} GPUs, this node "
+                          f"{gpu_count}")
+        return None
+
+    def model_note(self, device: DeviceModel) -> str | None:
+        """A note when the runner names another GPU model than this node's (still runs)."""
+        name = device.name.lower().replace(" ", "")
+        for token, needle in _GPU_MODELS.items():
+            if re.search(rf"(^|-){token}($|-)", self.runner) and needle not in name:
+                return f"runner {self.runner} is a {token.upper()} runner; this node is {device.name}"
+        return None
+
+
+def _constant(node: ast.AST) -> Any:
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def ci_registrations(path: Path) -> list[CiRegistration]:
+    """Top-level `register_*_ci(...)` calls of a test file, read with the AST (never imported)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError) as error:
+        raise UsageError(f"cannot read {path}: {error}") from None
+    found: list[CiRegistration] = []
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+            continue
+        call = stmt.value
+        name = call.func.id if isinstance(call.func, ast.Name) else (
+            call.func.attr if isinstance(call.func, ast.Attribute) else "")
+        match = _REGISTER.fullmatch(name)
+        if not match:
+            continue
+        values: dict[str, Any] = dict(zip(_PARAM_ORDER, (_constant(a) for a in call.args)))
+        values.update({kw.arg: _constant(kw.value) for kw in call.keywords if kw.arg})
+        est = values.get("est_time")
+        found.append(CiRegistration(
+            match.group(1),
+            float(est) if isinstance(est, (int, float)) else None,
+            values.get("suite") if isinstance(values.get("suite"), str) else None,
+            values.get("stage") if isinstance(values.get("stage"), str) else None,
+            values.get("runner_config") if isinstance(values.get("runner_config"), str) else None,
+            values.get("nightly") is True,
+            values.get("disabled") if isinstance(values.get("disabled"), str) else None,
+            stmt.lineno,
+        ))
+    return found
+
+
+def runs_as_script(path: Path) -> bool:
+    """True when `if __name__ == "__main__":` calls unittest.main (run as `python FILE`)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return False
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.If):
+            continue
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+                and any(_constant(c) == "__main__" for c in test.comparators)):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                owner = getattr(func, "value", None)
+                if name == "main" and isinstance(owner, ast.Name) and owner.id == "unittest":
+                    return True
+    return False
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class FileResult:
+    path: str
+    command: list[str]
+    returncode: int
+    seconds: float
+    registrations: list[CiRegistration]
+    mismatch: list[Reason] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    cases: list[dict[str, str]] = field(default_factory=list)
+    output: str = ""
+    junit: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.returncode == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "command": self.command, "returncode": self.returncode,
+                "passed": self.passed, "seconds": round(self.seconds, 3), "counts": self.counts,
+                "registrations": [r.describe() for r in self.registrations],
+                "mismatch": [m.as_dict() for m in self.mismatch], "notes": self.notes, "junit": self.junit}
+
+
+_UNITTEST_LINE = re.compile(r"^(\w+) \(([\w.]+)\)(?:\n.*?)? \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|"
+                            r"unexpected success)$", re.MULTILINE)
+
+
+def _unittest_counts(output: str) -> tuple[dict[str, int], list[dict[str, str]]]:
+    cases = [{"name": m.group(1), "classname": m.group(2), "outcome": _unittest_outcome(m.group(3))}
+             for m in _UNITTEST_LINE.finditer(output)]
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    for case in cases:
+        counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
+    ran = re.search(r"^Ran (\d+) tests?", output, re.MULTILINE)
+    if not cases and ran:  # not verbose: totals from the summary line
+        total = int(ran.group(1))
+        summary = re.search(r"^(OK|FAILED)(?: \((.*)\))?$", output, re.MULTILINE)
+        extra = dict(re.findall(r"(\w+)=(\d+)", summary.group(2) or "")) if summary else {}
+        counts = {"failed": int(extra.get("failures", 0)), "errors": int(extra.get("errors", 0)),
+                  "skipped": int(extra.get("skipped", 0))}
+        counts["passed"] = total - sum(counts.values())
+    return counts, cases
+
+
+def _unittest_outcome(text: str) -> str:
+    if text in ("ok", "expected failure"):
+        return "passed"
+    if text.startswith("skipped"):
+        return "skipped"
+    return {"FAIL": "failed", "ERROR": "errors", "unexpected success": "failed"}.get(text, "failed")
+
+
+def _junit_counts(path: Path) -> dict[str, int]:
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    return {"passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
+            "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
+
+
+def _write_unittest_junit(path: Path, result: FileResult) -> None:
+    counts = result.counts
+    suite = ET.Element("testsuite", name=result.path, time=f"{result.seconds:.3f}",
+                       tests=str(sum(counts.values())), failures=str(counts.get("failed", 0)),
+                       errors=str(counts.get("errors", 0)), skipped=str(counts.get("skipped", 0)))
+    cases = result.cases or [{"name": Path(result.path).stem, "classname": result.path,
+                              "outcome": "passed" if result.passed else "failed"}]
+    for case in cases:
+        element = ET.SubElement(suite, "testcase", name=case["name"], classname=case["classname"])
+        if case["outcome"] in ("failed", "errors"):
+            ET.SubElement(element, "failure" if case["outcome"] == "failed" else "error",
+                          message=f"see {path.with_suffix('.log').name}")
+        elif case["outcome"] == "skipped":
+            ET.SubElement(element, "skipped")
+    if not result.passed and not any(c["outcome"] in ("failed", "errors") for c in cases):
+        ET.SubElement(ET.SubElement(suite, "testcase", name="(process)", classname=result.path), "error",
+                      message=f"exit code {result.returncode}")
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _safe_name(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(path).strip("/"))[:150]
+
+
+def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *,
+             timeout: float | None, pytest_args: Sequence[str] = ()) -> FileResult:
+    registrations = ci_registrations(path)
+    name = _safe_name(path)
+    junit = junit_dir / f"{name}.xml"
+    script = runs_as_script(path)
+    if script:
+        command = [sys.executable, str(path), "-v"]
+    else:
+        command = [sys.executable, "-m", "pytest", str(path), "-q", "-rfEs", f"--junitxml={junit}",
+                   *pytest_args]
+    tic = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
+                              cwd=path.parent if script else None)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as error:
+        code = 124
+        output = f"{error.stdout or ''}{error.stderr or ''}\n[dsakit] timed out after {timeout} s"
+    seconds = time.perf_counter() - tic
+    result = FileResult(str(path), command, code, seconds, registrations, output=output, junit=str(junit))
+    result.mismatch = [m for m in (r.match(device, gpu_count) for r in registrations) if m is not None]
+    if registrations and len(result.mismatch) < len(registrations):
+        result.mismatch = []  # some registration matches this node
+    result.notes = [n for n in (r.model_note(device) for r in registrations) if n]
+    result.notes += [f"disabled in CI: {r.disabled}" for r in registrations if r.disabled]
+    if not registrations:
+        result.notes.append("no register_*_ci(...) call at module level: not in SGLang CI")
+    if script:
+        result.counts, result.cases = _unittest_counts(output)
+        _write_unittest_junit(junit, result)
+    else:
+        result.counts = _junit_counts(junit)
+    (junit_dir / f"{name}.log").write_text(output, encoding="utf-8")
+    return result
+
+
+def format_block(result: FileResult, *, show_output: bool = False) -> list[str]:
+    status = "PASSED" if result.passed else ("TIMEOUT" if result.returncode == 124 else "FAILED")
+    counts = ", ".join(f"{v} {k}" for k, v in result.counts.items() if v) or "no test counts"
+    lines = [f"==== dsakit rerun-test: {result.path} ===="]
+    for reg in result.registrations:
+        lines.append(f"  CI: {reg.describe()} -> runner {reg.runner}")
+    verdict = "this node matches" if not result.mismatch else " | ".join(str(m) for m in result.mismatch)
+    lines.append(f"  node: {verdict}")
+    lines += [f"  note: {n}" for n in result.notes]
+    lines.append(f"  command: {' '.join(result.command)}")
+    lines.append(f"  result: {status}  {counts} in {result.seconds:.2f} s (exit {result.returncode})")
+    lines.append(f"  junit: {result.junit}")
+    if show_output or not result.passed:
+        tail = result.output.rstrip().splitlines()
+        shown = tail if show_output else tail[-30:]
+        lines.append("  ---- output" + ("" if show_output else " (last 30 lines)") + " ----")
+        lines += [f"  | {line}" for line in shown]
+    return lines
+
+
+def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: float | None,
+                   only_matching: bool = False, show_output: bool = False,
+                   pytest_args: Sequence[str] = (), device_name: str | None = None) -> int:
+    from dsakit.device_model import resolve_device
+    from dsakit.gpu_pinning import discover
+
+    paths = [Path(f) for f in files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise UsageError(f"no such test file: {', '.join(missing)}")
+    device = resolve_device(device_name)
+    gpus = len(discover(device_name).ids) if device.is_gpu else 0
+    if device.is_gpu and not gpus:
+        gpus = device.device_count
+    out_dir = Path(junit_dir or "dsakit-rerun-junit")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"dsakit rerun-test: {len(paths)} file(s) on {device.describe()} ({gpus} GPU(s)); JUnit XML in {out_dir}")
+    results: list[FileResult] = []
+    for path in paths:
+        registrations = ci_registrations(path)
+        mismatch = [m for m in (r.match(device, gpus) for r in registrations) if m is not None]
+        if only_matching and registrations and len(mismatch) == len(registrations):
+            print(f"==== dsakit rerun-test: {path} ====\n  SKIPPED (--only-matching): "
+                  + " | ".join(str(m) for m in mismatch))
+            continue
+        result = run_file(path, out_dir, device, gpus, timeout=timeout, pytest_args=pytest_args)
+        results.append(result)
+        print("\n".join(format_block(result, show_output=show_output)), flush=True)
+    failed = [r for r in results if not r.passed]
+    print(f"==== dsakit rerun-test: {len(results) - len(failed)} passed, {len(failed)} failed"
+          + (": " + ", ".join(r.path for r in failed) if failed else "") + " ====")
+    return 1 if failed else 0
