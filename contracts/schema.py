@@ -144,6 +144,10 @@ class Contract:
     def __init__(self, name: str, entries: Iterable[ContractEntry]) -> None:
         self.name = name
         self.entries: dict[str, ContractEntry] = {}
+        # parent path -> {name: entry}, in declaration order: every MockModelRunner asks once per
+        # node (6 per runner, i.e. per test using a runner fixture); scanning all entries each time
+        # was ~85% of building a runner (bench/bench_kit_overhead.py)
+        self._children: dict[str, dict[str, ContractEntry]] = {}
         for entry in entries:
             if entry.path in self.entries:
                 raise ValueError(f"contract {name}: duplicate entry {entry.path!r}")
@@ -152,6 +156,7 @@ class Contract:
             if entry.parent and self.entries[entry.parent].type != NAMESPACE:
                 raise ValueError(f"contract {name}: parent of {entry.path!r} is not a namespace")
             self.entries[entry.path] = entry
+            self._children.setdefault(entry.parent, {})[entry.name] = entry
 
     def __iter__(self) -> Any:
         return iter(self.entries.values())
@@ -166,7 +171,7 @@ class Contract:
         return self.entries.get(path)
 
     def children(self, parent: str) -> dict[str, ContractEntry]:
-        return {e.name: e for e in self.entries.values() if e.parent == parent}
+        return dict(self._children.get(parent, {}))  # a copy: callers may not edit the index
 
     def top_level(self) -> dict[str, ContractEntry]:
         return self.children("")

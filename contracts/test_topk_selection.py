@@ -6,6 +6,12 @@ that applies to it; outputs are mapped back to row-local positions, checked for 
 matched against the golden in `__snapshots__/test_topk_selection/selections.topksel`. The goldens
 are written on CPU by the torch path (`pytest contracts/test_topk_selection.py --snapshot-update`)
 and every GPU path must reproduce them, up to ties. Torch runs on CPU; the rest are gated.
+
+Each path carries its kernel's own contract (`TopkPath.contract`, sourced in `dsakit.topk_launch`).
+Where the scores overflow a kernel's threshold-bin candidate buffer (predicted on CPU before the
+launch), exactness is a known, open upstream bug: the selection must still be valid at the
+kernel's bin precision (a hard failure otherwise), and the exact check is a strict xfail that
+raises only `KnownKernelBug`, so an upstream fix shows up as XPASS(strict).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import pytest
 
 import dsakit
 from dsakit.topk_cases import CASES, TopkCase, get_case, topk_cases
-from dsakit.topk_launch import TOPK_PATHS, TopkPath, _set_env, path_gates, run_v2_fold
+from dsakit.topk_compare import coarse_scores
+from dsakit.topk_launch import TOPK_PATHS, TopkPath, _set_env, known_kernel_bug, path_gates, run_v2_fold
 
 REFERENCE = TOPK_PATHS["torch.topk_func"]
 POISON = 0x7FFFFFF0
@@ -49,12 +56,39 @@ def _reference(case: TopkCase, scores: Any = None) -> Any:
                                             case.k, row_starts=starts)
 
 
+class KnownKernelBug(AssertionError):
+    """An exact-selection failure that a sourced, open upstream bug predicts for this input."""
+
+
+def _expect_known_bug(request: pytest.FixtureRequest, path: TopkPath, case: TopkCase,
+                      positions: Any, bug: Any) -> None:
+    """Bin-precision validity is binding; exactness is a strict xfail raising KnownKernelBug."""
+    reason, rows = bug
+    filler = path.contract(case).nan_slot_filler
+    scores = case.scores("cpu")
+    dsakit.assert_topk_valid(positions, coarse_scores(scores, rows), case.lengths, case.k,
+                             row_starts=case.row_starts, nan_slot_filler=filler)
+    request.applymarker(pytest.mark.xfail(strict=True, raises=KnownKernelBug, reason=str(reason)))
+    try:
+        dsakit.assert_topk_valid(positions, scores, case.lengths, case.k,
+                                 row_starts=case.row_starts, nan_slot_filler=filler)
+        dsakit.assert_topk_equal(positions, _reference(case), scores, case.lengths, topk=case.k,
+                                 row_starts=case.row_starts)
+    except AssertionError as exc:
+        raise KnownKernelBug(f"{reason}\n{exc}") from None
+
+
 @pytest.mark.parametrize(("path", "case"), _params())
 def test_selection(path: TopkPath, case: TopkCase, selection_snapshot: Any,
-                   monkeypatch: pytest.MonkeyPatch) -> None:
+                   monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     _skip_unsupported(path, case)
+    bug = known_kernel_bug(path, case)  # predicted from the scores, before the launch
     positions = path.run(case, path.device, monkeypatch)
-    selection_snapshot.assert_case(case, positions, reference=path.reference)
+    if bug is not None:
+        _expect_known_bug(request, path, case, positions, bug)
+        return
+    selection_snapshot.assert_case(case, positions, reference=path.reference,
+                                   nan_slot_filler=path.contract(case).nan_slot_filler)
     if not path.reference:  # the readable per-row diff against the live reference, ties allowed
         dsakit.assert_topk_equal(positions, _reference(case), case.scores("cpu"), case.lengths,
                                  topk=case.k, row_starts=case.row_starts)
@@ -79,11 +113,18 @@ _FOLD = dsakit.gate("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm
 )
 def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold over the page_size-64 table equals the page_size-1 table. Which members of an
+    overflowing threshold bin the kernel keeps is its known bug (strict xfail in
+    test_selection[v2-fold.*]) and arrival-order dependent, so such rows are compared at the
+    kernel's bin precision here; every slot must still come from the row's own page table."""
+    path = TOPK_PATHS["v2-fold.paged"]
+    filler = path.contract(case).nan_slot_filler
+    bug = known_kernel_bug(path, case)
     slots64, pos64, tables = run_v2_fold(case, "cuda", monkeypatch, page_size=64)
     slots1, pos1, _ = run_v2_fold(case, "cuda", monkeypatch, page_size=1)
-    scores = case.scores("cpu")
-    dsakit.assert_topk_valid(pos64, scores, case.lengths, case.k)
-    dsakit.assert_topk_valid(pos1, scores, case.lengths, case.k)
+    scores = case.scores("cpu") if bug is None else coarse_scores(case.scores("cpu"), bug[1])
+    dsakit.assert_topk_valid(pos64, scores, case.lengths, case.k, nan_slot_filler=filler)
+    dsakit.assert_topk_valid(pos1, scores, case.lengths, case.k, nan_slot_filler=filler)
     # same positions up to ties; both mapped through the one page_size-1 table, so same slots
     report = dsakit.assert_topk_equal(pos64, pos1, scores, case.lengths, topk=case.k)
     for row in range(case.num_rows):

@@ -50,6 +50,11 @@ _EXPORTS: dict[str, str] = {
     "TOPK_PATHS": "dsakit.topk_launch",
     "SelectionSnapshotExtension": "dsakit.selection_snapshot",
     "summarize_selection": "dsakit.selection_snapshot",
+    # GPU-node workflows (issue 7)
+    "GpuInventory": "dsakit.gpu_pinning",
+    "discover_gpus": "dsakit.gpu_pinning",
+    "JIT_TARGETS": "dsakit.jit_warmup",
+    "ci_registrations": "dsakit.rerun_test",
     # target/draft top-k backend matrix (issue 4)
     "topk_matrix": "dsakit.topk_backend_matrix",
     "topk_cells": "dsakit.topk_backend_matrix",

@@ -37,8 +37,8 @@ CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-c
 
 _NORMALISERS = (
     (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
-    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
     (re.compile(r"\.py:\d+"), ".py"),
+    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
     (re.compile(r"\bline \d+"), "line ?"),
     (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
     (re.compile(r"\s+"), " "),
@@ -93,12 +93,19 @@ class Run:
     output_tail: str = ""
 
 
-def _crash_message(output: str) -> str:
+def _crash_message(output: str, returncode: int = 0) -> str:
     for pattern in (r"Fatal Python error: .*", r"Segmentation fault.*", r"Aborted.*",
                     r"RuntimeError: CUDA error: .*", r"worker '[^']*' crashed.*"):
         found = re.search(pattern, output)
         if found:
             return found.group(0)
+    if returncode < 0:
+        import signal
+
+        try:
+            return f"the test process was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"the test process was killed by signal {-returncode}"
     return "the test process died"
 
 
@@ -122,7 +129,7 @@ def load_record(path: Path, label: str, src: str, returncode: int, seconds: floa
             elif kind == "end":
                 ended = True
     if not ended:
-        run.crashed = _crash_message(output)
+        run.crashed = _crash_message(output, returncode)
         for nodeid in started:  # the test(s) in flight when the process died
             if nodeid not in run.tests:
                 run.tests[nodeid] = {"nodeid": nodeid, "outcome": "crashed", "message": run.crashed,
@@ -144,7 +151,7 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as error:
-        code, output = 124, f"{error.stdout or ''}{error.stderr or ''}\nFatal Python error: timed out"
+        code, output = 124, f"{_text(error.stdout)}{_text(error.stderr)}\nFatal Python error: timed out"
     run = load_record(record, label, src, code, time.perf_counter() - tic, output)
     (workdir / f"{label}.log").write_text(output, encoding="utf-8")
     if not run.env:
@@ -288,3 +295,8 @@ def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_
               "(pass --allow-env-mismatch to classify anyway)", file=sys.stderr)
         return 2
     return 1 if any(c.kind == "regression" for c in changes) else 0
+
+
+def _text(data: str | bytes | None) -> str:
+    """Partial output of a timed-out subprocess (bytes on some Pythons, even with text=True)."""
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")

@@ -16,6 +16,7 @@ import pytest
 from dsakit.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
 from dsakit.gates import closed_reasons, never_open_explanation, split_codes, validate_codes
+from dsakit.reasons import Reason
 from dsakit.skip_inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
 
 MARKER = "dsakit_requires"
@@ -119,6 +120,10 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
     if session is None:
         return
     warned: set[tuple[str, ...]] = set()
+    # one evaluation per distinct code tuple: a matrix repeats a few tuples over thousands of
+    # items, and the device and this machine's environment are fixed for the pass (module and
+    # SGLang probes stat files each time; bench/bench_kit_overhead.py)
+    verdicts: dict[tuple[str, ...], tuple[str | None, list[Reason]]] = {}
     for item in items:
         raw = [code for marker in item.iter_markers(MARKER) for code in marker.args]
         if not raw:
@@ -127,11 +132,13 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
             codes = validate_codes(raw)
         except UsageError as error:
             raise pytest.UsageError(f"{item.nodeid}: {error}") from None
-        explanation = never_open_explanation(codes)
+        verdict = verdicts.get(codes)
+        if verdict is None:
+            verdict = verdicts[codes] = (never_open_explanation(codes), closed_reasons(codes, session.device))
+        explanation, reasons = verdict
         if explanation is not None and codes not in warned:
             warned.add(codes)
             item.warn(DsakitGateWarning(explanation))
-        reasons = closed_reasons(codes, session.device)
         if reasons:
             item.add_marker(pytest.mark.skip(reason=format_reasons(reasons)))
             session.inventory.plan(item.nodeid, reasons)

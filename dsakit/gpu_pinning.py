@@ -124,6 +124,9 @@ def discover(device_name: str | None = None, env: Mapping[str, str] | None = Non
     return GpuInventory(vendor, tuple(str(i) for i in range(count)), source)
 
 
+discover_gpus = discover  # the public name (dsakit.discover_gpus)
+
+
 # ---------------------------------------------------------------- the plan
 
 

@@ -116,7 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ---------------------------------------------------------------- GPU nodes (issue 7)
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own CPU count
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` on a GPU node: GPUs x --dsakit-workers-per-gpu. Module-level (not in the xdist
     class) because xdist asks in pytest_cmdline_main, before pytest_configure registers classes;

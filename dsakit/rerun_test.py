@@ -270,7 +270,7 @@ def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as error:
         code = 124
-        output = f"{error.stdout or ''}{error.stderr or ''}\n[dsakit] timed out after {timeout} s"
+        output = f"{_text(error.stdout)}{_text(error.stderr)}\n[dsakit] timed out after {timeout} s"
     seconds = time.perf_counter() - tic
     result = FileResult(str(path), command, code, seconds, registrations, output=output, junit=str(junit))
     result.mismatch = [m for m in (r.match(device, gpu_count) for r in registrations) if m is not None]
@@ -341,3 +341,8 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     print(f"==== dsakit rerun-test: {len(results) - len(failed)} passed, {len(failed)} failed"
           + (": " + ", ".join(r.path for r in failed) if failed else "") + " ====")
     return 1 if failed else 0
+
+
+def _text(data: str | bytes | None) -> str:
+    """Partial output of a timed-out subprocess (bytes on some Pythons, even with text=True)."""
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")

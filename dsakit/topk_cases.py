@@ -2,7 +2,8 @@
 call consumes, rebuilt bit-for-bit from a seed on any device.
 
 Owns: the case catalogue (`CASES`, stable `case_id`s used as snapshot keys), score recipes
-(tie-free, exact ties, low-mantissa near ties, constant rows, -inf, NaN, short and empty rows) and
+(tie-free, exact ties, low-mantissa near ties, constant rows, -inf, NaN, short and empty rows,
+sparse peaks over a long bulk) and
 page tables (a shuffled physical page table; its page_size-1 table derived from it). Everything is
 generated on the CPU with a seeded `torch.Generator` and then moved, so a CPU box and a GPU node
 see the same bytes. Must not launch kernels or import SGLang; torch is imported lazily.
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-RECIPES = ("distinct", "ties", "near-ties", "constant", "neg-inf", "nan")
+RECIPES = ("distinct", "ties", "near-ties", "constant", "neg-inf", "nan", "peaks")
 SHAPES = ("decode", "extend", "target-verify", "draft-extend", "adversarial", "long-context")
 
 
@@ -222,6 +223,14 @@ def _recipe_row(recipe: str, row: int, width: int, gen: torch.Generator) -> torc
         frac = (0.002, 0.3, 0.03)[row % 3]
         mask = torch.rand(width, generator=gen) < frac
         return vals.masked_fill(mask, float("nan"))
+    if recipe == "peaks":
+        # long rows inside the radix kernels' exact envelope: 4096 distinct peaks (1..4096) over a
+        # distinct negative bulk, so the top-k threshold bin of any fp16 coarse key (8, 10 or 12
+        # bits) holds at most 512 scores -- below every kernel's candidate buffer
+        vals = -1.0 - torch.randperm(width, generator=gen).to(torch.float32)
+        peaks = torch.randperm(width, generator=gen)[:4096]
+        vals[peaks] = 1.0 + torch.randperm(4096, generator=gen).to(torch.float32)
+        return vals
     raise ValueError(f"unknown score recipe {recipe!r}; known: {', '.join(RECIPES)}")
 
 
@@ -267,6 +276,9 @@ def _catalogue() -> dict[str, TopkCase]:
                  note="3 requests x 2 rows + 2 CUDA-graph padded rows with length 0"),
         TopkCase("long-1m-ps64-k2048", "long-context", 2048, (one_m, 999_983), one_m, seed=7,
                  note="1M-token contexts, two rows"),
+        TopkCase("long-1m-peaks-k2048", "long-context", 2048, (one_m, 999_983), one_m,
+                 recipe="peaks", seed=16,
+                 note="1M-token rows whose threshold bin fits every kernel's candidate buffer"),
         TopkCase("ties-exact-k512", "adversarial", 512, (4096, 3000, 700, 513), 4096,
                  recipe="ties", seed=8, note="24 distinct values: boundary inside a tied group"),
         TopkCase("near-ties-k2048", "adversarial", 2048, (8192, 6000, 2100), 8192,

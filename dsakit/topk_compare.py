@@ -16,6 +16,19 @@ The contract, per row r with window w = scores[r, start : start + length] and k 
   * equality of two selections: identical sets, or differing only inside the tied group at the
     boundary (score == k-th largest) or at -inf positions; reported as tie swaps. Rows holding
     NaN have no defined equality (only validity): their differences are reported as swaps too.
+
+Two per-backend refinements, declared by the launch paths (`dsakit.topk_launch`) as data and
+never applied to the torch/flashinfer paths:
+  * `CandidateBuffer`: kernels that bin an fp16 rounding of the key, keep at most `capacity`
+    members of the threshold bin and refine only those (sgl-kernel's AOT radix top-k, the v2 JIT
+    of SGLang <= 0.5.17) are exact only while that bin fits. `candidate_overflow` predicts, from
+    the scores alone, the rows where it does not; `coarse_scores` turns such rows into their bin
+    ids so the selection can still be checked at the kernel's bin precision (everything above the
+    threshold bin selected, nothing below it) while the exact check is a known kernel bug.
+  * `nan_slot_filler`: the v2 JIT counts NaN above +inf in its histogram but never collects it;
+    the slots NaN would take are written with position == slot index (a dereferenceable dummy).
+    With the flag, such entries in NaN rows are exempt from the order/duplicate checks, at most
+    one per NaN in the row.
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ class RowProblem:
     """Why one row fails: a stable `code` and the evidence (positions with their scores)."""
 
     row: int
-    code: str  # shape | out-of-range | duplicate | count | order | mismatch
+    code: str  # shape | out-of-range | duplicate | count | order | nan-filler | mismatch
     message: str
     length: int = 0
     threshold: float | None = None
@@ -134,9 +147,22 @@ def _selected(row_idx: Any) -> Any:
     return row_idx[row_idx != -1]
 
 
+def _fillers_out_of_order(w: Any, real: Any, maybe_fill: Any, nan: Any) -> int:
+    """How many filler candidates score below the best score left unselected by the real picks."""
+    unsel = ~real & ~maybe_fill & ~nan
+    cand = maybe_fill & ~nan
+    if not bool(unsel.any()) or not bool(cand.any()):
+        return 0
+    return int((w[cand] < w[unsel].max()).sum())
+
+
 def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
-               row_starts: Any = None) -> TopkReport:
-    """The validity contract (module docstring) per row; never raises on a bad selection."""
+               row_starts: Any = None, nan_slot_filler: bool = False) -> TopkReport:
+    """The validity contract (module docstring) per row; never raises on a bad selection.
+
+    `nan_slot_filler`: in rows holding NaN, an entry at output slot j holding position j may be the
+    v2 JIT's filler for a slot a NaN cost the row; such entries are exempt from the order and
+    duplicate checks, and at most one per NaN may be out of order (more is a bug)."""
     import torch
 
     prep = _prepare(indices, scores, lengths, row_starts)
@@ -148,7 +174,12 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
     for row, length in enumerate(prep.lengths):
         length = max(length, 0)
         w = prep.window(row)
-        sel = _selected(prep.idx[row])
+        row_idx = prep.idx[row]
+        nan = torch.isnan(w)
+        filler = torch.zeros_like(row_idx, dtype=torch.bool)
+        if nan_slot_filler and bool(nan.any()):
+            filler = row_idx == torch.arange(row_idx.numel(), dtype=row_idx.dtype)
+        sel = _selected(row_idx)
         bad = sel[(sel < 0) | (sel >= length)]
         if bad.numel():
             report.problems.append(RowProblem(
@@ -156,11 +187,11 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
                 f"[0, {length})", length))
             continue
         uniq, counts = torch.unique(sel, return_counts=True)
-        if (counts > 1).any():
+        real, real_counts = torch.unique(row_idx[(row_idx != -1) & ~filler], return_counts=True)
+        if (real_counts > 1).any():  # a filler may repeat a real pick; two real picks may not
             report.problems.append(RowProblem(
-                row, "duplicate", f"positions {uniq[counts > 1][:_SHOW].tolist()} selected twice",
-                length))
-        nan = torch.isnan(w)
+                row, "duplicate", f"positions {real[real_counts > 1][:_SHOW].tolist()} selected "
+                "twice", length))
         ranked = ~nan & (w != float("-inf"))
         need = min(length, topk)
         floor = max(0, min(int(ranked.sum()), topk) - int(nan.sum()))
@@ -172,6 +203,22 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
                 _kth_largest(w, topk)))
         chosen = torch.zeros(length, dtype=torch.bool)
         chosen[uniq] = True
+        if bool(filler.any()):
+            fill_pos = row_idx[filler]
+            real_pos = torch.zeros(length, dtype=torch.bool)
+            real_pos[real] = True
+            maybe_fill = torch.zeros(length, dtype=torch.bool)
+            maybe_fill[fill_pos] = True
+            maybe_fill &= ~real_pos
+            low = _fillers_out_of_order(w, real_pos, maybe_fill, nan)
+            if low > int(nan.sum()):
+                report.problems.append(RowProblem(
+                    row, "nan-filler", f"{low} filler entries (position == output slot) sit below "
+                    f"the best unselected score, more than the {int(nan.sum())} NaN in the row can "
+                    "explain", length, _kth_largest(w, topk)))
+            # the order check below judges the real picks; filler positions are neither side
+            chosen = real_pos
+            nan = nan | maybe_fill
         sel_ord = chosen & ~nan
         unsel_ord = ~chosen & ~nan
         if sel_ord.any() and unsel_ord.any():
@@ -251,10 +298,11 @@ def compare_topk(actual: Any, expected: Any, scores: Any, lengths: Any, *,
 
 
 def assert_topk_valid(indices: Any, scores: Any, lengths: Any, topk: int, *,
-                      row_starts: Any = None) -> TopkReport:
+                      row_starts: Any = None, nan_slot_filler: bool = False) -> TopkReport:
     """Raise AssertionError with a per-row diff unless `indices` is a valid top-k of `scores`."""
     __tracebackhide__ = True
-    report = check_topk(indices, scores, lengths, topk, row_starts=row_starts)
+    report = check_topk(indices, scores, lengths, topk, row_starts=row_starts,
+                        nan_slot_filler=nan_slot_filler)
     if not report.ok:
         raise AssertionError(report.format("invalid top-k selection"))
     return report
@@ -268,6 +316,108 @@ def assert_topk_equal(actual: Any, expected: Any, scores: Any, lengths: Any, *,
     if not report.ok:
         raise AssertionError(report.format("top-k selections differ"))
     return report
+
+
+# ---------------------------------------------------------------- coarse-bin candidate buffers
+
+
+def coarse_bins(values: Any, bits: int) -> Any:
+    """The fp16 coarse key of the radix top-k kernels, as int64 bin ids (higher = larger score).
+
+    Mirrors `extract_coarse_bin<kBits>` (v2 JIT, topk_impl.cuh) and `convert_to_uint8` (sgl-kernel,
+    topk.cu, bits=8): round to fp16 (nearest-even, so |x| > 65520 saturates to +/-inf), flip to an
+    order-preserving 16-bit key, keep the top `bits` bits."""
+    import torch
+
+    if not 0 < bits <= 16:
+        from dsakit.errors import UsageError
+
+        raise UsageError(f"coarse key bits must be in 1..16, got {bits}")
+    half = torch.as_tensor(values).detach().to("cpu", torch.float32).to(torch.float16)
+    raw = half.view(torch.int16).to(torch.int64) & 0xFFFF
+    key = torch.where(raw >= 0x8000, 0xFFFF - raw, raw | 0x8000)
+    return key >> (16 - bits)
+
+
+@dataclass(frozen=True)
+class CandidateBuffer:
+    """A radix top-k that bins a coarse fp16 key, keeps at most `capacity` members of the
+    threshold bin (in arrival order, i.e. arbitrary ones) and refines only those.
+
+    `threshold_rank` is the rank (1-based, largest first) whose bin is the threshold bin: the v2
+    JIT's find_threshold takes the bin of the k-th largest (rank k); sgl-kernel's suffix-sum test
+    `hist[b] > k && hist[b + 1] <= k` takes the bin of the (k+1)-th (rank k+1), and selects bins
+    above it outright when they hold exactly k. `source` cites the lines."""
+
+    kernel: str
+    bits: int
+    capacity: int
+    threshold_rank: str  # "k" | "k+1"
+    source: str
+
+
+@dataclass(frozen=True)
+class BinOverflow:
+    """One row whose threshold bin holds more candidates than the kernel keeps."""
+
+    row: int
+    bits: int
+    bin: int
+    population: int
+    capacity: int
+    distinct: int  # distinct fp32 scores in the bin (1: any subset is a valid tie choice)
+
+    def describe(self) -> str:
+        return (f"row {self.row}: threshold bin {self.bin:#x} of the {self.bits}-bit fp16 key holds "
+                f"{self.population} scores ({self.distinct} distinct) > {self.capacity} kept")
+
+
+def candidate_overflow(buffer: CandidateBuffer, scores: Any, lengths: Any, topk: int, *,
+                       row_starts: Any = None, bits_per_row: list[int] | None = None
+                       ) -> list[BinOverflow]:
+    """Rows where `buffer`'s kernel may mis-select: the threshold bin holds more than `capacity`
+    scores and they are not all equal. Rows no longer than k take the kernels' trivial path.
+    `bits_per_row` overrides `buffer.bits` where the kernel picks its key width per row."""
+    import torch
+
+    prep = _prepare(torch.zeros((len(torch.as_tensor(lengths).flatten()), 1)), scores, lengths,
+                    row_starts)
+    out = []
+    for row, length in enumerate(prep.lengths):
+        if length <= topk:
+            continue
+        w = prep.window(row)
+        bits = bits_per_row[row] if bits_per_row is not None else buffer.bits
+        bins = coarse_bins(w, bits)
+        hist = torch.bincount(bins, minlength=1 << bits)
+        above = torch.flip(torch.cumsum(torch.flip(hist, [0]), 0), [0])  # above[b] = #(bin >= b)
+        rank = topk + (1 if buffer.threshold_rank == "k+1" else 0)
+        thr = int(torch.nonzero(above >= rank).flatten().max())
+        if buffer.threshold_rank == "k+1" and int(above[thr + 1:thr + 2].sum()) == topk:
+            continue  # sgl-kernel selects bins above the threshold outright: nothing buffered
+        members = w[bins == thr]
+        if members.numel() > buffer.capacity:
+            distinct = int(torch.unique(members[~torch.isnan(members)]).numel())
+            if distinct > 1:
+                out.append(BinOverflow(row, bits, thr, int(members.numel()), buffer.capacity,
+                                       distinct))
+    return out
+
+
+def coarse_scores(scores: Any, overflows: list[BinOverflow]) -> Any:
+    """`scores` with each overflowing row replaced by its coarse bin ids (float; -inf and NaN
+    kept), so the ordinary checks judge those rows at the kernel's bin precision: everything
+    above the threshold bin selected, nothing below it, any members of it."""
+    import torch
+
+    out = torch.as_tensor(scores).detach().to("cpu", torch.float32).clone()
+    for ov in overflows:
+        row = out[ov.row]
+        keyed = coarse_bins(row, ov.bits).to(torch.float32)
+        keyed = torch.where(torch.isneginf(row), row, keyed)
+        keyed = torch.where(torch.isnan(row), row, keyed)
+        out[ov.row] = keyed
+    return out
 
 
 # ---------------------------------------------------------------- normal form (for snapshots)

@@ -1,7 +1,8 @@
 """Driving a `TopkCase` through the real SGLang top-k entry points, one named *path* each.
 
 Owns: the path catalogue (`TOPK_PATHS`: which real call, which gates, which cases it cannot take
-and why, as `Reason`s), `validate_lengths` (the refusal of negative lengths before any launch),
+and why, as `Reason`s, and each kernel's own selection contract, `KernelContract`, with the source
+lines it is read from), `validate_lengths` (the refusal of negative lengths before any launch),
 the env flags a path needs (restored by the caller's monkeypatch), and mapping each path's output
 back to row-local positions so every path is compared in the same terms. Must not decide what a
 correct selection is (that is `dsakit.topk_compare`); imports torch and SGLang lazily, once.
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
+from dsakit.topk_compare import BinOverflow, CandidateBuffer, candidate_overflow
 
 if TYPE_CHECKING:
     import pytest
@@ -44,10 +46,75 @@ def validate_lengths(lengths: Any, *, what: str = "lengths") -> None:
             f"and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
 
 
+# ---------------------------------------------------------------- what each kernel guarantees
+
+# No length limit was found in either kernel: sgl-kernel's topk.cu indexes rows with int
+# (`for (int idx = tx; idx < length; ...)`), the v2 JIT with uint32 and a cluster path built for
+# DeepSeek-V4's 1M-token context. What bounds exactness is the threshold-bin candidate buffer,
+# a property of the scores (how many share the coarse fp16 bin at the top-k boundary), not of the
+# length; `candidate_overflow` predicts it per row from the scores. Both are open upstream bugs.
+
+SGL_AOT_BUFFER = CandidateBuffer(
+    kernel="sgl_kernel fast_topk / fast_topk_transform_fused / fast_topk_transform_ragged_fused",
+    bits=8,
+    capacity=4096,
+    threshold_rank="k+1",
+    source="sgl-kernel csrc/elementwise/topk.cu (moved to python/sglang/kernels/aot/csrc/"
+           "elementwise/topk.cu): kSmem = 8 * 1024 * sizeof(uint32_t) since sglang PR #17747 "
+           "(was 128KB), SMEM_INPUT_SIZE = kSmem / (2 * sizeof(int)) = 4096; stage 1 of "
+           "fast_topk_cuda_tl stores a threshold-bin candidate only `if cpos < SMEM_INPUT_SIZE` "
+           "and refines only the stored ones; the bin is convert_to_uint8 = __float2half_rn(x) "
+           "ordered key >> 8",
+)
+SGL_AOT_BUG = ("sgl-project/sglang#36807 (open, fix PR #37893 open): fast_topk_v2 silently "
+               "returns wrong top-k sets when the threshold bucket exceeds its 4096-entry buffer")
+
+V2_JIT_BUFFER = CandidateBuffer(
+    kernel="v2 JIT topk_transform_512_v2 (DeepSeek-V4 top-k v2, SGLANG_OPT_USE_TOPK_V2)",
+    bits=12,
+    capacity=2048,
+    threshold_rank="k",
+    source="sglang 0.5.17 kernels/jit/include/sgl_kernel/deepseek_v4/topk_impl.cuh:207 "
+           "kMaxNumTie = 2048; :593, :673, :789 the collect pass keeps a threshold-bin tie only "
+           "`if (count_eq < kMaxNumTie)`; :616, :688, :836 tie_count = min(equal_count, "
+           "kMaxNumTie); :77-84 extract_coarse_bin (fp16 key); TopKRegister/TopKStreaming bin "
+           "12 bits (:524 TopKRadixBase<12>), TopKCluster 10 bits (:699 TopKRadixBase<10>)",
+)
+V2_JIT_BUG = ("sgl-project/sglang#35257 (open): DSA top-k v2 tie-overflow selection is not exact, "
+              "the collect pass keeps whichever kMaxNumTie candidates arrive first (v0.5.15-0.5.17)")
+
+V2_NAN_FILLER_SOURCE = (
+    "v2 JIT: extract_coarse_bin maps NaN above +inf, so the histogram ranks NaN first, but the "
+    "collect pass compares `val >= v_hi` / `val >= v_lo` and never takes NaN; handle_tie then "
+    "fills the slots left over with `problem.emit(base + t, base + t)` (position == output slot: "
+    "a dereferenceable dummy, added by sglang PR #30512) -- 0.5.17 topk_impl.cuh:246-252, same "
+    "at 0.5.23 topk_impl.cuh:229-232")
+
+_V2_IMPL_HEADER = "kernels/jit/include/sgl_kernel/deepseek_v4/topk_impl.cuh"
+
+
+@dataclass(frozen=True)
+class KernelContract:
+    """What one path's kernel guarantees beyond the common contract (`dsakit.topk_compare`).
+
+    `buffer`: exact only while the threshold bin fits (`bits_per_row` where the key width depends
+    on the dispatch); past it a `known_bug`. `nan_slot_filler`: NaN-cost slots hold position ==
+    slot index (`V2_NAN_FILLER_SOURCE`)."""
+
+    buffer: CandidateBuffer | None = None
+    known_bug: str = ""
+    bits_per_row: Callable[[TopkCase], list[int]] | None = None
+    nan_slot_filler: bool = False
+
+
+EXACT = KernelContract()
+
+
 @dataclass(frozen=True)
 class TopkPath:
     """One real top-k entry point. `run(case, device, monkeypatch)` returns row-local positions
-    (rows, k) int tensor, -1 padded; `unsupported(case)` says why a case does not apply."""
+    (rows, k) int tensor, -1 padded; `unsupported(case)` says why a case does not apply;
+    `contract(case)` what the kernel it reaches for that case guarantees (release-dependent)."""
 
     path_id: str
     gates: tuple[str, ...]
@@ -55,6 +122,7 @@ class TopkPath:
     unsupported: Callable[[TopkCase], Reason | None]
     reference: bool = False  # the path whose result may write goldens
     device: str = "cuda"
+    contract: Callable[[TopkCase], KernelContract] = lambda case: EXACT
 
 
 # ---------------------------------------------------------------- SGLang, imported once
@@ -196,8 +264,9 @@ def _only_2048(name: str) -> Callable[[TopkCase], Reason | None]:
     def check(case: TopkCase) -> Reason | None:
         if case.k != 2048:
             return Reason("topk-k-unsupported",
-                          f"{name} asserts topk == 2048 (DeepSeek V3.2); the torch, flashinfer "
-                          f"and v2 JIT paths cover k={case.k}")
+                          f"{name} asserts topk == 2048 (DeepSeek V3.2; sgl_kernel/top_k.py, the "
+                          f"kernel's TopK is a constexpr 2048); the torch, flashinfer and v2 JIT "
+                          f"paths cover k={case.k}")
         return None
 
     return check
@@ -241,13 +310,100 @@ def _v2_ragged_or_2048(case: TopkCase) -> Reason | None:
 
     if case.k == 2048 or installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
         return None
-    return Reason("topk-k-unsupported", "this SGLang has no v2 RAGGED entry, so RAGGED falls back to "
-                  "sgl_kernel.fast_topk_transform_ragged_fused, which asserts topk == 2048; the "
-                  f"flashinfer and torch paths cover k={case.k}")
+    return Reason("topk-k-unsupported", "this SGLang's DSATopKBackend.topk_transform has no v2 "
+                  "RAGGED branch (no _topk_transform_v2_ragged in srt/layers/attention/dsa/"
+                  "dsa_topk_backend.py; 0.5.17 routes only decode-shaped PAGED rows to v2, lines "
+                  "105-115), so RAGGED with SGLANG_OPT_USE_TOPK_V2=1 reaches sgl_kernel."
+                  "fast_topk_transform_ragged_fused (0.5.17 line 148), whose wrapper asserts topk == "
+                  "2048 (sgl_kernel/top_k.py:141-143, sglang-kernel 0.4.5); SGLang 0.5.23 adds the "
+                  f"v2 RAGGED entry (any k <= 2048); flashinfer and torch cover k={case.k} here")
 
 
 def _any(case: TopkCase) -> Reason | None:
     return None
+
+
+# ---------------------------------------------------------------- contracts per path
+
+
+def _v2_refines_overflow() -> bool:
+    """SGLang 0.5.23's v2 JIT re-stages an overflowing threshold bin exactly (refine_ties) on its
+    register/streaming paths; 0.5.17's does not (probe of the installed JIT header, no import)."""
+    from dsakit.sglang_release import installed_release
+
+    try:
+        return "refine_ties" in installed_release().file(_V2_IMPL_HEADER).read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def _v2_key_bits(case: TopkCase) -> list[int]:
+    """Key width per row under 0.5.17's host dispatch (topk_v2.cuh:415-459, :204-236, :163-202,
+    plan :239-319): 10 bits for rows the cluster path takes, 12 for register/streaming rows."""
+    batch, width = case.num_rows, case.width
+    floor = 32768 if batch <= 15 else 65536  # kClusterFloorSmall / kClusterFloor
+    if not (width > floor and batch <= 512):  # use_cluster reads max_seq_len = the score width
+        return [12] * batch
+    if batch <= 30:  # topk_small_batch_kernel: seq_len > cluster_floor -> Cluster
+        return [10 if n > floor else 12 for n in case.lengths]
+    counts = [0] * 6  # topk_plan: lower the threshold while few enough rows exceed it
+    candidates = ((65536, 30), (98304, 48), (131072, 60), (196608, 80), (262144, 112), (393216, 128))
+    for n in case.lengths:
+        c = sum(n > t for t, _ in candidates)
+        if c:
+            counts[c - 1] += 1
+    chosen, accum = candidates[-1][0], 0
+    for j in range(len(candidates) - 1, -1, -1):
+        accum += counts[j]
+        if accum > candidates[j][1]:
+            break
+        chosen = candidates[j][0]
+    threshold = max(chosen, 65536)
+    return [10 if n > threshold else 12 for n in case.lengths]
+
+
+def _sgl_aot_contract(case: TopkCase) -> KernelContract:
+    return KernelContract(buffer=SGL_AOT_BUFFER, known_bug=SGL_AOT_BUG)
+
+
+def _v2_fold_contract(case: TopkCase) -> KernelContract:
+    if _v2_refines_overflow():
+        # register/streaming rows refine exactly; 0.5.23's cluster path still truncates
+        # (its topk_impl.cuh says so) but its dispatch is not modelled: a mis-selection there
+        # fails unmarked rather than being predicted wrongly
+        return KernelContract(nan_slot_filler=True)
+    return KernelContract(buffer=V2_JIT_BUFFER, known_bug=V2_JIT_BUG, bits_per_row=_v2_key_bits,
+                          nan_slot_filler=True)
+
+
+def _v2_ragged_contract(case: TopkCase) -> KernelContract:
+    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
+
+    if installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
+        return KernelContract(nan_slot_filler=True) if _v2_refines_overflow() else KernelContract(
+            buffer=V2_JIT_BUFFER, known_bug=V2_JIT_BUG, nan_slot_filler=True)
+    return _sgl_aot_contract(case)  # no v2 RAGGED entry: the legacy fused ragged kernel runs
+
+
+def known_kernel_bug(path: TopkPath, case: TopkCase) -> tuple[Reason, list[BinOverflow]] | None:
+    """Why `path` may mis-select `case` by a known, sourced kernel bug (and the rows), or None
+    when the kernel's exact contract applies to every row."""
+    contract = path.contract(case)
+    if contract.buffer is None:
+        return None
+    bits = contract.bits_per_row(case) if contract.bits_per_row else None
+    rows = candidate_overflow(contract.buffer, case.scores("cpu"), case.lengths, case.k,
+                              row_starts=case.row_starts, bits_per_row=bits)
+    if not rows:
+        return None
+    buf = contract.buffer
+    shown = "; ".join(r.describe() for r in rows[:3]) + (f"; +{len(rows) - 3} rows" if len(rows) > 3 else "")
+    return Reason(
+        "topk-known-kernel-bug",
+        f"known kernel bug: {buf.kernel} keeps at most {buf.capacity} candidates of the threshold "
+        f"bin and refines only those, so it is exact only while that bin fits ({buf.source}); "
+        f"{shown}. Upstream: {contract.known_bug}. The selection is still checked at the "
+        f"kernel's bin precision; torch and flashinfer cover the exact contract for this case"), rows
 
 
 SGL = ("cuda", "module:sgl_kernel")
@@ -259,20 +415,24 @@ TOPK_PATHS: dict[str, TopkPath] = {
     for p in (
         TopkPath("torch.topk_func", (), _run_topk_func("torch"), _any, reference=True, device="cpu"),
         TopkPath("sgl-kernel.topk_func", SGL, _run_topk_func("sgl-kernel"),
-                 _only_2048("sgl_kernel.fast_topk_v2")),
+                 _only_2048("sgl_kernel.fast_topk_v2"), contract=_sgl_aot_contract),
         TopkPath("flashinfer.topk_func", FI, _run_topk_func("flashinfer"), _any),
         TopkPath("sgl-kernel.transform-paged", SGL, _run_transform("sgl-kernel", v2=False),
-                 _paged_only(_only_2048("sgl_kernel.fast_topk_transform_fused"))),
+                 _paged_only(_only_2048("sgl_kernel.fast_topk_transform_fused")),
+                 contract=_sgl_aot_contract),
         TopkPath("sgl-kernel.transform-ragged", SGL, _run_transform("sgl-kernel", v2=False),
-                 _ragged_only(_only_2048("sgl_kernel.fast_topk_transform_ragged_fused"))),
+                 _ragged_only(_only_2048("sgl_kernel.fast_topk_transform_ragged_fused")),
+                 contract=_sgl_aot_contract),
         TopkPath("flashinfer.transform-paged", FI, _run_transform("flashinfer", v2=False), _paged_only()),
         TopkPath("flashinfer.transform-ragged", FI, _run_transform("flashinfer", v2=False), _ragged_only()),
         # v2 on: PAGED decode-shaped rows go to the v2 JIT fold; RAGGED goes to the v2 ragged entry
         # where the release has one (0.5.23) and to the legacy fused kernel otherwise (0.5.17)
         TopkPath("sgl-kernel.transform-ragged.v2", V2, _run_transform("sgl-kernel", v2=True),
-                 _ragged_only(_v2_ragged_or_2048)),
-        TopkPath("v2-fold.paged", V2, _run_v2_fold(page_size_1=False), _paged_only()),
-        TopkPath("v2-fold.paged-ps1-table", V2, _run_v2_fold(page_size_1=True), _paged_only()),
+                 _ragged_only(_v2_ragged_or_2048), contract=_v2_ragged_contract),
+        TopkPath("v2-fold.paged", V2, _run_v2_fold(page_size_1=False), _paged_only(),
+                 contract=_v2_fold_contract),
+        TopkPath("v2-fold.paged-ps1-table", V2, _run_v2_fold(page_size_1=True), _paged_only(),
+                 contract=_v2_fold_contract),
     )
 }
 

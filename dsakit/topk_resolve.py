@@ -56,17 +56,33 @@ def resolve(role: str) -> Resolved:
     return Resolved(DSATopKBackend(get_server_args().dsa_topk_backend), PRE_SPLIT)
 
 
+def published_flags() -> dict[str, str]:
+    """The top-k flags as the resolution code reads them now: the resolved config bags on a
+    split release (0.5.23's `get_server_args()` keeps the *raw* input, which an override does
+    not change), the ServerArgs attribute before the split (what 0.5.17's backend reads)."""
+    from dsakit.sglang_release import installed_release
+
+    if installed_release().has("topk-role-split"):
+        from sglang.srt.runtime_context import get_exec, get_spec
+
+        return {"target": get_exec().kernel.dsa_topk_backend,
+                "draft": get_spec().speculative_dsa_topk_backend}
+    from sglang.srt.runtime_context import get_server_args
+
+    backend = get_server_args().dsa_topk_backend
+    return {"target": backend, "draft": backend}
+
+
 def resolution_problems(cell: TopkCell) -> list[Reason]:
     """Where the real SGLang disagrees with the oracle for this cell (empty: agrees). Call
     inside `cell.scope()`."""
-    from sglang.srt.runtime_context import get_server_args
-
     problems: list[Reason] = []
     exp = cell.expectation
-    applied = get_server_args().dsa_topk_backend
-    if applied != cell.target:
-        return [Reason("scope-not-applied", f"{cell.id}: the published dsa_topk_backend is "
-                       f"{applied!r}, not {cell.target!r}; call inside `with cell.scope():`")]
+    published = published_flags()
+    wanted = {"target": cell.target, "draft": cell.draft if cell.flags.has_split else cell.target}
+    if published != wanted:
+        return [Reason("scope-not-applied", f"{cell.id}: the published top-k flags are "
+                       f"{published}, not {wanted}; call inside `with cell.scope():`")]
     got = resolve(cell.role)
     if got.rule != exp.rule:
         problems.append(Reason("rule-mismatch", f"{cell.id}: dsakit's flags say {exp.rule!r} "

@@ -23,8 +23,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 case "$job" in
   main)
+    dsakit capabilities
     dsakit contract check
-    exec python -m pytest contracts -n 2 -p no:randomly --dsakit-report dsakit-report.json
+    exec python -m pytest contracts -n 2 --dsakit-report dsakit-report.json
     ;;
   test)
     exec python -m pytest tests -n 2

@@ -165,3 +165,228 @@ def test_adversarial_recipes() -> None:
     assert torch.isneginf(get_case("neg-inf-k2048").scores()[2]).all()
     assert torch.isnan(get_case("nan-k512").scores()[1]).sum() > 512
     assert (get_case("constant-rows-k512").scores()[1] == 0).all()
+
+
+# ---------------------------------------------------------------- kernel contracts (coarse bins, NaN filler)
+
+
+def test_coarse_bins_mirror_the_kernels_fp16_key() -> None:
+    from dsakit.topk_compare import coarse_bins
+
+    x = torch.tensor([-float("inf"), -1.0, -0.0, 0.0, 1.0, 1.0000027, 65504.0, 70000.0, 1e30,
+                      float("inf")])
+    b8 = coarse_bins(x, 8).tolist()
+    assert b8 == sorted(b8)  # order-preserving
+    assert b8[4] == 0xBC == b8[5]  # fp16(1.0) = 0x3C00 -> key 0xBC00; the near tie rounds onto it
+    assert b8[7] == b8[8] == b8[9] == 0xFC  # |x| > 65520 saturates to the +inf bin
+    assert b8[6] < b8[7] and b8[0] == 0x03  # 65504 is finite in fp16; -inf key 0x03FF
+    assert coarse_bins(x, 12)[4] == 0xBC0 and coarse_bins(x, 10)[4] == 0x2F0
+    with pytest.raises(dsakit.UsageError):
+        coarse_bins(x, 17)
+
+
+def _buffer(bits: int, capacity: int, rank: str):  # type: ignore[no-untyped-def]
+    from dsakit.topk_compare import CandidateBuffer
+
+    return CandidateBuffer("test kernel", bits, capacity, rank, "test")
+
+
+def test_overflow_needs_a_crowded_threshold_bin_of_distinct_scores() -> None:
+    from dsakit.topk_compare import candidate_overflow
+
+    near = torch.tensor([[1.0 + i * 2.0 ** -23 for i in range(16)] + [5.0] * 4])  # one fp16 bin
+    over = candidate_overflow(_buffer(12, 8, "k"), near, [20], 6)
+    assert [(o.row, o.population, o.distinct) for o in over] == [(0, 16, 16)]
+    assert "16 scores (16 distinct) > 8 kept" in over[0].describe()
+    assert candidate_overflow(_buffer(12, 16, "k"), near, [20], 6) == []  # fits the buffer
+    assert candidate_overflow(_buffer(12, 8, "k"), near, [6], 6) == []  # length <= k: trivial path
+    equal = torch.tensor([[2.0] * 16 + [5.0] * 4])  # crowded but all equal: any subset is valid
+    assert candidate_overflow(_buffer(12, 8, "k"), equal, [20], 6) == []
+    # exactly k scores above the crowded bin: sgl-kernel (rank k+1) selects them outright
+    # (topk == 0 after stage 1, nothing buffered); the v2 JIT (rank k) thresholds at their bin
+    four = torch.tensor([[1.0 + i * 2.0 ** -23 for i in range(16)] + [5.0, 6.0, 7.0, 8.0]])
+    assert candidate_overflow(_buffer(8, 8, "k+1"), four, [20], 4) == []
+    assert candidate_overflow(_buffer(8, 8, "k"), four, [20], 4) == []  # bin of the 4th: 8.0's
+    assert len(candidate_overflow(_buffer(8, 8, "k+1"), four, [20], 5)) == 1
+
+
+def test_bin_precision_accepts_a_near_tie_swap_but_never_a_lower_bin() -> None:
+    from dsakit.topk_compare import candidate_overflow, coarse_scores
+
+    scores = torch.tensor([[1.0 + i * 2.0 ** -23 for i in range(16)] + [5.0, 6.0, 0.5, 0.25]])
+    k = 6  # exact top-6: 6.0, 5.0 and the four largest near ties (positions 15..12)
+    exact = torch.tensor([[17, 16, 15, 14, 13, 12]])
+    near_swap = torch.tensor([[17, 16, 15, 14, 13, 0]])  # 1.0 instead of 1.0000014: same fp16 bin
+    lower_bin = torch.tensor([[17, 16, 15, 14, 13, 18]])  # 0.5: a lower bin, never a valid pick
+    dsakit.assert_topk_valid(exact, scores, [20], k)
+    over = candidate_overflow(_buffer(12, 8, "k"), scores, [20], k)
+    coarse = coarse_scores(scores, over)
+    # the kernel's bin precision: the near-tie swap is a tie, the lower-bin pick is not
+    dsakit.assert_topk_valid(near_swap, coarse, [20], k)
+    report = dsakit.assert_topk_equal(near_swap, exact, coarse, [20], topk=k)
+    assert report.tie_swaps == {0: ([12], [0])}
+    with pytest.raises(AssertionError, match=r"row 0 \[order\]"):
+        dsakit.assert_topk_valid(lower_bin, coarse, [20], k)
+    # exact fp32 (torch, flashinfer, and every row that fits the buffer): both fail
+    with pytest.raises(AssertionError, match=r"row 0 \[order\]"):
+        dsakit.assert_topk_valid(near_swap, scores, [20], k)
+    with pytest.raises(AssertionError, match=r"not explained by ties"):
+        dsakit.assert_topk_equal(near_swap, exact, scores, [20], topk=k)
+    with pytest.raises(AssertionError, match=r"row 0 \[order\]"):
+        dsakit.assert_topk_valid(lower_bin, scores, [20], k)
+    # rows that do not overflow keep their exact scores
+    assert torch.equal(coarse_scores(scores, []), scores)
+
+
+def test_v2_nan_filler_is_exempt_only_with_the_flag_and_only_once_per_nan() -> None:
+    nan = float("nan")
+    scores = torch.tensor([[9.0, nan, 8.0, 1.0, 7.0, 0.5, 6.0, 0.25]])
+    # the v2 JIT: NaN ranked first in the histogram, never collected; its slot (3) is written
+    # with position 3 (score 1.0) while 7.0 and 6.0 were the real top picks
+    v2 = torch.tensor([[0, 2, 4, 3]])
+    with pytest.raises(AssertionError, match=r"\[order\]"):
+        dsakit.assert_topk_valid(v2, scores, [8], 4)
+    dsakit.assert_topk_valid(v2, scores, [8], 4, nan_slot_filler=True)
+    # a filler may repeat a real pick (slot 2 holds 2 while 2 was also picked at slot 0)
+    dsakit.assert_topk_valid(torch.tensor([[2, 0, 2, 4]]), scores, [8], 4, nan_slot_filler=True)
+    # three low fillers for one NaN: more than the NaN can explain (slots 0..3 hold 0..3)
+    with pytest.raises(AssertionError, match=r"\[nan-filler\] .*3 filler entries"):
+        dsakit.assert_topk_valid(torch.tensor([[0, 1, 2, 3]]), torch.tensor(
+            [[9.0, 0.0, 0.1, 0.2, 7.0, nan, 6.0, 5.0]]), [8], 4, nan_slot_filler=True)
+    # no NaN in the row: a position == slot entry is an ordinary pick, judged as such
+    with pytest.raises(AssertionError, match=r"\[order\]"):
+        dsakit.assert_topk_valid(torch.tensor([[0, 2, 4, 3]]), torch.tensor(
+            [[9.0, 0.0, 8.0, 1.0, 7.0, 0.5, 6.0, 0.25]]), [8], 4, nan_slot_filler=True)
+
+
+@pytest.fixture
+def sglang_0517(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A stand-in for SGLang 0.5.17's tree: no v2 RAGGED entry, no refine_ties in the v2 JIT."""
+    import dsakit.sglang_release as rel
+
+    pkg = tmp_path / "sglang"
+    backend = pkg / rel.DSA_TOPK_BACKEND_FILE
+    backend.parent.mkdir(parents=True)
+    backend.write_text("def _topk_transform_v2_paged(logits, lengths, topk, md):\n    pass\n")
+    header = pkg / "kernels/jit/include/sgl_kernel/deepseek_v4/topk_impl.cuh"
+    header.parent.mkdir(parents=True)
+    header.write_text("constexpr uint32_t kMaxNumTie = 2048;  // no exact re-staging\n")
+    release = rel.SGLangRelease(pkg, "0.5.17")
+    monkeypatch.setattr(rel, "installed_release", lambda: release)
+    return release
+
+
+def _predicted(path_id: str) -> dict[str, list[int]]:
+    from dsakit.topk_cases import topk_cases
+    from dsakit.topk_launch import TOPK_PATHS, known_kernel_bug
+
+    path = TOPK_PATHS[path_id]
+    out = {}
+    for case in topk_cases():
+        if path.unsupported(case) is None:
+            bug = known_kernel_bug(path, case)
+            if bug is not None:
+                out[case.case_id] = [r.row for r in bug[1]]
+    return out
+
+
+def test_known_bug_predictions_match_the_h200_run_on_sglang_0517(sglang_0517) -> None:  # type: ignore[no-untyped-def]
+    """H200, SGLang 0.5.17 + sglang-kernel 0.4.5: exactly these (path, case, rows) mis-selected
+    (rows named in each failure's '{n} of {m} rows fail'); every other case was exact."""
+    sgl = {"long-1m-ps64-k2048": [0, 1], "near-ties-k2048": [0, 1]}
+    assert _predicted("sgl-kernel.topk_func") == sgl
+    assert _predicted("sgl-kernel.transform-paged") == sgl
+    assert _predicted("sgl-kernel.transform-ragged") == {}
+    assert _predicted("sgl-kernel.transform-ragged.v2") == {}
+    v2 = {"long-1m-ps64-k2048": [0, 1], "near-ties-k2048": [0, 1, 2]}
+    assert _predicted("v2-fold.paged") == v2 and _predicted("v2-fold.paged-ps1-table") == v2
+    for exact in ("torch.topk_func", "flashinfer.topk_func", "flashinfer.transform-paged",
+                  "flashinfer.transform-ragged"):
+        assert _predicted(exact) == {}
+
+
+def test_known_bug_reason_names_the_limit_source_and_issue(sglang_0517) -> None:  # type: ignore[no-untyped-def]
+    from dsakit.topk_launch import TOPK_PATHS, known_kernel_bug
+
+    reason, rows = known_kernel_bug(TOPK_PATHS["v2-fold.paged"], get_case("near-ties-k2048"))
+    assert reason.code == "topk-known-kernel-bug" and str(reason).startswith("[topk-known-kernel-bug] known kernel bug")
+    assert "topk_impl.cuh:207 kMaxNumTie = 2048" in reason.message and "sglang#35257" in reason.message
+    assert "holds 8192 scores (24 distinct) > 2048 kept" in reason.message
+    reason, _ = known_kernel_bug(TOPK_PATHS["sgl-kernel.topk_func"], get_case("long-1m-ps64-k2048"))
+    assert "SMEM_INPUT_SIZE" in reason.message and "sglang#36807" in reason.message
+    assert "of the 8-bit fp16 key holds 458768 scores" in reason.message
+
+
+def test_v2_key_width_follows_the_0517_dispatch() -> None:
+    from dsakit.topk_cases import TopkCase
+    from dsakit.topk_launch import _v2_key_bits
+
+    assert _v2_key_bits(get_case("long-1m-ps64-k2048")) == [10, 10]  # small batch: cluster rows
+    assert _v2_key_bits(get_case("decode-ps64-k2048")) == [12] * 8  # width 8192: register path
+    mixed = TopkCase("t", "decode", 2048, (40000, 30000, 9000), 40000)
+    assert _v2_key_bits(mixed) == [10, 12, 12]  # rows above the 32768 small-batch floor cluster
+    small = TopkCase("t", "decode", 2048, (70000,) * 20 + (60000,) * 4, 70000)
+    assert _v2_key_bits(small) == [10] * 20 + [12] * 4  # <= 30 rows: floor 65536 above 15 rows
+    many = TopkCase("t", "decode", 2048, (70000,) * 28 + (500000,) * 4, 500000)
+    # > 30 rows: the persistent pool; topk_plan stops at 98304 (32 rows > 65536 exceed its cap 30)
+    assert _v2_key_bits(many) == [12] * 28 + [10] * 4
+
+
+def test_newer_v2_refines_overflow_so_no_bug_is_predicted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsakit.topk_launch as launch
+
+    monkeypatch.setattr(launch, "_v2_refines_overflow", lambda: True)
+    assert launch.known_kernel_bug(launch.TOPK_PATHS["v2-fold.paged"], get_case("near-ties-k2048")) is None
+    assert launch.TOPK_PATHS["v2-fold.paged"].contract(get_case("nan-k512")).nan_slot_filler
+
+
+def test_v2_ragged_k512_skips_on_0517_with_the_sourced_reason(sglang_0517) -> None:  # type: ignore[no-untyped-def]
+    from dsakit.topk_launch import TOPK_PATHS
+
+    path = TOPK_PATHS["sgl-kernel.transform-ragged.v2"]
+    reason = path.unsupported(get_case("extend-ragged-k512"))
+    assert reason is not None and reason.code == "topk-k-unsupported"
+    assert "no _topk_transform_v2_ragged" in reason.message
+    assert "sgl_kernel/top_k.py:141-143" in reason.message
+    assert path.unsupported(get_case("extend-ragged-k2048")) is None
+    assert path.contract(get_case("extend-ragged-k2048")).buffer.capacity == 4096  # the AOT kernel
+
+
+def _v2_emulated(case_id: str) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """The 0.5.17 v2 JIT's selection as read from its source (12-bit fp16 histogram with NaN
+    above +inf, fp32 collect that never takes NaN, exact ties, handle_tie's slot-index filler)."""
+    from dsakit.topk_compare import coarse_bins
+
+    case = get_case(case_id)
+    scores, k = case.scores(), case.k
+    out = torch.full((case.num_rows, k), -1, dtype=torch.int64)
+    for r, n in enumerate(case.lengths):
+        w = scores[r, :n]
+        if n <= k:
+            out[r, :n] = torch.arange(n)
+            continue
+        bins = coarse_bins(w, 12)
+        above = torch.flip(torch.cumsum(torch.flip(torch.bincount(bins, minlength=4096), [0]), 0), [0])
+        thr = int(torch.nonzero(above >= k).max())
+        real = ~torch.isnan(w)
+        up = torch.nonzero(real & (bins > thr)).flatten()
+        ties = torch.nonzero(real & (bins == thr)).flatten()
+        if ties.numel() > k - up.numel():
+            ties = ties[torch.topk(w[ties], k - up.numel()).indices]
+        picks = torch.cat([up, ties])
+        out[r, :picks.numel()] = picks
+        out[r, picks.numel():] = torch.arange(picks.numel(), k)  # emit(base + t, base + t)
+    return out, scores, case
+
+
+def test_v2_nan_contract_accepts_the_kernels_nan_behaviour_and_nothing_looser() -> None:
+    out, scores, case = _v2_emulated("nan-k512")
+    # reproduces the H200 failure without the v2 contract (row 0: 2 fillers, row 1: all filler)
+    with pytest.raises(AssertionError, match=r"2 of 3 rows fail.*missing \(should be selected\): "
+                       r"235 \(score 1487\.0\), 483 \(score 1486\.0\)"):
+        dsakit.assert_topk_valid(out, scores, case.lengths, case.k)
+    dsakit.assert_topk_valid(out, scores, case.lengths, case.k, nan_slot_filler=True)
+    bad = out.clone()
+    bad[0, 100] = int(torch.argmin(torch.nan_to_num(scores[0, :2000], nan=1e9)))  # a real low pick
+    with pytest.raises(AssertionError, match=r"row 0 \[order\]"):
+        dsakit.assert_topk_valid(bad, scores, case.lengths, case.k, nan_slot_filler=True)

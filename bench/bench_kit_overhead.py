@@ -1,0 +1,354 @@
+"""Benchmark: what dsakit's plugin, fixtures and gate marks cost on top of plain pytest (CPU).
+
+Generates a matrix of `--cells` no-op tests (default 1,000) three ways, in a scratch directory with
+its own pytest.ini (the checkout's addopts and conftest stay out of it):
+
+  plain    `-p no:dsakit`; the same parametrization spelled with plain `parametrize`
+           (role=target/draft x cells), no fixtures, no marks
+  plain+fixture  the same, each test taking a hand-written SimpleNamespace runner fixture (what a
+           suite writes without dsakit: the cost of having a fixture at all)
+  plugin   the plain file with the dsakit plugin loaded (the plugin's fixed cost alone)
+  dsakit   `model_runner` (role-parametrized by the plugin), `target_runner`, `draft_runner`
+           and `dsakit.gate(...)` marks on every param (gates open on a CPU box, so every body runs)
+
+Each is timed as a subprocess (wall clock, best and median of `--repeats`): `--collect-only` and a
+full run, separately. The full runs also load `bench/phase_timing.py`, which records pytest's own
+per-phase durations; setup + teardown per test is the fixture cost. Prints a markdown table and
+writes JSON with `--json`. Targets (issue 8): dsakit full run <= 1.15x plain, < 0.3 ms per test of
+setup + teardown. `--profile` runs the dsakit variant once under cProfile and prints the top
+functions by cumulative and by own time.
+
+    python bench/bench_kit_overhead.py [--cells 1000] [--repeats 7] [--json out.json] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+KIT_CODE = r"(dsakit|mocks|contracts)/[a-z_]+\.py"  # pstats restriction: the kit's own functions
+
+# Gates that are open on a CPU box with SGLang 0.5.23 installed: every body runs, so the fixture
+# work is measured, while apply_gates still resolves the device and evaluates each mark.
+OPEN_GATES = ("sglang:dsa-backend", "sglang:topk-role-split")
+
+PLAIN = '''
+import pytest
+
+CELLS = list(range({per}))
+ROLES = ["target", "draft"]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("role", ROLES, ids=[f"role={{r}}" for r in ROLES])
+def test_model_runner(role, cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_target(cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_draft(cell):
+    pass
+'''
+
+# plain pytest with the hand-written stand-in a suite writes without dsakit: the cost of having a
+# fixture at all, which no kit can avoid
+PLAIN_FIXTURE = '''
+import types
+
+import pytest
+
+CELLS = list(range({per}))
+ROLES = ["target", "draft"]
+
+
+def _runner(role):
+    return types.SimpleNamespace(is_draft_worker=role == "draft", max_running_requests=256,
+                                 model_config=types.SimpleNamespace(context_len=163840))
+
+
+@pytest.fixture
+def model_runner(role):
+    return _runner(role)
+
+
+@pytest.fixture
+def target_runner():
+    return _runner("target")
+
+
+@pytest.fixture
+def draft_runner():
+    return _runner("draft")
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("role", ROLES, ids=[f"role={{r}}" for r in ROLES])
+def test_model_runner(model_runner, cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_target(target_runner, cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_draft(draft_runner, cell):
+    pass
+'''
+
+DSAKIT = '''
+import pytest
+
+import dsakit
+
+CELLS = [pytest.param(i, marks=dsakit.gate({gates})) for i in range({per})]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_model_runner(model_runner, cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_target(target_runner, cell):
+    pass
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_draft(draft_runner, cell):
+    pass
+'''
+
+VARIANTS = {
+    # name: (test module text, extra pytest args)
+    "plain": ("plain", ["-p", "no:dsakit"]),
+    "plain+fixture": ("plain_fixture", ["-p", "no:dsakit"]),
+    "plugin": ("plain", []),
+    "dsakit": ("dsakit", []),
+}
+
+
+def write_matrix(root: Path, cells: int) -> dict[str, Path]:
+    """The two test modules (4 tests per `per` cells: 2 roles + target + draft) and a pytest.ini."""
+    if cells % 4:
+        raise SystemExit(f"--cells must be a multiple of 4 (2 roles + target + draft), got {cells}")
+    per = cells // 4
+    (root / "pytest.ini").write_text("[pytest]\n")
+    files = {}
+    for name, text in (("plain", PLAIN.format(per=per)),
+                       ("plain_fixture", PLAIN_FIXTURE.format(per=per)),
+                       ("dsakit", DSAKIT.format(per=per, gates=", ".join(map(repr, OPEN_GATES))))):
+        d = root / f"matrix_{name}"  # not "dsakit/": cwd is on sys.path
+        d.mkdir()
+        files[name] = d / f"test_matrix_{name}.py"
+        files[name].write_text(textwrap.dedent(text))
+    return files
+
+
+# Bytecode caching as a normal install has it, kept out of the checkout: PYTHONDONTWRITEBYTECODE
+# (set on some dev boxes) would make every run re-compile and re-assert-rewrite every module of
+# the dsakit distribution, which pytest marks for rewriting because the plugin is an entry point.
+PYCACHE: dict[str, str] = {}
+
+
+def _env(phases: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if PYCACHE.get("mode") == "on":
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = PYCACHE["prefix"]
+    elif PYCACHE.get("mode") == "off":
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.pop("PYTHONPYCACHEPREFIX", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
+    if phases is not None:
+        env["DSAKIT_BENCH_PHASES"] = str(phases)
+    return env
+
+
+def pytest_cmd(root: Path, test_file: Path, extra: list[str], *, collect: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir", str(root),
+           "-q", "-p", "no:cacheprovider", *extra]
+    if collect:
+        cmd.append("--collect-only")
+    else:
+        cmd += ["-p", "phase_timing"]
+    return cmd + [str(test_file)]
+
+
+def time_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall s, CPU s = user + sys of the child): CPU time is less disturbed by a busy box."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"pytest failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def phase_stats(path: Path) -> dict[str, float]:
+    tests = json.loads(path.read_text())["tests"]
+    st = [t.get("setup", 0.0) + t.get("teardown", 0.0) for t in tests.values()]
+    st_cpu = [t.get("setup_cpu", 0.0) + t.get("teardown_cpu", 0.0) for t in tests.values()]
+    call = [t.get("call", 0.0) for t in tests.values()]
+    passed = sum(t.get("outcome") == "passed" for t in tests.values())
+    return {
+        "tests": len(tests),
+        "passed": passed,
+        "setup_teardown_mean_ms": 1e3 * statistics.fmean(st),
+        "setup_teardown_median_ms": 1e3 * statistics.median(st),
+        "setup_teardown_max_ms": 1e3 * max(st),
+        "setup_teardown_cpu_mean_ms": 1e3 * statistics.fmean(st_cpu),
+        "setup_teardown_cpu_median_ms": 1e3 * statistics.median(st_cpu),
+        "call_mean_ms": 1e3 * statistics.fmean(call),
+    }
+
+
+def measure(cells: int, repeats: int) -> dict[str, Any]:
+    results: dict[str, Any] = {"cells": cells, "repeats": repeats,
+                               "bytecode_cache": PYCACHE.get("mode", "inherit"), "variants": {}}
+    with tempfile.TemporaryDirectory(prefix="dsakit-bench-") as tmp:
+        root = Path(tmp)
+        PYCACHE["prefix"] = str(root / "pycache")
+        files = write_matrix(root, cells)
+        walls: dict[str, dict[str, list[float]]] = {v: {"collect": [], "run": []} for v in VARIANTS}
+        cpus: dict[str, dict[str, list[float]]] = {v: {"collect": [], "run": []} for v in VARIANTS}
+        phases: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+        # warm the OS page cache and __pycache__ once per variant, then interleave the variants
+        # (round-robin) so drift on a shared box hits them alike
+        for name, (module, extra) in VARIANTS.items():
+            time_once(pytest_cmd(root, files[module], extra, collect=False), _env(None), root)
+        for _ in range(repeats):
+            for name, (module, extra) in VARIANTS.items():
+                for collect in (True, False):
+                    kind = "collect" if collect else "run"
+                    ph = root / f"phases-{name}.json"
+                    wall, cpu = time_once(pytest_cmd(root, files[module], extra, collect=collect),
+                                          _env(None if collect else ph), root)
+                    walls[name][kind].append(wall)
+                    cpus[name][kind].append(cpu)
+                    if not collect:
+                        phases[name].append(phase_stats(ph))
+        for name in VARIANTS:
+            entry: dict[str, Any] = {}
+            for kind in ("collect", "run"):
+                xs, cs = walls[name][kind], cpus[name][kind]
+                entry[kind] = {"best_s": min(xs), "median_s": statistics.median(xs),
+                               "cpu_best_s": min(cs), "all_s": xs, "cpu_all_s": cs}
+            ph_runs = phases[name]
+            # per-test phase numbers: best of the runs for each (least disturbed), as for walls
+            entry["phases"] = {key: min(p[key] for p in ph_runs) for key in ph_runs[0]}
+            results["variants"][name] = entry
+    plain = results["variants"]["plain"]
+    for name, entry in results["variants"].items():
+        for kind in ("collect", "run"):
+            e, p = entry[kind], plain[kind]
+            e["ratio_best"] = e["best_s"] / p["best_s"]
+            e["ratio_median"] = e["median_s"] / p["median_s"]
+            e["ratio_cpu_best"] = e["cpu_best_s"] / p["cpu_best_s"]
+        entry["extra_per_test_ms_vs_plain"] = 1e3 * (entry["run"]["best_s"] - plain["run"]["best_s"]) / cells
+        entry["fixture_ms_vs_plain"] = (entry["phases"]["setup_teardown_mean_ms"]
+                                        - plain["phases"]["setup_teardown_mean_ms"])
+        entry["fixture_cpu_ms_vs_plain"] = (entry["phases"]["setup_teardown_cpu_mean_ms"]
+                                            - plain["phases"]["setup_teardown_cpu_mean_ms"])
+    return results
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        f"{results['cells']} no-op tests; one pytest subprocess per measurement, best / median of "
+        f"{results['repeats']} (wall); x plain = best / plain's best for wall and for CPU (user+sys); "
+        f"setup+teardown per test = mean over the tests, best run; bytecode cache "
+        f"{results['bytecode_cache']}",
+        "",
+        "| variant | collect best / median | x plain wall, CPU | full run best / median | x plain wall, CPU "
+        "| setup+teardown / test wall, CPU | CPU vs plain |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in results["variants"].items():
+        c, r, ph = e["collect"], e["run"], e["phases"]
+        lines.append(
+            f"| {name} | {c['best_s']:.3f} / {c['median_s']:.3f} s "
+            f"| {c['ratio_best']:.2f}x, {c['ratio_cpu_best']:.2f}x "
+            f"| {r['best_s']:.3f} / {r['median_s']:.3f} s | {r['ratio_best']:.2f}x, {r['ratio_cpu_best']:.2f}x "
+            f"| {ph['setup_teardown_mean_ms']:.3f}, {ph['setup_teardown_cpu_mean_ms']:.3f} ms "
+            f"| {e['fixture_cpu_ms_vs_plain']:+.3f} ms |")
+    d = results["variants"]["dsakit"]
+    lines += [
+        "",
+        f"targets: full run dsakit / plain = {d['run']['ratio_best']:.2f}x wall, "
+        f"{d['run']['ratio_cpu_best']:.2f}x CPU (target <= 1.15x); setup+teardown = "
+        f"{d['phases']['setup_teardown_mean_ms']:.3f} ms wall / "
+        f"{d['phases']['setup_teardown_cpu_mean_ms']:.3f} ms CPU per test, "
+        f"{d['fixture_cpu_ms_vs_plain']:+.3f} ms CPU vs plain (target < 0.3 ms)",
+    ]
+    return "\n".join(lines)
+
+
+def profile(cells: int, top: int) -> None:
+    """The dsakit variant once under cProfile, in a subprocess (pytest.main in a fresh process)."""
+    with tempfile.TemporaryDirectory(prefix="dsakit-bench-prof-") as tmp:
+        root = Path(tmp)
+        PYCACHE["prefix"] = str(root / "pycache")
+        files = write_matrix(root, cells)
+        if PYCACHE.get("mode") == "on":  # fill the cache first, as measure() does
+            time_once(pytest_cmd(root, files["dsakit"], [], collect=False), _env(None), root)
+        prof = root / "run.prof"
+        cmd = pytest_cmd(root, files["dsakit"], [], collect=False)
+        cmd[1:1] = ["-m", "cProfile", "-o", str(prof)]  # python -m cProfile -o F -m pytest ...
+        subprocess.run(cmd, env=_env(root / "ph.json"), cwd=root, stdout=subprocess.DEVNULL, check=True)
+        import pstats
+
+        for key in ("cumulative", "tottime"):
+            print(f"--- top {top} by {key}")
+            pstats.Stats(str(prof)).sort_stats(key).print_stats(top)
+        # dsakit's own functions (plugin, gates, mocks, contracts), whatever pytest spends around them
+        print(f"--- dsakit's own code, top {top} by cumulative")
+        pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(KIT_CODE, top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cells", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
+    ap.add_argument("--profile", action="store_true", help="also profile the dsakit variant once")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--bytecode-cache", choices=("on", "off", "inherit"), default="on",
+                    help="on (default): a private PYTHONPYCACHEPREFIX, warmed first, as an installed "
+                    "package has; off: PYTHONDONTWRITEBYTECODE=1 (every run compiles); inherit: as is")
+    args = ap.parse_args(argv)
+    PYCACHE["mode"] = args.bytecode_cache
+    results = measure(args.cells, args.repeats)
+    print(markdown(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    if args.profile:
+        profile(args.cells, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

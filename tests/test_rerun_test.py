@@ -1,0 +1,104 @@
+"""`dsakit rerun-test`: one process per file, CI registration read statically, a result block per
+file, JUnit XML per file, exit 1 when any file failed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from dsakit.device_model import simulated_device
+from dsakit.rerun_test import ci_registrations, runs_as_script
+
+pytest_plugins = ["pytester"]
+
+PYTEST_STYLE = """
+from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
+
+register_cuda_ci(est_time=30, stage="base-b", runner_config="1-gpu-small")
+register_cpu_ci(5, "base-a-test-cpu")
+
+def test_ok():
+    pass
+
+def test_ok_too():
+    pass
+"""
+
+UNITTEST_STYLE = """
+import unittest
+from sglang.test.ci.ci_register import register_cuda_ci
+
+register_cuda_ci(est_time=249, suite="stage-b-test-2-gpu-large")
+
+class TestThing(unittest.TestCase):
+    def test_good(self):
+        pass
+
+    def test_broken_on_purpose(self):
+        self.assertEqual(1, 2)
+
+    @unittest.skip("not here")
+    def test_skipped(self):
+        pass
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def _rerun(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dsakit", "rerun-test", *args], cwd=pytester.path,
+                          capture_output=True, text=True, check=False)
+
+
+def test_two_files_one_failing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_pass=PYTEST_STYLE, test_fail=UNITTEST_STYLE)
+    done = _rerun(pytester, "test_pass.py", "test_fail.py", "--junitxml", "junit")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "==== dsakit rerun-test: test_pass.py ====" in out
+    assert "CI: register_cuda_ci runner_config=1-gpu-small stage=base-b est_time=30s -> runner base-b-test-1-gpu-small" in out
+    assert "CI: register_cpu_ci suite=base-a-test-cpu est_time=5s" in out
+    assert "node: this node matches" in out  # the CPU registration matches any node
+    assert "-m pytest test_pass.py" in out and "result: PASSED  2 passed" in out
+    assert "==== dsakit rerun-test: test_fail.py ====" in out
+    assert "[ci-runner-mismatch] registered for cuda runner stage-b-test-2-gpu-large" in out
+    assert "test_fail.py -v" in out  # unittest style: `python FILE`
+    assert "result: FAILED  1 passed, 1 failed, 1 skipped" in out
+    assert "1 passed, 1 failed: test_fail.py ====" in out
+    suite = ET.parse(pytester.path / "junit" / "test_fail.py.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    assert ET.parse(pytester.path / "junit" / "test_pass.py.xml").getroot() is not None
+    assert (pytester.path / "junit" / "test_fail.py.log").read_text().count("AssertionError") >= 1
+
+
+def test_only_matching_skips_files_for_other_runners(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_fail=UNITTEST_STYLE)
+    done = _rerun(pytester, "test_fail.py", "--only-matching", "--junitxml", "j")
+    assert done.returncode == 0 and "SKIPPED (--only-matching)" in done.stdout
+
+
+def test_missing_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    done = _rerun(pytester, "nope.py")
+    assert done.returncode == 2 and "no such test file: nope.py" in done.stderr
+
+
+def test_registrations_and_node_match(tmp_path: Path) -> None:
+    path = tmp_path / "t.py"
+    path.write_text(
+        'register_cuda_ci(est_time=120, stage="base-b", runner_config="4-gpu-b200")\n'
+        'register_amd_ci(est_time=60, suite="stage-a-test-1-gpu-amd", disabled="flaky")\n'
+        "def f():\n    register_cuda_ci(est_time=1, suite='not-top-level')\n")
+    cuda, amd = ci_registrations(path)
+    assert (cuda.backend, cuda.runner, cuda.gpus, cuda.est_time) == ("cuda", "base-b-test-4-gpu-b200", 4, 120.0)
+    assert amd.disabled == "flaky" and amd.runner == "stage-a-test-1-gpu-amd"
+    h200 = simulated_device("sm90")
+    assert "has 4 GPUs, this node 2" in str(cuda.match(h200, 2))
+    assert cuda.match(h200, 8) is None
+    assert "B200 runner" in str(cuda.model_note(h200))
+    assert "not an" in str(amd.match(h200, 1)) or "registered for amd" in str(amd.match(h200, 1))
+    assert not runs_as_script(path)
