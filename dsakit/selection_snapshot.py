@@ -150,7 +150,8 @@ class SelectionSnapshot:
         if stored is None or stored.data is None:
             pytest.skip(f"no golden for {case_id} yet: goldens are written by the reference path "
                         f"(torch) under --snapshot-update, at the end of the run; run again without it")
-        if str(stored.data) != summary:
+        golden = str(stored.data)
+        if golden != summary:
             raise AssertionError(
                 f"{case_id}: selection differs from the golden (not rewritten: only the reference "
-                f"path writes goldens)\n--- golden\n{stored.data}\n--- this path\n{summary}")
+                f"path writes goldens)\n--- golden\n{golden}\n--- this path\n{summary}")

@@ -338,7 +338,8 @@ def topk_matrix(
         kwargs["subset"] = subset
     if roles is not None:
         kwargs["roles"] = tuple(_check_role(r) for r in roles)
-    return getattr(pytest.mark, MARKER)(**kwargs)
+    decorator: pytest.MarkDecorator = getattr(pytest.mark, MARKER)(**kwargs)
+    return decorator
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:

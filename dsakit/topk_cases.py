@@ -13,7 +13,8 @@ Semantics the catalogue documents (checked by `dsakit.topk_compare`):
   * -inf is the lowest score; a backend may pad (-1) instead of selecting -inf positions (the
     torch path masks selected -inf to -1, the kernels fill with them);
   * NaN is outside the ordering: torch.topk ranks NaN above +inf, the v2 JIT's fp32 collect pass
-    never collects NaN, so a NaN position may be selected or not and may cost its row a slot;
+    never collects NaN, so a NaN position may be selected or not and may cost its row a slot
+    (the v2 JIT writes position == slot index into such slots: `nan_slot_filler`);
   * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk_launch.validate_lengths`).
 """
 
