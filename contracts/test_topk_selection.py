@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.topk_cases import CASES, TopkCase, get_case, topk_cases
+from dsakit.topk_cases import CASES, TopkCase, get_case, select_topk_cases
 from dsakit.topk_compare import coarse_scores
 from dsakit.topk_launch import TOPK_PATHS, TopkPath, _set_env, known_kernel_bug, path_gates, run_v2_fold
 
@@ -33,7 +33,7 @@ POISON = 0x7FFFFFF0
 def _params() -> list[Any]:
     out = []
     for path in TOPK_PATHS.values():
-        for case in topk_cases():
+        for case in select_topk_cases():
             marks = [dsakit.gate(*path_gates(path, case))] if path_gates(path, case) else []
             out.append(pytest.param(path, case, marks=marks, id=f"{path.path_id}-{case.case_id}"))
     return out
@@ -109,7 +109,7 @@ _FOLD = dsakit.gate("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm
     "case",
     [pytest.param(c, id=c.case_id, marks=[_FOLD] + ([dsakit.gate("topk-v2-cluster")]
                                                     if max(c.lengths) >= 1 << 16 else []))
-     for c in topk_cases(ragged=False) if c.page_size == 64],
+     for c in select_topk_cases(ragged=False) if c.page_size == 64],
 )
 def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "TopkCase": "dsakit.topk_cases",
     "CASES": "dsakit.topk_cases",
     "get_case": "dsakit.topk_cases",
-    "topk_cases": "dsakit.topk_cases",
+    "select_topk_cases": "dsakit.topk_cases",
     "assert_topk_valid": "dsakit.topk_compare",
     "assert_topk_equal": "dsakit.topk_compare",
     "check_topk": "dsakit.topk_compare",

@@ -55,14 +55,14 @@ def _launch_paths(path_ids: Sequence[str]) -> int:
 
     from dsakit.device_model import resolve_device
     from dsakit.gates import closed_reasons
-    from dsakit.topk_cases import topk_cases
+    from dsakit.topk_cases import select_topk_cases
     from dsakit.topk_launch import TOPK_PATHS, path_gates
 
     device = resolve_device(None)
     launches = 0
     for path_id in path_ids:
         path = TOPK_PATHS[path_id]
-        for case in topk_cases():
+        for case in select_topk_cases():
             if path.unsupported(case) is not None or closed_reasons(path_gates(path, case), device):
                 continue
             with pytest.MonkeyPatch.context() as monkeypatch:

@@ -314,7 +314,7 @@ def get_case(case_id: str) -> TopkCase:
         raise UsageError(f"unknown top-k case {case_id!r}; known: {', '.join(CASES)}") from None
 
 
-def topk_cases(*, k: int | None = None, shape: str | None = None, ragged: bool | None = None,
+def select_topk_cases(*, k: int | None = None, shape: str | None = None, ragged: bool | None = None,
                include_refused: bool = False, max_score_bytes: int | None = None) -> list[TopkCase]:
     """Cases filtered by k, shape, layout; refused (negative-length) cases only on request."""
     out = []

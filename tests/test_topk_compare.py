@@ -279,12 +279,12 @@ def sglang_0517(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-u
 
 
 def _predicted(path_id: str) -> dict[str, list[int]]:
-    from dsakit.topk_cases import topk_cases
+    from dsakit.topk_cases import select_topk_cases
     from dsakit.topk_launch import TOPK_PATHS, known_kernel_bug
 
     path = TOPK_PATHS[path_id]
     out = {}
-    for case in topk_cases():
+    for case in select_topk_cases():
         if path.unsupported(case) is None:
             bug = known_kernel_bug(path, case)
             if bug is not None:
