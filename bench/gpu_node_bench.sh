@@ -29,7 +29,11 @@ TOPK_MIN=${DSAKIT_BENCH_TOPK_MIN_S:-100}
 [ "${DSAKIT_BENCH_SKIP_TOPK:-0}" = 1 ] && TOPK_MIN=0
 SUMMARY=$OUT/summary.md
 DUR=$OUT/suite_durations.md
-PYTEST=(python -m pytest -p dsakit.plugin -p no:cacheprovider -q -ra --durations=0 --durations-min=0)
+# the node has no install (PYTHONPATH only): load the plugin by name; where the pytest11 entry point
+# exists (a dev venv) `-p dsakit.plugin` would register it twice
+PLUGIN=(-p dsakit.plugin)
+python -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.name == 'dsakit' for e in m.entry_points(group='pytest11')) else 1)" 2>/dev/null && PLUGIN=()
+PYTEST=(python -m pytest "${PLUGIN[@]}" -p no:cacheprovider -q -ra --durations=0 --durations-min=0)
 
 left() { echo $(( START + TOTAL - $(date +%s) )); }
 clamp() { local want=$1 room=$2; [ "$room" -lt "$want" ] && want=$room; [ "$want" -lt 10 ] && want=10; echo "$want"; }

@@ -10,14 +10,23 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-# In a source checkout, mocks/ and contracts/ sit beside dsakit/; wheels carry them as
-# dsakit/mocks and dsakit/contracts (pyproject package-dir). Let the checkout resolve the same
-# names, so `PYTHONPATH=<checkout>` works without an install (the offline GPU node).
-_checkout = Path(__file__).resolve().parent.parent
-if (_checkout / "mocks" / "__init__.py").is_file() and not (Path(__file__).parent / "mocks").exists():
-    __path__.append(str(_checkout))  # noqa: F821 - a package's __path__
-
 __version__ = "0.1.0"
+
+
+def _link_checkout_packages() -> None:
+    """In a source checkout, mocks/ and contracts/ sit beside dsakit/; wheels and editable
+    installs map them to dsakit.mocks / dsakit.contracts (pyproject package-dir). Where nothing
+    maps them (`PYTHONPATH=<checkout>` on the offline GPU node), let the checkout resolve them."""
+    import importlib.util
+
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "mocks" / "__init__.py").is_file():
+        return
+    if importlib.util.find_spec("dsakit.mocks") is None:
+        __path__.append(str(checkout))
+
+
+_link_checkout_packages()
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
