@@ -1,4 +1,5 @@
-"""The skip inventory: which tests closed gates skipped, grouped by gate code, and what it means.
+"""The skip inventory: every skip grouped by its reason code (gate codes, invalid-cell and
+unsupported-shape codes, "uncoded" for bare skips), with counts and what it means.
 
 Owns: recording gated skips from test reports, the xdist hand-over (workers put their inventory
 in `config.workeroutput`, the controller merges it in `pytest_testnodedown`), the terminal section
@@ -23,8 +24,10 @@ from dsakit.reasons import Reason
 WORKER_KEY = "dsakit_skip_inventory"
 DEVICE_KEY = "dsakit_device"
 
-# "[code] needs ..." as written by `format_reasons`; codes never contain brackets.
-_CODE_IN_MESSAGE = re.compile(r"\[([^\[\]]+)\] (needs [^|]*)")
+# "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
+# matrix cells, unsupported kernel shapes); codes are lower-case slugs starting with a letter.
+_CODE_IN_MESSAGE = re.compile(r"\[([a-z][a-z0-9:_.\-]*)\] ([^|]*)")
+UNCODED = "uncoded"
 
 
 def format_reasons(reasons: Iterable[Reason]) -> str:
@@ -74,9 +77,12 @@ class SkipInventory:
     def record(self, report: pytest.TestReport) -> None:
         if not report.skipped or report.when not in ("setup", "call") or hasattr(report, "wasxfail"):
             return
-        reasons = self.planned.get(report.nodeid) or tuple(reasons_from_message(_skip_message(report)))
-        if reasons:
-            self.add(report.nodeid, reasons)
+        message = _skip_message(report)
+        reasons = self.planned.get(report.nodeid) or tuple(reasons_from_message(message))
+        if not reasons:
+            # A skip without a reason code still shows up: invisible skips are what this is for.
+            reasons = (Reason(UNCODED, message.removeprefix("Skipped: ").strip() or "no reason given"),)
+        self.add(report.nodeid, reasons)
 
     def add_planned(self) -> None:
         """Collect-only runs: count what collection decided would skip."""

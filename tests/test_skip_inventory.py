@@ -68,7 +68,23 @@ def test_terminal_section_groups_by_gate(pytester: pytest.Pytester) -> None:
         "   1 skipped  [[]module:aiter[]]*",
     ])
     result.assert_outcomes(passed=1, skipped=7)
-    assert "not a gate" not in result.stdout.str().split("dsakit skip inventory")[1].split("short test summary")[0]
+    # A skip without a reason code is listed too (never invisible), under "uncoded".
+    inventory = result.stdout.str().split("dsakit skip inventory")[1].split("short test summary")[0]
+    assert "   1 skipped  [uncoded] not a gate" in inventory
+
+
+def test_coded_reasons_that_are_not_gates_are_grouped_by_code(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("k", [512, 1024])
+        def test_shape(k):
+            pytest.skip("[topk-k-unsupported] the kernel asserts topk == 2048; torch covers k=512")
+        """
+    )
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90")
+    result.stdout.fnmatch_lines(["   2 skipped  [[]topk-k-unsupported[]] the kernel asserts topk == 2048*"])
 
 
 def test_report_json(pytester: pytest.Pytester) -> None:
@@ -80,7 +96,7 @@ def test_report_json(pytester: pytest.Pytester) -> None:
     assert data["device"]["key"] == "gfx90a" and data["device"]["simulated"] is True
     assert data["device"]["gfx"] == "gfx90a" and data["device"]["sm"] == "9.0"
     assert data["sglang"]
-    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"fa3": 3, "cuda": 1, "module:aiter": 1}
+    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"fa3": 3, "cuda": 1, "module:aiter": 1, "uncoded": 1}
     assert data["gates"]["cuda"]["tests"] == ["test_report_json.py::test_cuda_and_module"]
     assert "AMD reports capability 9.0" in data["gates"]["fa3"]["reason"]
     assert data["must_run"] == {"codes": [], "failed": {}}
@@ -140,7 +156,7 @@ def test_xdist_workers_report_to_the_controller(pytester: pytest.Pytester, tmp_p
     data = json.loads(report.read_text())
     assert data["device"]["key"] == "sm103"
     assert {code: entry["count"] for code, entry in data["gates"].items()} == {
-        "fa3": 3, "rocm": 2, "module:aiter": 1}
+        "fa3": 3, "rocm": 2, "module:aiter": 1, "uncoded": 1}
     assert sorted(data["must_run"]["failed"]["rocm"]) == [
         "test_xdist_workers_report_to_the_controller.py::test_needs_amd[0]",
         "test_xdist_workers_report_to_the_controller.py::test_needs_amd[1]",
