@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 8, single H200: the GPU contract suite warm (and, optionally, cold) with its per-test time
-# distribution, then the top-k speed per backend. One call, bounded to ~8.5 minutes in all.
+# distribution, then the top-k speed per backend. One call, bounded to ~7.5 minutes in all (after setup.sh).
 #
 #   source .device/setup.sh; bash bench/gpu_node_bench.sh                       # warm suite + top-k
 #   source .device/setup.sh; DSAKIT_BENCH_COLD=1 bash bench/gpu_node_bench.sh    # + cold suite first
@@ -15,7 +15,7 @@
 # alone takes 133-166 s cold): when it hits its limit pytest is interrupted (SIGINT), still prints
 # its durations, and the summary says "interrupted".
 #
-# Knobs (seconds): DSAKIT_BENCH_TOTAL_S (510), DSAKIT_BENCH_COLD_S (200), DSAKIT_BENCH_WARM_S (240),
+# Knobs (seconds): DSAKIT_BENCH_TOTAL_S (450), DSAKIT_BENCH_COLD_S (200), DSAKIT_BENCH_WARM_S (240),
 # DSAKIT_BENCH_TOPK_MIN_S (100, kept for the top-k run), DSAKIT_BENCH_TESTS (contracts),
 # DSAKIT_BENCH_SKIP_TOPK=1, DSAKIT_BENCH_SKIP_SUITE=1.
 set -u
@@ -23,7 +23,7 @@ OUT=${OUT:-/tmp/dsakit-bench-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
-TOTAL=${DSAKIT_BENCH_TOTAL_S:-510}
+TOTAL=${DSAKIT_BENCH_TOTAL_S:-450}
 TESTS=${DSAKIT_BENCH_TESTS:-contracts}
 TOPK_MIN=${DSAKIT_BENCH_TOPK_MIN_S:-100}
 [ "${DSAKIT_BENCH_SKIP_TOPK:-0}" = 1 ] && TOPK_MIN=0

@@ -9,19 +9,19 @@
 # plain pytest processes with CUDA_VISIBLE_DEVICES=0 and =1 (wall = the later one), against one
 # process running everything on GPU 0. Order: 1 GPU, 2 GPUs, then 1 GPU again when time allows
 # (the JIT cache and page cache are warm for all but the first; the table shows every run and the
-# speedup uses the best 1-GPU run). Bounded to ~8.5 minutes in all; runs cut by their limit are
+# speedup uses the best 1-GPU run). Bounded to ~7.5 minutes in all (after setup.sh); runs cut by their limit are
 # marked "interrupted" and are not used for the speedup.
 #
 # Writes at most 6 files to $OUT: xdist_scaling.md, run_1gpu.txt, run_2gpu.txt, run_1gpu_again.txt,
 # (shards: run_2gpu_shard1.txt), durations_2gpu.md.
 # Knobs: DSAKIT_XDIST_TESTS (GPU-bound files; default the top-k selection, top-k matrix and DSA
-# metadata suites), DSAKIT_XDIST_TOTAL_S (510), DSAKIT_XDIST_MODE (auto | xdist | shards).
+# metadata suites), DSAKIT_XDIST_TOTAL_S (450), DSAKIT_XDIST_MODE (auto | xdist | shards).
 set -u
 OUT=${OUT:-/tmp/dsakit-xdist-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
-TOTAL=${DSAKIT_XDIST_TOTAL_S:-510}
+TOTAL=${DSAKIT_XDIST_TOTAL_S:-450}
 TESTS=${DSAKIT_XDIST_TESTS:-contracts/test_topk_selection.py contracts/test_topk_matrix.py contracts/test_dsa_backend_metadata.py}
 MD=$OUT/xdist_scaling.md
 PLUGIN=(-p dsakit.plugin)
