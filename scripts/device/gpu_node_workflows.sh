@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Two-GPU node run (issue 7 + bench item 4), kept for reproducibility:
+#   source .device/setup.sh; bash scripts/device/gpu_node_workflows.sh
+# Writes to $OUT: workflows.md (summary), pin.txt, n1.txt, n2.txt, n4.txt, warm.txt, rerun.txt, compare.txt
+set -u
+OUT=${OUT:-/tmp/dsakit-workflows}; mkdir -p "$OUT"
+P=(python -m pytest -p dsakit.plugin -p no:cacheprovider)
+S=$OUT/workflows.md
+t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "rc=$rc wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N)-$s}")s"; }
+echo "# GPU-node workflows $(date -u +%FT%TZ) on $(nvidia-smi -L | wc -l)x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$S"
+
+mkdir -p /tmp/pin && cat > /tmp/pin/test_pin.py <<'PY'
+import os, subprocess, sys, pytest
+@pytest.mark.parametrize("i", range(4))
+def test_gpu(i):
+    import torch
+    print("PIN", os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.device_count(), torch.cuda.get_device_properties(0).uuid)
+    assert torch.cuda.device_count() == 1
+@pytest.mark.dsakit_whole_node
+def test_whole():
+    out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.device_count())"], capture_output=True, text=True).stdout
+    assert int(out) == 2
+PY
+{ echo "## pinning: -n auto"; t "${P[@]}" -n auto /tmp/pin/test_pin.py -rA -q -s 2>&1 | grep -E "PIN|pinning|gw[0-9]|passed|failed|rc="; } > "$OUT/pin.txt" 2>&1
+grep -E "pinning|passed|failed|rc=" "$OUT/pin.txt" >> "$S"
+
+{ echo "## dsakit warm (cache restored by setup.sh), twice"; t python -m dsakit warm contracts/test_topk_selection.py; t python -m dsakit warm contracts/test_topk_selection.py; } > "$OUT/warm.txt" 2>&1
+grep -E "built|warm|skip|rc=" "$OUT/warm.txt" | head -12 >> "$S"
+
+for cfg in "n1:-n 1" "n2:-n 2 --dsakit-workers-per-gpu 1" "n4:-n 4 --dsakit-workers-per-gpu 2"; do
+  name=${cfg%%:*}; args=${cfg#*:}
+  { echo "## contracts $args"; t "${P[@]}" $args contracts -q -rfE --durations=5; } > "$OUT/$name.txt" 2>&1
+  echo "contracts $args: $(grep -E '^[=]* ?[0-9]+ passed' "$OUT/$name.txt" | tail -1) $(grep rc= "$OUT/$name.txt")" >> "$S"
+  grep -E "gw[0-9] -> |CUDA_VISIBLE" "$OUT/$name.txt" | head -2 >> "$S"
+done
+
+{ echo "## rerun-test"; t python -m dsakit rerun-test contracts/test_dsa_backend_construction.py contracts/test_deepseek_v4_backend.py --junitxml /tmp/rr; } > "$OUT/rerun.txt" 2>&1
+tail -4 "$OUT/rerun.txt" >> "$S"
+
+SG=$(python -c "import importlib.util;print(importlib.util.find_spec('sglang').submodule_search_locations[0])")
+{ echo "## compare (same tree twice: offline node)"; t python -m dsakit compare --base "$SG" --pr "$SG" -- contracts/test_dsa_backend_metadata.py contracts/test_dsa_backend_construction.py -q; } > "$OUT/compare.txt" 2>&1
+tail -6 "$OUT/compare.txt" >> "$S"
+cat "$S"
