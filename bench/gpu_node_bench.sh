@@ -31,8 +31,7 @@ SUMMARY=$OUT/summary.md
 DUR=$OUT/suite_durations.md
 # the node has no install (PYTHONPATH only): load the plugin by name; where the pytest11 entry point
 # exists (a dev venv) `-p dsakit.plugin` would register it twice
-PLUGIN=(-p dsakit.plugin)
-python -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.name == 'dsakit' for e in m.entry_points(group='pytest11')) else 1)" 2>/dev/null && PLUGIN=()
+PLUGIN=($(python -c "from dsakit.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
 PYTEST=(python -m pytest "${PLUGIN[@]}" -p no:cacheprovider -q -ra --durations=0 --durations-min=0)
 
 left() { echo $(( START + TOTAL - $(date +%s) )); }

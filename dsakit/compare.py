@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.pytest_invocation import plugin_args
 
 FAILING = ("failed", "error", "crashed", "xpassed")
 CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-change", "added",
@@ -144,7 +145,7 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)
-    command = [sys.executable, "-m", "pytest", "-p", "dsakit.compare_recorder", f"--dsakit-record={record}",
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.compare_recorder", f"--dsakit-record={record}",
                "-p", "no:cacheprovider", "-q", *pytest_args]
     tic = time.perf_counter()
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
 MARKER = "dsakit_jit"
@@ -158,9 +159,8 @@ def needed_targets(selection: Sequence[str]) -> tuple[dict[str, list[str]], int]
     import pytest
 
     needs = _Needs()
-    args = ["--collect-only", "-q", "-p", "no:cacheprovider", *selection]
-    if not _plugin_autoloads():
-        args = ["-p", "dsakit.plugin", *args]
+    # syrupy would report every golden as unused in a collect-only run and fail it
+    args = [*plugin_args(), "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:syrupy", *selection]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = pytest.main(args, plugins=[needs])
@@ -170,14 +170,6 @@ def needed_targets(selection: Sequence[str]) -> tuple[dict[str, list[str]], int]
         tail = "\n".join(out.getvalue().strip().splitlines()[-15:])
         raise UsageError(f"collecting {' '.join(selection) or '(rootdir)'} failed (pytest exit {int(code)}):\n{tail}")
     return needs.tests, needs.collected
-
-
-def _plugin_autoloads() -> bool:
-    from importlib.metadata import entry_points
-
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(ep.name == "dsakit" for ep in entry_points(group="pytest11"))
 
 
 # ---------------------------------------------------------------- building

@@ -24,6 +24,7 @@ from typing import Any
 
 from dsakit.device_model import DeviceModel
 from dsakit.errors import UsageError
+from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
 # register_<x>_ci -> the hardware backend, as in sglang/test/ci/ci_register.py REGISTER_MAPPING
@@ -261,8 +262,8 @@ def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *
     if script:
         command = [sys.executable, str(path), "-v"]
     else:
-        command = [sys.executable, "-m", "pytest", str(path), "-q", "-rfEs", f"--junitxml={junit}",
-                   *pytest_args]
+        command = [sys.executable, "-m", "pytest", *plugin_args(), str(path), "-q", "-rfEs",
+                   f"--junitxml={junit}", *pytest_args]
     tic = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,

@@ -7,7 +7,7 @@ check needs a fresh interpreter)."""
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
+from dsakit.pytest_invocation import plugin_args
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from dsakit.gpu_pinning import GpuInventory, discover, gpus_needed, multi_gpu_sk
 
 pytest_plugins = ["pytester"]
 
-PLUGIN = () if any(ep.name == "dsakit" for ep in entry_points(group="pytest11")) else ("-p", "dsakit.plugin")
+PLUGIN = tuple(plugin_args())
 
 # Each test writes what its worker sees; the controller asserts it never imported torch.
 SUITE = """

@@ -102,3 +102,30 @@ def test_registrations_and_node_match(tmp_path: Path) -> None:
     assert "B200 runner" in str(cuda.model_note(h200))
     assert "not an" in str(amd.match(h200, 1)) or "registered for amd" in str(amd.match(h200, 1))
     assert not runs_as_script(path)
+
+
+def test_children_load_the_plugin_on_a_node_without_an_install(pytester: pytest.Pytester) -> None:
+    """The offline GPU node has dsakit on PYTHONPATH only: no entry point, so each child pytest
+    must get `-p dsakit.plugin` or every dsakit marker is unknown under --strict-markers."""
+    test_file = pytester.makepyfile(
+        test_marked="""
+        import dsakit
+
+        @dsakit.gate("cuda")
+        def test_gated():
+            pass
+
+        def test_plain():
+            pass
+        """
+    )
+    pytester.makeini("[pytest]\naddopts = --strict-markers\n")
+    env_note = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 stands in for 'not installed'"
+    result = pytester.run(
+        sys.executable, "-c",
+        "import os, sys; os.environ['PYTEST_DISABLE_PLUGIN_AUTOLOAD'] = '1'; "
+        "from dsakit.cli import main; sys.exit(main(['rerun-test', sys.argv[1], '--junitxml', sys.argv[2]]))",
+        str(test_file), str(pytester.path / "junit"),
+    )
+    assert result.ret == 0, (env_note, result.stdout.str())
+    result.stdout.fnmatch_lines(["*-p dsakit.plugin*"])

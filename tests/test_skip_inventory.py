@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
+from dsakit.pytest_invocation import plugin_args
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 # The plugin loads through its pytest11 entry point when dsakit is installed; on a node that only
 # has the checkout on PYTHONPATH, inner runs load it explicitly.
-PLUGIN = () if any(ep.name == "dsakit" for ep in entry_points(group="pytest11")) else ("-p", "dsakit.plugin")
+PLUGIN = tuple(plugin_args())
 
 
 @pytest.fixture(autouse=True)

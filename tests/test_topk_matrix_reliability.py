@@ -19,12 +19,9 @@ pytest_plugins = ["pytester"]
 
 
 def _plugin_args() -> tuple[str, ...]:
-    """`-p dsakit.plugin` where dsakit is not installed (a PYTHONPATH checkout on the GPU node):
-    the pytest11 entry point only loads it when installed, and loading it twice is an error."""
-    from importlib.metadata import entry_points
+    from dsakit.pytest_invocation import plugin_args
 
-    installed = any(ep.name == "dsakit" for ep in entry_points(group="pytest11"))
-    return () if installed else ("-p", "dsakit.plugin")
+    return tuple(plugin_args())
 
 SUITE = Path(__file__).resolve().parent.parent / "contracts" / "test_topk_matrix.py"
 
