@@ -21,17 +21,18 @@ def test_whole():
     out = subprocess.run([sys.executable, "-c", "import torch;print(torch.cuda.device_count())"], capture_output=True, text=True).stdout
     assert int(out) == 2
 PY
-{ echo "## pinning: -n auto"; t "${P[@]}" -n auto /tmp/pin/test_pin.py -rA -q -s 2>&1 | grep -E "PIN|pinning|gw[0-9]|passed|failed|rc="; } > "$OUT/pin.txt" 2>&1
-grep -E "pinning|passed|failed|rc=" "$OUT/pin.txt" >> "$S"
+{ echo "## pinning: -n auto"; t "${P[@]}" -n auto /tmp/pin/test_pin.py -rA 2>&1 | grep -E "^PIN|pinning|gw[0-9] ->|passed|failed|rc="; } > "$OUT/pin.txt" 2>&1
+cat "$OUT/pin.txt" >> "$S"
 
 { echo "## dsakit warm (cache restored by setup.sh), twice"; t python -m dsakit warm contracts/test_topk_selection.py; t python -m dsakit warm contracts/test_topk_selection.py; } > "$OUT/warm.txt" 2>&1
 grep -E "built|warm|skip|rc=" "$OUT/warm.txt" | head -12 >> "$S"
 
-for cfg in "n1:-n 1" "n2:-n 2 --dsakit-workers-per-gpu 1" "n4:-n 4 --dsakit-workers-per-gpu 2"; do
-  name=${cfg%%:*}; args=${cfg#*:}
-  { echo "## contracts $args"; t "${P[@]}" $args contracts -q -rfE --durations=5; } > "$OUT/$name.txt" 2>&1
+# DSAKIT_WORKFLOW_RUNS: which suite runs, e.g. "n1 n4" (default all three)
+for name in ${DSAKIT_WORKFLOW_RUNS:-n1 n2 n4}; do
+  case $name in n1) args="-n 1";; n2) args="-n 2 --dsakit-workers-per-gpu 1";; n4) args="-n 4 --dsakit-workers-per-gpu 2";; *) continue;; esac
+  { echo "## contracts $args"; t "${P[@]}" $args contracts -rfE --durations=5; } > "$OUT/$name.txt" 2>&1
   echo "contracts $args: $(grep -E '^[=]* ?[0-9]+ passed' "$OUT/$name.txt" | tail -1) $(grep rc= "$OUT/$name.txt")" >> "$S"
-  grep -E "gw[0-9] -> |CUDA_VISIBLE" "$OUT/$name.txt" | head -2 >> "$S"
+  grep -E "gw[0-9] -> |GPU pinning|dsakit: device" "$OUT/$name.txt" | head -3 >> "$S"
 done
 
 { echo "## rerun-test"; t python -m dsakit rerun-test contracts/test_dsa_backend_construction.py contracts/test_deepseek_v4_backend.py --junitxml /tmp/rr; } > "$OUT/rerun.txt" 2>&1
