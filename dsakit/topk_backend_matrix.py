@@ -168,7 +168,9 @@ class TopkCell:
 
         marks: list[Any] = []
         if not self.valid and invalid == "skip":
-            marks.append(pytest.mark.skip(reason="; ".join(str(r) for r in self.reasons)))
+            from dsakit.skip_inventory import format_reasons
+
+            marks.append(pytest.mark.skip(reason=format_reasons(self.reasons)))
         elif gated and self.gates:
             marks.append(gate_marks.gate(*self.gates))
         return pytest.param(self, id=self.id, marks=marks)
