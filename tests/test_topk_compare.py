@@ -392,3 +392,14 @@ def test_v2_nan_contract_accepts_the_kernels_nan_behaviour_and_nothing_looser() 
     bad[0, 100] = int(torch.argmin(torch.nan_to_num(scores[0, :2000], nan=1e9)))  # a real low pick
     with pytest.raises(AssertionError, match=r"row 0 \[order\]"):
         dsakit.assert_topk_valid(bad, scores, case.lengths, case.k, nan_slot_filler=True)
+
+
+def test_nan_detection_is_exact_with_infinities() -> None:
+    import torch
+
+    from dsakit.topk_compare import _has_nan
+
+    assert _has_nan(torch.tensor([1.0, float("nan"), 2.0])) is True
+    assert _has_nan(torch.tensor([float("inf"), float("-inf"), 3.0])) is False  # sum is NaN, no NaN inside
+    assert _has_nan(torch.tensor([3.0e38, 3.0e38])) is False  # would overflow in float32
+    assert _has_nan(torch.tensor([])) is False
