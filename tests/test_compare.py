@@ -14,8 +14,6 @@ import pytest
 
 from dsakit.compare import Run, classify, fingerprint_mismatch, signature
 
-pytest_plugins = ["pytester"]
-
 BASE = """
 FEATURE = False
 CASES = ["a", "old"]

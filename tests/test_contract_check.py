@@ -28,8 +28,6 @@ from dsakit.sglang_release import (
 )
 from dsakit.source_scan import RunnerRead, runner_site, scan_runner_reads
 
-pytest_plugins = ["pytester"]
-
 _COPIED_FILES = (
     MODEL_RUNNER_FILE, DSA_BACKEND_FILE, DEEPSEEK_V4_BACKEND_FILE, TOPK_V2_FILE, RUNTIME_CONTEXT_FILE,
     "_version.py", "version.py",

@@ -55,14 +55,6 @@ def _clear_caches() -> None:
 
 
 @pytest.fixture
-def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Module gates closed whatever this machine has installed."""
-    monkeypatch.setattr(gates, "_importable", lambda name: False)
-    monkeypatch.setattr(gates, "_package_dir", lambda name: None)
-    yield
-
-
-@pytest.fixture
 def kernel_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Fake sgl_kernel (with flash_ops and flashmla_ops files) and flash_mla packages on sys.path."""
     package = tmp_path / "sgl_kernel"

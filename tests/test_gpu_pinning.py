@@ -14,8 +14,6 @@ import pytest
 
 from dsakit.gpu_pinning import GpuInventory, discover, gpus_needed, multi_gpu_skip, plan
 
-pytest_plugins = ["pytester"]
-
 PLUGIN = tuple(plugin_args())
 
 # Each test writes what its worker sees; the controller asserts it never imported torch.

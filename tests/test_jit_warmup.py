@@ -16,8 +16,6 @@ from dsakit import jit_warmup
 from dsakit.device_model import simulated_device
 from dsakit.errors import UsageError
 
-pytest_plugins = ["pytester"]
-
 SUITE = """
 import pytest
 import dsakit

@@ -13,8 +13,6 @@ import pytest
 from dsakit.device_model import simulated_device
 from dsakit.rerun_test import ci_registrations, runs_as_script
 
-pytest_plugins = ["pytester"]
-
 PYTEST_STYLE = """
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
 

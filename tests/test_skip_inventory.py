@@ -8,20 +8,12 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 # The plugin loads through its pytest11 entry point when dsakit is installed; on a node that only
 # has the checkout on PYTHONPATH, inner runs load it explicitly.
 PLUGIN = tuple(plugin_args())
 
 
-@pytest.fixture(autouse=True)
-def _no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process runs see no kernel modules, so outcomes match on this box and on a GPU node."""
-    from dsakit import gates
-
-    monkeypatch.setattr(gates, "_importable", lambda name: False)
-    monkeypatch.setattr(gates, "_package_dir", lambda name: None)
+pytestmark = pytest.mark.usefixtures("no_kernel_modules")
 
 SUITE = """
 import pytest

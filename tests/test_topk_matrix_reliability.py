@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 
 def _plugin_args() -> tuple[str, ...]:
     from dsakit.pytest_invocation import plugin_args

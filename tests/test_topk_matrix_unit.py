@@ -18,8 +18,6 @@ from dsakit.sglang_release import SGLangRelease, release_from_tree
 from dsakit.topk_backend_matrix import _pairs, topk_cell, topk_cells
 from dsakit.topk_rules import NO_ROLE_SPLIT, PRE_SPLIT, ROLE_SPLIT, TORCH_NEEDS_UNFUSED
 
-pytest_plugins = ["pytester"]
-
 
 def _plugin_args() -> tuple[str, ...]:
     from dsakit.pytest_invocation import plugin_args

@@ -1,0 +1,14 @@
+"""Shared scaffolding of dsakit's own tests (pytester comes from the root conftest)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process runs see no kernel modules, so gate outcomes match on this box and on a GPU node."""
+    from dsakit import gates
+
+    monkeypatch.setattr(gates, "_importable", lambda name: False)
+    monkeypatch.setattr(gates, "_package_dir", lambda name: None)
