@@ -107,3 +107,22 @@ def test_cuda_graph_padded_rows_have_no_negative_lengths() -> None:
         ]
     assert negative == [], f"padded rows carry negative lengths in {negative}"
     assert reasons == [], "\n".join(map(str, reasons))
+
+
+def test_multi_step_draft_backend_builds_metadata_for_every_step() -> None:
+    """The draft worker's multi-step backend: one real backend per draft step, each consistent."""
+    from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnMultiStepBackend
+
+    from dsakit.dsa_backend_harness import SPECULATIVE_SERVER_ARGS, dsa_backend
+
+    steps = SPECULATIVE_SERVER_ARGS["speculative_num_steps"]
+    runner = dsakit.MockModelRunner("draft", max_running_requests=16, model_config__context_len=4096)
+    with dsa_backend(runner, speculative=True):  # opens the scope; the multi-step backend is built inside
+        multi = DeepseekSparseAttnMultiStepBackend(runner, topk=1, speculative_num_steps=steps)
+        assert [b.speculative_step_id for b in multi.attn_backends] == list(range(steps - 1))
+        shape = SHAPES["decode"]
+        batch, placement = build_forward_batch(runner, shape, seed=5)
+        multi.init_forward_metadata(batch)
+        for step in multi.attn_backends:
+            reasons = check_dsa_metadata(step.forward_metadata, shape, placement, runner, index_topk=step.dsa_index_topk)
+            assert reasons == [], f"step {step.speculative_step_id}: " + "\n".join(map(str, reasons))

@@ -1,0 +1,88 @@
+"""Contract suite: the indexer's top-k through the real DSA backend, per role (GPU).
+
+What the indexer does in a decode step: `backend.get_indexer_metadata(layer, batch)
+.topk_transform(logits, index_topk)` with the metadata the backend built for the batch and the
+top-k backend the role resolved. With fusion on, the result is physical KV slots (the page table
+folded in; the v2 kernel reads the page_size-64 table), unfused it is row-local positions. Either
+way it must select exactly torch.topk of each row's valid prefix (tie-free scores).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dsakit
+from dsakit.dsa_backend_harness import dsa_backend
+from dsakit.forward_batch_builder import BatchShape, build_forward_batch
+from dsakit.topk_cases import get_case
+
+pytestmark = dsakit.gate("cuda", "sglang:dsa-backend")
+
+# lengths 1 .. 8192 around k = 2048 (< k, == k, > k), scores distinct (no tie at the boundary)
+CASE = "decode-ps64-k2048"
+TOPK_CHOICES = {
+    "sgl_kernel-v2": ("sgl-kernel", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": True},
+                      ("module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc")),
+    "sgl_kernel": ("sgl-kernel", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": False},
+                   ("module:sgl_kernel",)),
+    "flashinfer": ("flashinfer", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": False},
+                   ("module:flashinfer",)),
+    "torch-unfused": ("torch", {"SGLANG_DSA_FUSE_TOPK": False, "SGLANG_OPT_USE_TOPK_V2": False}, ()),
+}
+CELLS = [
+    pytest.param(role, name, marks=dsakit.gate(*gates) if gates else (), id=f"{role}-{name}")
+    for role in ("target", "draft")
+    for name, (_, _, gates) in TOPK_CHOICES.items()
+]
+
+
+def _server_args(backend: str) -> dict[str, Any]:
+    args = {"dsa_topk_backend": backend}
+    if dsakit.installed_release().has("topk-role-split"):
+        args["speculative_dsa_topk_backend"] = backend  # the draft role reads its own flag
+    return args
+
+
+def _positions(result: Any, runner: Any, placement: Any, lengths: tuple[int, ...], fused: bool) -> Any:
+    """Row-local positions of the indexer's output: fused results are physical slots, mapped
+    back through each request's req_to_token row (a slot outside it becomes -2: out of range)."""
+    import torch
+
+    if not fused:
+        return result.cpu()
+    table = runner.req_to_token_pool.req_to_token[placement.req_pool_indices].to(torch.int64).cpu()
+    slots = result.to(torch.int64).cpu()
+    out = torch.full_like(slots, -1)
+    for row, length in enumerate(lengths):
+        position_of = {slot: p for p, slot in enumerate(table[row, :length].tolist())}
+        out[row] = torch.tensor([position_of.get(s, -2) if s >= 0 else -1 for s in slots[row].tolist()])
+    return out
+
+
+@pytest.mark.parametrize(("role", "choice"), CELLS)
+def test_indexer_topk_selects_through_the_role_backend(role: str, choice: str) -> None:
+    import torch
+
+    backend_name, env, _ = TOPK_CHOICES[choice]
+    case = get_case(CASE)
+    runner = dsakit.MockModelRunner(role, max_running_requests=16, model_config__context_len=case.width)
+    with dsa_backend(runner, speculative=role == "draft", server_args=_server_args(backend_name), env=env) as backend:
+        assert backend.dsa_topk_backend.value == backend_name
+        shape = BatchShape("decode", case.lengths)
+        batch, placement = build_forward_batch(runner, shape, seed=11)
+        backend.init_forward_metadata(batch)
+        metadata = backend.get_indexer_metadata(0, batch)
+        scores = case.scores(runner.device)
+        lengths = case.lengths_tensor(runner.device)
+        scores = scores.masked_fill(torch.arange(case.width, device=scores.device)[None, :] >= lengths[:, None], float("-inf"))
+        result = metadata.topk_transform(scores, backend.dsa_index_topk)
+        fused = env["SGLANG_DSA_FUSE_TOPK"] and not metadata.force_unfused_topk
+    positions = _positions(result, runner, placement, case.lengths, fused)
+    reference = torch.stack([
+        torch.nn.functional.pad(torch.topk(scores[r, :n].cpu(), min(n, case.k)).indices, (0, case.k - min(n, case.k)), value=-1)
+        for r, n in enumerate(case.lengths)
+    ])
+    dsakit.assert_topk_valid(positions, scores.cpu(), lengths.cpu(), case.k)
+    dsakit.assert_topk_equal(positions, reference, scores.cpu(), lengths.cpu())
