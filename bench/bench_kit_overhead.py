@@ -14,7 +14,7 @@ its own pytest.ini (the checkout's addopts and conftest stay out of it):
 Each is timed as a subprocess (wall clock, best and median of `--repeats`): `--collect-only` and a
 full run, separately. The full runs also load `bench/phase_timing.py`, which records pytest's own
 per-phase durations; setup + teardown per test is the fixture cost. Prints a markdown table and
-writes JSON with `--json`. Targets (issue 8): dsakit full run <= 1.15x plain, < 0.3 ms per test of
+writes JSON with `--json`. Targets: dsakit full run <= 1.15x plain, < 0.3 ms per test of
 setup + teardown. `--profile` runs the dsakit variant once under cProfile and prints the top
 functions by cumulative and by own time.
 

@@ -13,7 +13,7 @@ Inside the test each stage is timed `--repeats` times (perf_counter, best and me
     .normalize  of which dsakit.topk_compare.normalized_rows alone
   match         `snapshot.use_extension(SelectionSnapshotExtension)(name=case) == summary`: the
                 extension's serializer, syrupy's read of the golden file and the comparison
-  serialize+compare = summarize + match (the issue 8 target: < 20 ms)
+  serialize+compare = summarize + match (target: < 20 ms)
   validity      assert_topk_valid (runs before the snapshot in `assert_selection`; not snapshot
                 cost, shown because it dominates the fixture call)
   assert_selection  the whole fixture call as a suite makes it (validity + summarize + match)

@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "require": "dsakit.gate_marks",
     "DeviceModel": "dsakit.device_model",
     "Gate": "dsakit.gates",
-    # top-k selections (issue 5)
+    # top-k selections
     "TopkCase": "dsakit.topk_cases",
     "CASES": "dsakit.topk_cases",
     "get_case": "dsakit.topk_cases",
@@ -59,12 +59,12 @@ _EXPORTS: dict[str, str] = {
     "TOPK_PATHS": "dsakit.topk_launch",
     "SelectionSnapshotExtension": "dsakit.selection_snapshot",
     "summarize_selection": "dsakit.selection_snapshot",
-    # GPU-node workflows (issue 7)
+    # GPU-node workflows
     "GpuInventory": "dsakit.gpu_pinning",
     "discover_gpus": "dsakit.gpu_pinning",
     "JIT_TARGETS": "dsakit.jit_warmup",
     "ci_registrations": "dsakit.rerun_test",
-    # target/draft top-k backend matrix (issue 4)
+    # target/draft top-k backend matrix
     "topk_matrix": "dsakit.topk_backend_matrix",
     "topk_cells": "dsakit.topk_backend_matrix",
     "topk_cell": "dsakit.topk_backend_matrix",

@@ -33,7 +33,7 @@ def _capabilities(args: argparse.Namespace) -> int:
     return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
 
 
-# -- GPU-node workflows (issue 7): dsakit.jit_warmup, dsakit.rerun_test, dsakit.compare
+# -- GPU-node workflows: dsakit.jit_warmup, dsakit.rerun_test, dsakit.compare
 
 
 def _warm(args: argparse.Namespace) -> int:
@@ -113,7 +113,7 @@ def _build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--json", action="store_true", help="print the report as JSON")
     caps.set_defaults(handler=_capabilities)
 
-    # -- GPU-node workflows (issue 7)
+    # -- GPU-node workflows
     _add_gpu_node_commands(commands)
 
     return parser

@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail the run when any test behind these gate codes was skipped",
     )
 
-    # -- GPU nodes: one GPU per xdist worker (dsakit.gpu_pinning, issue 7)
+    # -- GPU nodes: one GPU per xdist worker (dsakit.gpu_pinning)
     group.addoption(
         "--dsakit-workers-per-gpu",
         type=int,
@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
     )
 
-    # -- target/draft top-k backend matrix (dsakit.topk_backend_matrix, issue 4)
+    # -- target/draft top-k backend matrix (dsakit.topk_backend_matrix)
     group.addoption(
         "--dsakit-topk-subset",
         default=None,
@@ -86,13 +86,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", gate_marks.MARKER_HELP)
     gate_marks.configure(config)
 
-    # -- GPU nodes: worker pinning, multi-GPU markers, JIT warm-up marker (issue 7)
+    # -- GPU nodes: worker pinning, multi-GPU markers, JIT warm-up marker
     from dsakit import gpu_pinning, jit_warmup
 
     gpu_pinning.configure(config)
     config.addinivalue_line("markers", jit_warmup.MARKER_HELP)
 
-    # -- target/draft top-k backend matrix: the marker that parametrizes `topk_cell` (issue 4)
+    # -- target/draft top-k backend matrix: the marker that parametrizes `topk_cell`
     from dsakit import topk_backend_matrix
 
     config.addinivalue_line("markers", topk_backend_matrix.MARKER_HELP)
@@ -107,13 +107,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     apply_gates(config, items)
 
-    # -- GPU nodes: tests declaring more GPUs than the node has skip with [gpus:n] (issue 7)
+    # -- GPU nodes: tests declaring more GPUs than the node has skip with [gpus:n]
     from dsakit.gpu_pinning import skip_multi_gpu
 
     skip_multi_gpu(config, items)
 
 
-# ---------------------------------------------------------------- GPU nodes (issue 7)
+# ---------------------------------------------------------------- GPU nodes
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own CPU count
@@ -187,7 +187,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
 
 
-# ---------------------------------------------------------------- top-k selection snapshots (issue 5)
+# ---------------------------------------------------------------- top-k selection snapshots
 
 # Assertion helpers: rewritten so a failed `snapshot == summary` shows syrupy's diff.
 pytest.register_assert_rewrite("dsakit.topk_compare", "dsakit.selection_snapshot")
@@ -210,7 +210,7 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
     return SelectionSnapshot(snapshot)
 
 
-# ---------------------------------------------------------------- top-k backend matrix (issue 4)
+# ---------------------------------------------------------------- top-k backend matrix
 
 
 # A second pytest_generate_tests implementation under its own name (pytest only collects hook
