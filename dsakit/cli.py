@@ -8,6 +8,7 @@ them and imports that module only when its command runs. Exit codes: 0 ok, 1 a c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -127,3 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"dsakit: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`dsakit capabilities | head`): not our failure; keep the
+        # interpreter from complaining again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
