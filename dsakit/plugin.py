@@ -162,6 +162,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if marker is not None:
             roles = parse_roles(marker.args[0])
         metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
+    if "topk_cell" in metafunc.fixturenames:
+        from dsakit.topk_backend_matrix import parametrize
+
+        parametrize(metafunc)  # the target/draft top-k backend matrix
 
 
 @pytest.fixture
@@ -211,16 +215,6 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
 
 
 # ---------------------------------------------------------------- top-k backend matrix
-
-
-# A second pytest_generate_tests implementation under its own name (pytest only collects hook
-# functions whose name starts with "pytest_"; `specname` binds it to the real hook).
-@pytest.hookimpl(specname="pytest_generate_tests")
-def pytest_generate_tests_topk_matrix(metafunc: pytest.Metafunc) -> None:
-    if "topk_cell" in metafunc.fixturenames:
-        from dsakit.topk_backend_matrix import parametrize
-
-        parametrize(metafunc)
 
 
 @pytest.fixture
