@@ -45,22 +45,6 @@ def _server_args(backend: str) -> dict[str, Any]:
     return args
 
 
-def _positions(result: Any, runner: Any, placement: Any, lengths: tuple[int, ...], fused: bool) -> Any:
-    """Row-local positions of the indexer's output: fused results are physical slots, mapped
-    back through each request's req_to_token row (a slot outside it becomes -2: out of range)."""
-    import torch
-
-    if not fused:
-        return result.cpu()
-    table = runner.req_to_token_pool.req_to_token[placement.req_pool_indices].to(torch.int64).cpu()
-    slots = result.to(torch.int64).cpu()
-    out = torch.full_like(slots, -1)
-    for row, length in enumerate(lengths):
-        position_of = {slot: p for p, slot in enumerate(table[row, :length].tolist())}
-        out[row] = torch.tensor([position_of.get(s, -2) if s >= 0 else -1 for s in slots[row].tolist()])
-    return out
-
-
 @pytest.mark.parametrize(("role", "choice"), CELLS)
 def test_indexer_topk_selects_through_the_role_backend(role: str, choice: str) -> None:
     import torch
@@ -79,7 +63,9 @@ def test_indexer_topk_selects_through_the_role_backend(role: str, choice: str) -
         scores = scores.masked_fill(torch.arange(case.width, device=scores.device)[None, :] >= lengths[:, None], float("-inf"))
         result = metadata.topk_transform(scores, backend.dsa_index_topk)
         fused = env["SGLANG_DSA_FUSE_TOPK"] and not metadata.force_unfused_topk
-    positions = _positions(result, runner, placement, case.lengths, fused)
+    # fused output is physical slots: map it back through each request's req_to_token row
+    # (a slot outside the row becomes -2, which the validity check reports as out of range)
+    positions = placement.page_tables(runner, case.lengths).slots_to_positions(result)[0] if fused else result.cpu()
     reference = torch.stack([
         torch.nn.functional.pad(torch.topk(scores[r, :n].cpu(), min(n, case.k)).indices, (0, case.k - min(n, case.k)), value=-1)
         for r, n in enumerate(case.lengths)

@@ -29,6 +29,15 @@ SPECULATIVE_SERVER_ARGS: dict[str, Any] = {
 }
 
 
+def _scope_server_args(speculative: bool, server_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {**DSA_SERVER_ARGS, **(SPECULATIVE_SERVER_ARGS if speculative else {}), **(server_args or {})}
+
+
+def _step_kwargs(speculative: bool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A speculative backend is told its number of draft steps, as SGLang's workers do."""
+    return {"speculative_num_steps": args["speculative_num_steps"]} if speculative else {}
+
+
 @contextmanager
 def dsa_backend(
     runner: Any,
@@ -41,11 +50,9 @@ def dsa_backend(
     """`with dsa_backend(runner, speculative=True) as backend:` — scope stays open in the body."""
     from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 
-    args = {**DSA_SERVER_ARGS, **(SPECULATIVE_SERVER_ARGS if speculative else {}), **(server_args or {})}
+    args = _scope_server_args(speculative, server_args)
     with SGLangScope(server_args=args, env=env):
-        if speculative and "speculative_num_steps" not in backend_kwargs:
-            backend_kwargs["speculative_num_steps"] = args["speculative_num_steps"]
-        yield DeepseekSparseAttnBackend(runner, **backend_kwargs)
+        yield DeepseekSparseAttnBackend(runner, **{**_step_kwargs(speculative, args), **backend_kwargs})
 
 
 # DeepSeek-V4: 448 + 64 head dims (asserted 512), page size hard-coded to 256, C4/C128 compressed
@@ -107,7 +114,7 @@ def deepseek_v4_backend(
 
     from dsakit.mocks.model_runner import MockModelRunner
 
-    args = {**DSA_SERVER_ARGS, **(SPECULATIVE_SERVER_ARGS if speculative else {}), **(server_args or {})}
+    args = _scope_server_args(speculative, server_args)
     import torch
 
     # DeepSeek-V4 stores its KV as fp8 (the pool asserts a uint8 store dtype).
@@ -115,5 +122,4 @@ def deepseek_v4_backend(
     with SGLangScope(server_args=args, env=env):
         runner = MockModelRunner(role, overrides=overrides)
         runner.token_to_kv_pool = deepseek_v4_kv_pool(runner)
-        kwargs = {"speculative_num_steps": args["speculative_num_steps"]} if speculative else {}
-        yield DeepseekV4AttnBackend(runner, **kwargs), runner
+        yield DeepseekV4AttnBackend(runner, **_step_kwargs(speculative, args)), runner

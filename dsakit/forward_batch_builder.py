@@ -94,6 +94,21 @@ class PagedPlacement:
     def slot(self, request: int, position: int) -> int:
         return self.pages[request][position // self.page_size] * self.page_size + position % self.page_size
 
+    def page_tables(self, runner: Any, kv_lens: Sequence[int]) -> Any:
+        """The placed requests as top-k `PageTables` (one row per request), so kernel output in
+        physical slots maps back to positions with `PageTables.slots_to_positions`. Columns past a
+        request's KV length hold slot 0, which belongs to SGLang's padding page, never a request."""
+        import torch
+
+        from dsakit.topk_cases import PageTables
+
+        width = max(kv_lens)
+        table_1 = runner.req_to_token_pool.req_to_token[self.req_pool_indices, :width].to("cpu", torch.int64).clone()
+        for row, length in enumerate(kv_lens):
+            table_1[row, length:] = 0
+        return PageTables(page_size=self.page_size, table=table_1[:, :: self.page_size] // self.page_size,
+                          table_1=table_1, unmapped_slot=0)
+
 
 def place_requests(runner: Any, kv_lens: Sequence[int], *, seed: int = 0) -> PagedPlacement:
     """Give each request shuffled physical pages and write its slots into runner's req_to_token."""

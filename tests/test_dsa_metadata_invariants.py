@@ -95,3 +95,14 @@ def test_placement_uses_distinct_shuffled_pages(runner) -> None:
 def test_bad_shapes_are_refused_before_anything_runs(kwargs, message: str) -> None:
     with pytest.raises(dsakit.UsageError, match=message):
         BatchShape(**kwargs)
+
+
+def test_placement_page_tables_map_kernel_slots_back_to_positions(runner) -> None:
+    kv_lens = (17, 64, 130)
+    placement = place_requests(runner, kv_lens, seed=9)
+    chosen = [[0, 16, -1], [63, 1, 0], [129, 64, 2]]
+    slots = torch.tensor([[placement.slot(r, p) if p >= 0 else -1 for p in row] for r, row in enumerate(chosen)])
+    slots[2, 2] = placement.slot(0, 3)  # another request's slot: not in row 2's table
+    positions, problems = placement.page_tables(runner, kv_lens).slots_to_positions(slots)
+    assert positions.tolist() == [[0, 16, -1], [63, 1, 0], [129, 64, -2]]
+    assert problems == [f"row 2: slots [{placement.slot(0, 3)}] are not in this row's page table"]
