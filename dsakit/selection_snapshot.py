@@ -149,7 +149,7 @@ class SelectionSnapshot:
         name = ext.get_snapshot_name(test_location=loc, index=case_id)
         stored = AmberDataSerializer.read_file(location).get(name) if Path(location).is_file() else None
         if stored is None or stored.data is None:
-            pytest.skip(f"no golden for {case_id} yet: goldens are written by the reference path "
+            pytest.skip(f"[no-golden-yet] no golden for {case_id} yet: goldens are written by the reference path "
                         f"(torch) under --snapshot-update, at the end of the run; run again without it")
         golden = str(stored.data)
         if golden != summary:
