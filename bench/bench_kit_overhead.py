@@ -16,7 +16,8 @@ full run, separately. The full runs also load `bench/phase_timing.py`, which rec
 per-phase durations; setup + teardown per test is the fixture cost. Prints a markdown table and
 writes JSON with `--json`. Targets: dsakit full run <= 1.15x plain, < 0.3 ms per test of
 setup + teardown. `--profile` runs the dsakit variant once under cProfile and prints the top
-functions by cumulative and by own time.
+functions by cumulative and by own time. A last line times the runner itself (timeit, in a
+subprocess): building a MockModelRunner, and building one plus reading through it.
 
     python bench/bench_kit_overhead.py [--cells 1000] [--repeats 7] [--json out.json] [--profile]
 """
@@ -251,6 +252,7 @@ def measure(cells: int, repeats: int) -> dict[str, Any]:
                     cpus[name][kind].append(cpu)
                     if not collect:
                         phases[name].append(phase_stats(ph))
+        results["runner_us"] = runner_micro()  # inside: its bytecode cache is this run's
         for name in VARIANTS:
             entry: dict[str, Any] = {}
             for kind in ("collect", "run"):
@@ -274,6 +276,30 @@ def measure(cells: int, repeats: int) -> dict[str, Any]:
         entry["fixture_cpu_ms_vs_plain"] = (entry["phases"]["setup_teardown_cpu_mean_ms"]
                                             - plain["phases"]["setup_teardown_cpu_mean_ms"])
     return results
+
+
+# What the runner fixture body costs by itself (timeit in a fresh interpreter, best of 5): the tree
+# is built lazily, so a test that only passes the runner through pays for the first line only.
+RUNNER_MICRO = r"""
+import json, timeit
+from dsakit.mocks.model_runner import MockModelRunner as R
+stmts = {
+    "construct": "R('target')",
+    "construct + 1 read": "R('target').max_running_requests",
+    "construct + 3-level read": "R('target').model_config.hf_config.index_topk",
+    "construct with overrides": "R('target', max_running_requests=8, model_config__context_len=4096)",
+}
+n = 20000
+print(json.dumps({k: 1e6 * min(timeit.repeat(v, globals=globals(), number=n, repeat=5)) / n
+                  for k, v in stmts.items()}))
+"""
+
+
+def runner_micro() -> dict[str, float]:
+    """Microseconds per MockModelRunner operation (see RUNNER_MICRO)."""
+    proc = subprocess.run([sys.executable, "-c", RUNNER_MICRO], env=_env(None), stdout=subprocess.PIPE,
+                          text=True, check=True)
+    return json.loads(proc.stdout)
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -302,8 +328,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"{d['run']['ratio_cpu_best']:.2f}x CPU (target <= 1.15x); setup+teardown = "
         f"{d['phases']['setup_teardown_mean_ms']:.3f} ms wall / "
         f"{d['phases']['setup_teardown_cpu_mean_ms']:.3f} ms CPU per test, "
-        f"{d['fixture_cpu_ms_vs_plain']:+.3f} ms CPU vs plain (target < 0.3 ms)",
+        f"{d['fixture_cpu_ms_vs_plain']:+.3f} ms CPU vs plain (target < 0.3 ms); "
+        f"median / plain's median = {d['run']['ratio_median']:.2f}x wall",
     ]
+    if "runner_us" in results:
+        lines += ["", "runner alone (timeit, us per operation): " + ", ".join(
+            f"{name} {us:.2f}" for name, us in results["runner_us"].items())]
     return "\n".join(lines)
 
 

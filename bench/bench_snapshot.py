@@ -7,10 +7,15 @@ generated pytest module, run as a subprocess twice: with `--snapshot-update` (wr
 through syrupy's amber writer at session end) and without (reads the golden back and compares).
 Inside the test each stage is timed `--repeats` times (perf_counter, best and median):
 
-  summarize     dsakit.selection_snapshot.summarize_selection: the serialized golden text
-                (normalises every row, digests the scores and the selection)
-    .digest     of which the scores digest alone (sha256 over scores.numpy().tobytes())
-    .normalize  of which dsakit.topk_compare.normalized_rows alone
+  summarize     dsakit.selection_snapshot.summarize_selection as `assert_selection` calls it: the
+                serialized golden text, with the rows whose window holds NaN taken from the
+                validity report (`TopkReport.nan_rows`; that check scans every window anyway)
+    .digest     of which the input digest alone (`input_digest`: sha256 of a fixed sample of the
+                scores: every stride-th value + the ends of every window)
+    .normalize  of which the vectorized normal form alone (`normal_form`: sort, one gather of the
+                selected scores, masks)
+  summarize.standalone  summarize_selection without `nan_rows` (finds NaN rows itself: one extra
+                fused pass over the whole score matrix); not part of the fixture call
   match         `snapshot.use_extension(SelectionSnapshotExtension)(name=case) == summary`: the
                 extension's serializer, syrupy's read of the golden file and the comparison
   serialize+compare = summarize + match (target: < 20 ms)
@@ -18,10 +23,12 @@ Inside the test each stage is timed `--repeats` times (perf_counter, best and me
                 cost, shown because it dominates the fixture call)
   assert_selection  the whole fixture call as a suite makes it (validity + summarize + match)
 
-Also reports the golden file's size (target <= 4 KB). Tensor generation, torch.load and pytest
-start-up are outside every timed region.
+`--profile` adds a cProfile of `--repeats` x (summarize + match) in the compare run (top functions
+by internal time). Also reports the golden file's size (target <= 4 KB). Tensor generation,
+torch.load and pytest start-up are outside every timed region.
 
-    python bench/bench_snapshot.py [--rows 128] [--context 1048576] [--k 2048] [--repeats 5] [--json F]
+    python bench/bench_snapshot.py [--rows 128] [--context 1048576] [--k 2048] [--repeats 5]
+                                   [--profile] [--show-golden] [--json F]
 """
 
 from __future__ import annotations
@@ -39,21 +46,30 @@ from pathlib import Path
 from typing import Any
 
 TEST_MODULE = '''
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import time
-import hashlib
 
+import numpy as np
 import torch
 
-from dsakit.selection_snapshot import SelectionSnapshotExtension, summarize_selection
-from dsakit.topk_compare import assert_topk_valid, normalized_rows
+from dsakit.selection_snapshot import (SelectionSnapshotExtension, input_digest, normal_form,
+                                       summarize_selection)
+from dsakit.topk_compare import assert_topk_valid
 
 DATA = torch.load(os.environ["BENCH_DATA"])
 SCORES, LENGTHS, POSITIONS, K = DATA["scores"], DATA["lengths"], DATA["positions"], DATA["k"]
 REPEATS = int(os.environ["BENCH_REPEATS"])
 CASE = "bench-128x2048-of-1m"
+# what assert_selection hands the snapshot: the validity report's NaN rows (untimed here: the
+# validity stage below times that check)
+NAN_ROWS = assert_topk_valid(POSITIONS, SCORES, LENGTHS, K).nan_rows
+SC, LENS = SCORES.numpy(), np.asarray(LENGTHS, dtype=np.int64)
+STARTS, IDX = np.zeros_like(LENS), POSITIONS.numpy()
 
 
 def timed(fn):
@@ -66,15 +82,22 @@ def timed(fn):
             "all_ms": [1e3 * x for x in out]}
 
 
+def summarize():
+    return summarize_selection(CASE, POSITIONS, SCORES, LENGTHS, K, nan_rows=NAN_ROWS)
+
+
 def test_snapshot_cost(snapshot, selection_snapshot):
     snap = snapshot.use_extension(SelectionSnapshotExtension)
-    summary = summarize_selection(CASE, POSITIONS, SCORES, LENGTHS, K)
+    summary = summarize()
+    assert summary == summarize_selection(CASE, POSITIONS, SCORES, LENGTHS, K)  # same text
     stages = {
-        "summarize": timed(lambda: summarize_selection(CASE, POSITIONS, SCORES, LENGTHS, K)),
-        "summarize.digest": timed(
-            lambda: hashlib.sha256(SCORES.numpy().tobytes()).hexdigest()),
-        "summarize.normalize": timed(lambda: normalized_rows(POSITIONS, SCORES, LENGTHS)),
+        "summarize": timed(summarize),
+        "summarize.digest": timed(lambda: input_digest(SC, LENS, STARTS)),
+        "summarize.normalize": timed(lambda: normal_form(IDX, SC, LENS, STARTS, NAN_ROWS)),
+        "summarize.standalone": timed(
+            lambda: summarize_selection(CASE, POSITIONS, SCORES, LENGTHS, K)),
     }
+    profile = None
     if snap.update_snapshots:
         assert snap(name=CASE) == summary  # recorded; syrupy writes the file at session end
     else:
@@ -84,8 +107,17 @@ def test_snapshot_cost(snapshot, selection_snapshot):
         stages["validity"] = timed(lambda: assert_topk_valid(POSITIONS, SCORES, LENGTHS, K))
         stages["assert_selection"] = timed(lambda: selection_snapshot.assert_selection(
             CASE, POSITIONS, SCORES, LENGTHS, K, reference=True))
+        if os.environ.get("BENCH_PROFILE"):
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(REPEATS):
+                assert snap(name=CASE) == summarize()
+            prof.disable()
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(18)
+            profile = buf.getvalue()
     with open(os.environ["BENCH_OUT"], "w") as fh:
-        json.dump({"stages": stages, "summary_chars": len(summary),
+        json.dump({"stages": stages, "summary_chars": len(summary), "profile": profile,
                    "torch_threads": torch.get_num_threads()}, fh)
 '''
 
@@ -106,8 +138,11 @@ def make_data(path: Path, rows: int, context: int, k: int, seed: int) -> float:
     return time.perf_counter() - start
 
 
-def run_pytest(root: Path, data: Path, repeats: int, out: Path, update: bool) -> None:
+def run_pytest(root: Path, data: Path, repeats: int, out: Path, update: bool,
+               profile: bool = False) -> None:
     env = dict(os.environ, BENCH_DATA=str(data), BENCH_REPEATS=str(repeats), BENCH_OUT=str(out))
+    if profile:
+        env["BENCH_PROFILE"] = "1"
     cmd = [sys.executable, "-m", "pytest", "-c", str(root / "pytest.ini"), "--rootdir", str(root),
            "-q", "-p", "no:cacheprovider", str(root / "test_snapshot_cost.py")]
     if update:
@@ -117,7 +152,8 @@ def run_pytest(root: Path, data: Path, repeats: int, out: Path, update: bool) ->
         raise SystemExit(f"pytest failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout[-4000:]}")
 
 
-def measure(rows: int, context: int, k: int, repeats: int, seed: int) -> dict[str, Any]:
+def measure(rows: int, context: int, k: int, repeats: int, seed: int,
+            profile: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dsakit-bench-snap-") as tmp:
         root = Path(tmp)
         (root / "pytest.ini").write_text("[pytest]\n")
@@ -128,8 +164,8 @@ def measure(rows: int, context: int, k: int, repeats: int, seed: int) -> dict[st
         golden = root / "__snapshots__" / "test_snapshot_cost" / "selections.topksel"
         if not golden.is_file():
             raise SystemExit(f"no golden written at {golden}")
-        run_pytest(root, data, repeats, root / "compare.json", update=False)
-        res = json.loads((root / "compare.json").read_text())
+        run_pytest(root, data, repeats, root / "compare.json", update=False, profile=profile)
+        res: dict[str, Any] = json.loads((root / "compare.json").read_text())
         res["update_run_stages"] = json.loads((root / "update.json").read_text())["stages"]
         res["golden_bytes"] = golden.stat().st_size
         res["golden_text"] = golden.read_text()
@@ -151,7 +187,8 @@ def markdown(res: dict[str, Any]) -> str:
         "| stage | best | median |",
         "|---|---|---|",
     ]
-    order = ["summarize", "summarize.digest", "summarize.normalize", "match", "validity", "assert_selection"]
+    order = ["summarize", "summarize.digest", "summarize.normalize", "summarize.standalone", "match",
+             "validity", "assert_selection"]
     for key in order:
         lines.append(f"| {key} | {st[key]['best_ms']:.1f} ms | {st[key]['median_ms']:.1f} ms |")
     spc = res["serialize_plus_compare"]
@@ -171,9 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--show-golden", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile summarize + match")
     args = ap.parse_args(argv)
-    res = measure(args.rows, args.context, args.k, args.repeats, args.seed)
+    res = measure(args.rows, args.context, args.k, args.repeats, args.seed, args.profile)
     print(markdown(res))
+    if res.get("profile"):
+        print("\n" + res["profile"])
     if args.show_golden:
         print("\n" + res["golden_text"])
     if args.json:

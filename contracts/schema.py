@@ -7,7 +7,7 @@ resolved on first use, so a contract can be loaded, printed and checked on a mac
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -23,12 +23,18 @@ class Role(str, Enum):
     def parse(cls, name: str | Role) -> Role:
         if isinstance(name, Role):
             return name
+        role = _ROLES_BY_VALUE.get(name) if type(name) is str else None
+        if role is not None:  # the exact value, as the fixtures pass it: no Enum lookup
+            return role
         try:
             return cls(str(name).strip().lower())
         except ValueError:
             raise UsageError(
                 f"unknown role {name!r}; expected one of: {', '.join(r.value for r in cls)}"
             ) from None
+
+
+_ROLES_BY_VALUE: dict[str, Role] = {role.value: role for role in Role}
 
 
 def parse_roles(spec: str | Iterable[str]) -> list[str]:
@@ -138,6 +144,9 @@ def type_matches(type_name: str, value: Any, optional: bool = False) -> bool:
     return isinstance(value, _resolve_dotted(type_name))
 
 
+_NO_CHILDREN: dict[str, ContractEntry] = {}
+
+
 class Contract:
     """An ordered, validated set of entries with lookups by path and by parent."""
 
@@ -172,6 +181,11 @@ class Contract:
 
     def children(self, parent: str) -> dict[str, ContractEntry]:
         return dict(self._children.get(parent, {}))  # a copy: callers may not edit the index
+
+    def child_names(self, parent: str) -> KeysView[str]:
+        """The names below `parent` in declaration order, without copying the index (a strict mock
+        builds each node's values from them)."""
+        return self._children.get(parent, _NO_CHILDREN).keys()
 
     def top_level(self) -> dict[str, ContractEntry]:
         return self.children("")

@@ -17,7 +17,8 @@ from dsakit.dsa_backend_harness import dsa_backend
 from dsakit.dsa_metadata_invariants import check_dsa_metadata
 from dsakit.forward_batch_builder import BatchShape, build_forward_batch
 
-pytestmark = dsakit.gate("cuda", "sglang:dsa-backend")
+# SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
+pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
 
 PAGE = 64
 SHAPES: dict[str, BatchShape] = {

@@ -18,7 +18,8 @@ from dsakit.dsa_backend_harness import dsa_backend
 from dsakit.forward_batch_builder import BatchShape, build_forward_batch
 from dsakit.topk_cases import get_case
 
-pytestmark = dsakit.gate("cuda", "sglang:dsa-backend")
+# SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
+pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
 
 # lengths 1 .. 8192 around k = 2048 (< k, == k, > k), scores distinct (no tie at the boundary)
 CASE = "decode-ps64-k2048"

@@ -62,7 +62,7 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     warm = commands.add_parser("warm", help="build the JIT modules a pytest selection needs, once, under a lock")
     warm.add_argument("selection", nargs="*", help="pytest selection (files, node ids, -k/-m after --)")
     warm.add_argument("--target", action="append", metavar="NAME",
-                      help="warm this JIT target without collecting (flashinfer-topk, sglang-topk-v2); repeatable")
+                      help="warm this target without collecting (flashinfer-topk, sglang-topk-v2, sglang-bytecode); repeatable")
     warm.add_argument("--device", metavar="NAME", help="simulate a device for the targets' gates")
     warm.add_argument("--json", action="store_true", help="print the report as JSON")
     warm.set_defaults(handler=_warm)

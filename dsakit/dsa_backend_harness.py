@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 from dsakit.sglang_scope import SGLangScope
@@ -45,14 +46,38 @@ def dsa_backend(
     speculative: bool = False,
     server_args: Mapping[str, Any] | None = None,
     env: Mapping[str, str | bool | int] | None = None,
+    kv_pool: bool = False,
     **backend_kwargs: Any,
 ) -> Iterator[Any]:
-    """`with dsa_backend(runner, speculative=True) as backend:` — scope stays open in the body."""
+    """`with dsa_backend(runner, speculative=True) as backend:` — scope stays open in the body.
+    `kv_pool=True` first gives the runner a real DSATokenToKVPool (one layer), for forward passes."""
     from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 
     args = _scope_server_args(speculative, server_args)
     with SGLangScope(server_args=args, env=env):
+        if kv_pool:
+            runner.token_to_kv_pool = dsa_kv_pool(runner)
         yield DeepseekSparseAttnBackend(runner, **{**_step_kwargs(speculative, args), **backend_kwargs})
+
+
+def dsa_kv_pool(runner: Any, *, layer_num: int = 1) -> Any:
+    """A real DSATokenToKVPool (latent 512 + rope 64 per token, the runner's KV dtype) with a slot
+    for every token dsakit's placement can hand out (SGLang's runtime context must be open)."""
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+
+    config = runner.model_config
+    return DSATokenToKVPool(
+        size=2 * runner.req_to_token_pool.size * config.context_len + 2 * runner.page_size,
+        page_size=runner.page_size,
+        kv_lora_rank=config.kv_lora_rank,
+        dtype=runner.kv_cache_dtype,
+        qk_rope_head_dim=config.qk_rope_head_dim,
+        layer_num=layer_num,
+        device=runner.device,
+        index_head_dim=config.hf_config.index_head_dim,
+        enable_memory_saver=False,
+        kv_cache_dim=config.kv_lora_rank + config.qk_rope_head_dim,
+    )
 
 
 # DeepSeek-V4: 448 + 64 head dims (asserted 512), page size hard-coded to 256, C4/C128 compressed
@@ -122,4 +147,52 @@ def deepseek_v4_backend(
     with SGLangScope(server_args=args, env=env):
         runner = MockModelRunner(role, overrides=overrides)
         runner.token_to_kv_pool = deepseek_v4_kv_pool(runner)
+        runner.token_to_kv_pool.register_mapping(full_to_swa_mapping(runner, runner.token_to_kv_pool.swa_size))
         yield DeepseekV4AttnBackend(runner, **_step_kwargs(speculative, args)), runner
+
+
+def full_to_swa_mapping(runner: Any, swa_size: int, *, seed: int = 0) -> Any:
+    """A full-slot -> SWA-slot map the way SGLang's SWA allocator lays it out (one entry per full
+    slot dsakit's placement can hand out, plus a final -1 so slot -1 maps to -1), filled with
+    seeded random SWA slots so a kernel that reads the wrong token gets a different value."""
+    import torch
+
+    full_slots = 2 * runner.req_to_token_pool.size * runner.model_config.context_len + 2 * runner.page_size
+    generator = torch.Generator().manual_seed(seed)
+    mapping = torch.randint(0, swa_size, (full_slots,), generator=generator, dtype=torch.int64)
+    return torch.cat([mapping, torch.tensor([-1], dtype=torch.int64)]).to(runner.device)
+
+
+def deepseek_v4_page_metadata(runner: Any, shape: Any, placement: Any, swa_mapping: Any, *, compression: bool) -> Any:
+    """The page-table, position and SWA parts of DeepSeek-V4 core metadata for `shape`, built by
+    the kernels SGLang's DeepseekV4AttnBackend itself calls (BuildPageTablePositions,
+    BuildCausalSwaPageIndices: torch reference on CPU tensors, Triton on CUDA ones) and, with
+    `compression`, its C4/C128 compression-metadata Triton kernel (CUDA only). This is the part of
+    `init_forward_metadata` that needs no FlashMLA scheduler object."""
+    import torch
+    from sglang.srt.layers.attention import deepseek_v4_backend as v4
+
+    from dsakit.dsa_metadata_invariants import expected_seqlens_expanded
+    from dsakit.dsv4_metadata_invariants import query_requests
+
+    device = runner.req_to_token_pool.req_to_token.device
+    lengths = torch.tensor(expected_seqlens_expanded(shape), dtype=torch.int32, device=device)
+    pool_rows = torch.tensor([placement.req_pool_indices[r] for r in query_requests(shape)], dtype=torch.int64, device=device)
+    prep = v4.BuildPageTablePositions.execute(
+        req_to_token=runner.req_to_token_pool.req_to_token, req_pool_indices_repeated=pool_rows,
+        seq_lens_casual=lengths, max_seq_len=max(shape.kv_lens()), page_size=runner.page_size,
+        swa_window=v4.SWA_WINDOW,
+    )
+    swa = v4.BuildCausalSwaPageIndices.execute(
+        req_to_token=runner.req_to_token_pool.req_to_token, full_to_swa_mapping=swa_mapping,
+        req_pool_indices_repeated=pool_rows, seq_lens_casual=prep.seq_lens_casual, swa_window=v4.SWA_WINDOW,
+        page_index_aligned_size=v4.PAGE_INDEX_ALIGNED_SIZE,
+    )
+    core = SimpleNamespace(seq_lens_casual=prep.seq_lens_casual, positions_casual=prep.positions_casual,
+                           page_table=prep.page_table, swa_topk_lengths=prep.swa_topk_lengths, swa_page_indices=swa)
+    if compression:
+        out_loc = torch.zeros(lengths.numel(), dtype=torch.int64, device=device)
+        (_, _, core.c4_topk_lengths_raw, core.c4_topk_lengths_clamp1, _, _, _, core.c128_topk_lengths_clamp1,
+         _) = v4._init_compression_metadata_triton(core.seq_lens_casual, core.positions_casual, out_loc,
+                                                    core.page_table, runner.page_size, compute_page_indices=True)
+    return core

@@ -327,6 +327,10 @@ def _build_table() -> dict[str, Gate]:
         _module_gate("sgl_kernel", "the torch reference implementations cover the kernel contracts"),
         _module_gate("flashinfer", "the sgl_kernel and torch reference paths cover the same cases"),
         _module_gate("flash_mla", "the sgl_kernel FlashMLA extension or the torch reference covers it"),
+        Gate("module:sgl_kernel.flashmla_ops", "module", "sgl_kernel's FlashMLA extension (sgl_kernel/flashmla_ops*), "
+             "which DeepSeek-V4 metadata and attention call through sgl_kernel.flash_mla",
+             "the DeepSeek-V4 page-table, SWA and compression kernel cases cover its metadata without FlashMLA",
+             (), (package_file("sgl_kernel", "flashmla_ops*", "FlashMLA extension"),)),
         _module_gate("deep_gemm", "the torch reference GEMMs cover the indexer logits"),
         _module_gate("tilelang", "the CUDA kernels in sgl_kernel cover the same cases"),
         _module_gate("aiter", "on NVIDIA the CUDA backends cover the same contracts"),

@@ -45,7 +45,8 @@ class JitTarget:
     description: str
     gates: tuple[str, ...]
     caches: tuple[str, ...]
-    build: Callable[[], int] = field(compare=False)
+    build: Callable[[Sequence[str]], int] = field(compare=False)  # gets the test ids needing it
+    unit: str = "launches"  # what build()'s count counts
 
 
 def _launch_paths(path_ids: Sequence[str]) -> int:
@@ -86,7 +87,7 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "~2-3 min cold on an H200)",
             ("cuda", "module:flashinfer"),
             (_home_cache("flashinfer"), _home_cache("tvm-ffi")),
-            lambda: _launch_paths(("flashinfer.topk_func", "flashinfer.transform-paged",
+            lambda _tests: _launch_paths(("flashinfer.topk_func", "flashinfer.transform-paged",
                                    "flashinfer.transform-ragged")),
         ),
         JitTarget(
@@ -95,11 +96,61 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "topk_transform_512_v2 + plan_topk_v2 in 0.5.17, topk_transform_paged_v2 in 0.5.23)",
             ("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc"),
             (_home_cache("sglang"), _home_cache("tvm-ffi")),
-            lambda: _launch_paths(("v2-fold.paged", "v2-fold.paged-ps1-table",
+            lambda _tests: _launch_paths(("v2-fold.paged", "v2-fold.paged-ps1-table",
                                    "sgl-kernel.transform-ragged.v2")),
+        ),
+        JitTarget(
+            "sglang-bytecode",
+            "cached bytecode (.pyc) of the SGLang import chain every worker imports (without it, "
+            "each worker recompiles thousands of modules when the interpreter writes no bytecode)",
+            ("sglang:dsa-backend",),
+            ("__pycache__ beside the SGLang stack's sources",),
+            lambda _tests: _compile_bytecode(),
+            unit="modules compiled",
+        ),
+        JitTarget(
+            "triton-kernels",
+            "the Triton kernels SGLang's backend metadata code launches (DSA decode/extend metadata, "
+            "DeepSeek-V4 page tables, SWA and compression metadata): the tests marked "
+            "dsakit_jit('triton-kernels') run once, serially, in one process",
+            ("cuda",),
+            (os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache"),),
+            lambda tests: _run_tests_once(tests),
+            unit="tests run",
         ),
     )
 }
+
+# Targets every selection needs (whatever its gates): each worker imports SGLang.
+ALWAYS_TARGETS = ("sglang-bytecode",)
+
+
+def _run_tests_once(tests: Sequence[str]) -> int:
+    """Run `tests` in one plain pytest process (no xdist), so their JIT kernels land in the cache
+    the workers read; the tests' own outcome is the suite's business, a crash is the build's."""
+    import subprocess
+
+    if not tests:
+        return 0
+    args = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-p", "no:syrupy", "-q", "--no-header", "-o", "addopts=", *tests]
+    # a plain process even when warm itself runs inside a pytest(-xdist) worker
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
+    done = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+    if done.returncode not in (0, 1, 5):  # 1: a test failed, which the real run will report
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-6:])
+        raise RuntimeError(f"running the {len(tests)} tests exited {done.returncode}: {tail}")
+    return len(tests)
+
+
+def _compile_bytecode() -> int:
+    from dsakit.bytecode_warmup import warm_bytecode
+
+    result = warm_bytecode()
+    if result.unwritable:
+        raise OSError(f"{result.unwritable} of {result.modules} modules' bytecode could not be written "
+                      "(read-only site); set PYTHONPYCACHEPREFIX to a writable directory for the run")
+    return result.compiled
 
 # Gate codes that imply a target when a test does not name it with the marker.
 GATE_TARGETS: dict[str, tuple[str, ...]] = {
@@ -120,14 +171,12 @@ def validate_targets(names: Iterable[str], targets: dict[str, JitTarget] | None 
 
 
 def targets_of_item(item: Any) -> tuple[str, ...]:
-    """The targets one collected test needs: its dsakit_jit markers, else its gate codes."""
+    """The targets one collected test needs: its dsakit_jit markers plus those its gate codes imply."""
     from dsakit.gate_marks import MARKER as GATE_MARKER
 
-    named = [t for marker in item.iter_markers(MARKER) for t in marker.args]
-    if named:
-        return validate_targets(named)
+    named = validate_targets([t for marker in item.iter_markers(MARKER) for t in marker.args])
     codes = [c for marker in item.iter_markers(GATE_MARKER) for c in marker.args]
-    return tuple(dict.fromkeys(t for code in codes for t in GATE_TARGETS.get(code, ())))
+    return tuple(dict.fromkeys([*named, *(t for code in codes for t in GATE_TARGETS.get(code, ()))]))
 
 
 # ---------------------------------------------------------------- which targets a selection needs
@@ -143,6 +192,8 @@ class _Needs:
 
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
         self.collected = len(items)
+        for name in ALWAYS_TARGETS if items else ():
+            self.tests[name] = [item.nodeid for item in items]
         for item in items:
             try:
                 names = targets_of_item(item)
@@ -197,7 +248,7 @@ def state_dir() -> Path:
     return Path(os.environ.get("DSAKIT_CACHE_DIR") or _home_cache("dsakit")) / "jit"
 
 
-def warm_target(target: JitTarget, device: Any, *, tests: int = 0) -> WarmResult:
+def warm_target(target: JitTarget, device: Any, *, tests: int = 0, test_ids: Sequence[str] = ()) -> WarmResult:
     """Build one target under its file lock; skipped with reasons when its gates are closed."""
     from filelock import FileLock
 
@@ -213,7 +264,7 @@ def warm_target(target: JitTarget, device: Any, *, tests: int = 0) -> WarmResult
         waited = time.perf_counter() - start
         tic = time.perf_counter()
         try:
-            launches = target.build()
+            launches = target.build(test_ids)
         except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
             return WarmResult(target.name, "failed", time.perf_counter() - tic, tests=tests,
                               error=f"{type(error).__name__}: {error}", waited_s=waited)
@@ -241,7 +292,7 @@ def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: 
         collected = None
     else:
         wanted, collected = needed_targets(selection)
-    results = [warm_target(JIT_TARGETS[name], device, tests=len(tests)) for name, tests in wanted.items()]
+    results = [warm_target(JIT_TARGETS[name], device, tests=len(tests), test_ids=tests) for name, tests in wanted.items()]
     if as_json:
         print(json.dumps({"device": device.as_dict(), "collected": collected,
                           "targets": [r.as_dict() for r in results]}, indent=2))
@@ -253,7 +304,7 @@ def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: 
         for r in results:
             if r.status == "built":
                 waited = f", waited {r.waited_s:.1f} s for another build" if r.waited_s >= 0.5 else ""
-                print(f"  {r.target:18s} built    {r.seconds:8.2f} s  ({r.launches} launches{waited}; "
+                print(f"  {r.target:18s} built    {r.seconds:8.2f} s  ({r.launches} {JIT_TARGETS[r.target].unit}{waited}; "
                       f"caches: {', '.join(JIT_TARGETS[r.target].caches)})")
             elif r.status == "skipped":
                 print(f"  {r.target:18s} skipped  " + " | ".join(str(x) for x in r.reasons))

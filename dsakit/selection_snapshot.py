@@ -2,16 +2,34 @@
 
 Owns: `SelectionSnapshotExtension` (a syrupy 7 amber-format extension: one file per test module at
 `__snapshots__/<module>/selections.topksel`, snapshot name `<test function>[<case id>]`, so the
-backend/path part of the test id never reaches the key), `summarize_selection` (the text stored)
-and `SelectionSnapshot` (what the `selection_snapshot` fixture returns).
+backend/path part of the test id never reaches the key), `summarize_selection` (the text stored),
+`explain_mismatch` (why a summary differs from its golden) and `SelectionSnapshot` (what the
+`selection_snapshot` fixture returns).
 
-What is stored is small and independent of k: the case's shape, a digest of its input scores
-(pins the seeded generator), a digest of the *normalized* selection and the first rows spelled
-out. Normalization (`dsakit.topk_compare.normalized_rows`) keeps only what every valid top-k of
-the same scores shares: positions strictly above the lowest selected score, that boundary score
-and the number of tied picks on it; -inf picks are dropped and NaN rows are marked, not compared.
-A backend that picks another member of a tied group therefore serializes to the same text, while
-a wrong index changes the digest. No device or tensor repr is ever written.
+What is stored is small and independent of k, in two parts:
+
+  * the INPUT: the case's shape and lengths, its generator identity (recipe, seed, shape; when
+    the case object is known) and a digest of its scores. Scores of up to `FULL_HASH_VALUES`
+    values are hashed whole; larger ones (1M-token contexts: 512 MiB) through a fixed sample --
+    every `stride`-th value of the flattened matrix (about `SAMPLE_VALUES` of them, odd stride
+    so it walks across the columns) plus the first and last `END_VALUES` of every row's window.
+  * the SELECTION, normalised (backend-independent): per row the positions strictly above the
+    lowest selected ranked score (`certain`), that boundary score and the number of tied picks on
+    it; -inf picks are dropped and rows whose window holds NaN are marked, not compared. A backend
+    that picks another member of a tied group serializes to the same text, while a wrong index
+    changes its row. The first `HEAD_ROWS` rows are spelled out, every row has a short digest.
+
+The normal form is computed vectorized on the already-gathered selected scores only (sort, one
+gather, masks); its one full-window need -- which rows hold NaN -- is taken from the validity
+check that `assert_selection` runs first (`TopkReport.nan_rows`; that check reads every window
+anyway), or scanned exactly when a caller gives none. Equal to `dsakit.topk_compare.
+normalized_rows`, the per-row reference implementation (tested on every catalogue case).
+
+On a mismatch the message says which part differs: the input (the case generator changed: not
+the kernel's fault) or the selection (which rows, with this path's normal form of each). No
+device or tensor repr is ever written. The summary format carries its own serializer version
+(`SelectionSerializer.VERSION`): goldens of an older format read as tainted and must be
+regenerated (`--snapshot-update`).
 
 Goldens are written only by the reference path (`reference=True`); under --snapshot-update other
 paths compare against the stored golden instead of rewriting it. xdist safety and unused-snapshot
@@ -22,15 +40,18 @@ imports torch at module level.
 from __future__ import annotations
 
 import hashlib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from syrupy.extensions.amber import AmberDataSerializer, AmberSnapshotExtension
 
-from dsakit.topk_compare import assert_topk_valid, normalized_rows
+from dsakit.topk_compare import assert_topk_valid
 
 if TYPE_CHECKING:
+    import numpy as np
     from syrupy.assertion import SnapshotAssertion
     from syrupy.location import PyTestLocation
     from syrupy.types import SerializableData, SnapshotIndex
@@ -39,15 +60,33 @@ if TYPE_CHECKING:
 
 HEAD_ROWS = 2  # rows spelled out in the golden
 HEAD_POSITIONS = 6  # positions shown per spelled-out row
-DIGEST_ROWS = 16  # rows with their own short digest (the rest only in selection_sha256)
+DIGEST_HEX = 8  # hex digits per row digest
+DIGESTS_PER_LINE = 16
+MAX_ROW_DIGESTS = 256  # more rows than this: one digest per block of rows
+FULL_HASH_VALUES = 1 << 20  # scores up to 4 MiB are hashed whole
+SAMPLE_VALUES = 1 << 16  # larger ones: about this many strided values ...
+END_VALUES = 64  # ... plus this many at each end of every row's window
+_SHOW_ROWS = 8  # differing rows described in a mismatch message
+_INPUT_KEYS = ("case", "input", "shape", "lengths", "row_starts", "scores")
 
 
 class SelectionSummary(str):
-    """The serialized form: a str so syrupy's comparison and amber's writer take it as is."""
+    """The serialized form: a str so syrupy's comparison and amber's writer take it as is. Carries
+    the normal form it was made from (`rows`), so a mismatch can describe any row."""
+
+    rows: _NormalForm | None = None
+
+
+class SelectionSerializer(AmberDataSerializer):
+    """Amber with dsakit's own version marker: bump VERSION whenever the summary text changes, so
+    goldens written in an older format read as tainted ("needs to be regenerated")."""
+
+    VERSION = "topksel-2"
 
 
 class SelectionSnapshotExtension(AmberSnapshotExtension):
     file_extension = "topksel"
+    serializer_class = SelectionSerializer
 
     @classmethod
     def dirname(cls, *, test_location: PyTestLocation) -> str:
@@ -83,30 +122,291 @@ def _sha(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
+# ---------------------------------------------------------------- the input digest
+
+
+def input_digest(scores: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> str:
+    """The `scores:` line: sha256 of every value, or of a fixed sample of a large matrix (every
+    stride-th value of the flattened matrix, odd stride, plus the first and last END_VALUES of
+    each row's window). Reads O(SAMPLE_VALUES) values, never the whole matrix."""
+    import numpy as np
+
+    flat = np.ascontiguousarray(scores, dtype="<f4").reshape(-1)
+    if flat.size <= FULL_HASH_VALUES:
+        return f"sha256 of all {flat.size} values {_sha(flat.data)}"
+    rows, width = scores.shape
+    stride = (flat.size // SAMPLE_VALUES) | 1
+    strided = np.ascontiguousarray(flat[::stride])
+    lens = np.maximum(lengths, 0)
+    j = np.arange(2 * END_VALUES)
+    off = np.where(j < END_VALUES, j, lens[:, None] - 2 * END_VALUES + j)
+    off = np.clip(off, 0, np.maximum(lens - 1, 0)[:, None])
+    cols = np.minimum(starts[:, None] + off, width - 1)
+    has = lens > 0
+    ends = np.ascontiguousarray(flat[(np.arange(rows)[:, None] * width + cols)[has]])
+    h = hashlib.sha256(f"stride={stride} ends={END_VALUES}|".encode())
+    h.update(strided.data)
+    h.update(ends.data)
+    return (f"sha256 of {strided.size + ends.size} sampled values (stride {stride}, "
+            f"{END_VALUES} at each end of each window) {h.hexdigest()[:16]}")
+
+
+# ---------------------------------------------------------------- the normal form, vectorized
+
+
+@dataclass
+class _NormalForm:
+    """Every row's normal form (see `dsakit.topk_compare.NormalizedRow`), as arrays."""
+
+    nan: np.ndarray  # (rows,) bool: window holds NaN (row not normalised)
+    count: np.ndarray  # (rows,) selected ranked positions
+    boundary: np.ndarray  # (rows,) float32, the lowest selected ranked score (meaningless if count 0)
+    tied: np.ndarray  # (rows,) picks on the boundary
+    positions: np.ndarray  # (rows, k) sorted selection
+    certain: np.ndarray  # (rows, k) bool: above the boundary
+    invalid: dict[int, tuple[int, ...]]  # rows with entries neither -1 nor in the window
+    pos_dtype: str = "<i4"  # how certain positions are digested ("<i8" for windows past 2**31)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.nan.shape[0])
+
+    def certain_positions(self, row: int) -> np.ndarray:
+        out: np.ndarray = self.positions[row][self.certain[row]]
+        return out
+
+    def fields(self, row: int) -> tuple[bool, int, float | None, int, tuple[int, ...], tuple[int, ...]]:
+        """(nan_row, count, boundary, tied, certain, invalid) as `normalized_rows` gives them."""
+        if self.nan[row]:
+            return True, 0, None, 0, (), ()
+        n = int(self.count[row])
+        return (False, n, float(self.boundary[row]) if n else None, int(self.tied[row]),
+                tuple(int(p) for p in self.certain_positions(row)), self.invalid.get(row, ()))
+
+    def _head(self, row: int) -> str:
+        if self.nan[row]:
+            return f"row {row}: NaN in window (validity only: backends disagree on NaN)"
+        n = int(self.count[row])
+        b = float(self.boundary[row]).hex() if n else "none"
+        text = f"row {row}: n={n} boundary={b} tied={int(self.tied[row])}"
+        if row in self.invalid:
+            text += f" invalid={list(self.invalid[row][:8])}"
+        return text
+
+    def line(self, row: int, head: int = HEAD_POSITIONS) -> str:
+        text = self._head(row)
+        if not self.nan[row]:
+            text += f" certain[:{head}]={[int(p) for p in self.certain_positions(row)[:head]]}"
+        return text
+
+    def digest(self, row: int) -> str:
+        h = hashlib.sha256(self._head(row).split(": ", 1)[1].encode())
+        if not self.nan[row]:
+            h.update(b"|")
+            h.update(self.certain_positions(row).astype(self.pos_dtype).tobytes())
+        return h.hexdigest()[:DIGEST_HEX]
+
+
+def _nan_rows_exact(sc: np.ndarray, lens: np.ndarray, starts: np.ndarray) -> set[int]:
+    """Rows whose window holds NaN, exactly. One fused pass (a row max propagates NaN); only rows
+    whose max is NaN are scanned over their window (NaN may sit outside it in ragged layouts)."""
+    import numpy as np
+
+    if sc.size == 0:
+        return set()
+    out = set()
+    for row in np.flatnonzero(np.isnan(sc.max(axis=1))).tolist():
+        start, length = int(starts[row]), max(int(lens[row]), 0)
+        if length and bool(np.isnan(sc[row, start:start + length]).any()):
+            out.add(row)
+    return out
+
+
+def normal_form(positions: np.ndarray, scores: np.ndarray, lengths: np.ndarray,
+                starts: np.ndarray, nan_rows: set[int] | frozenset[int]) -> _NormalForm:
+    """The per-row normal form of a selection, from the selected scores only: sort each row's
+    positions, drop -1 / duplicates / out-of-window entries, gather the selected scores in one
+    flat take, drop -inf picks, then boundary = row min, tied = picks equal to it, certain =
+    picks above it."""
+    import numpy as np
+
+    rows, k = positions.shape
+    width = scores.shape[1]
+    srt = np.sort(positions, axis=1)
+    lens = np.maximum(lengths, 0)[:, None]
+    dup = np.zeros(srt.shape, dtype=bool)
+    dup[:, 1:] = srt[:, 1:] == srt[:, :-1]
+    inside = (srt >= 0) & (srt < lens)
+    keep = inside & ~dup
+    invalid_mask = ~inside & ~dup & (srt != -1)
+    flat_idx = np.where(keep, srt, 0) + (starts + np.arange(rows, dtype=np.int64) * width)[:, None]
+    vals = (scores.reshape(-1).take(flat_idx) if scores.size else
+            np.zeros(srt.shape, dtype=np.float32))  # no window: nothing is kept anyway
+    keep &= vals != -np.inf
+    nan = np.zeros(rows, dtype=bool)
+    if nan_rows:
+        nan[sorted(nan_rows)] = True
+        keep[nan] = False
+    count = keep.sum(axis=1)
+    boundary = np.where(keep, vals, np.float32(np.inf)).min(axis=1, initial=np.float32(np.inf))
+    tied = (keep & (vals == boundary[:, None])).sum(axis=1)
+    certain = keep & (vals > boundary[:, None])
+    invalid = {int(r): tuple(int(p) for p in srt[r][invalid_mask[r]])
+               for r in np.flatnonzero(invalid_mask.any(axis=1) & ~nan)}
+    return _NormalForm(nan, count, boundary, tied, srt, certain, invalid,
+                       "<i4" if width < 1 << 31 else "<i8")
+
+
+# ---------------------------------------------------------------- the summary text
+
+
 def summarize_selection(case_id: str, positions: Any, scores: Any, lengths: Any, k: int, *,
-                        row_starts: Any = None) -> SelectionSummary:
-    """The golden text of one case's selection (row-local positions, -1 padded)."""
+                        row_starts: Any = None, nan_rows: Any = None,
+                        identity: str | None = None) -> SelectionSummary:
+    """The golden text of one case's selection (row-local positions, -1 padded).
+
+    `nan_rows`: the rows whose window holds NaN, if the caller already knows them (the validity
+    report's `nan_rows`); otherwise they are found exactly with one pass over the scores.
+    `identity`: how the case generator made the scores (recipe, seed, shape), if known."""
+    import numpy as np
     import torch
 
-    sc = torch.as_tensor(scores).detach().to("cpu", torch.float32).contiguous()
-    lens = [int(x) for x in torch.as_tensor(lengths).detach().cpu().tolist()]
-    rows = normalized_rows(positions, sc, lens, row_starts=row_starts)
-    lines = [
-        f"case: {case_id}",
-        f"rows: {len(lens)}  width: {sc.shape[1]}  k: {k}",
-        "lengths: " + (str(lens) if len(lens) <= DIGEST_ROWS else _sha(str(lens).encode())),
-        # the buffer itself, not a .tobytes() copy: same digest, half the time on 1M-token rows
-        "scores_sha256: " + _sha(memoryview(sc.numpy()).cast("B")),
-        "selection_sha256: " + _sha("\n".join(r.line() for r in rows).encode()),
+    sc = torch.as_tensor(scores).detach().to("cpu", torch.float32).contiguous().numpy()
+    idx = torch.as_tensor(positions).detach().cpu().numpy()
+    lens = np.asarray(torch.as_tensor(lengths).detach().cpu().tolist(), dtype=np.int64).reshape(-1)
+    starts = (np.zeros_like(lens) if row_starts is None else
+              np.asarray(torch.as_tensor(row_starts).detach().cpu().tolist(), dtype=np.int64))
+    if idx.ndim != 2 or sc.ndim != 2 or not (idx.shape[0] == sc.shape[0] == lens.size == starts.size):
+        from dsakit.errors import UsageError
+
+        raise UsageError(
+            f"selection snapshot needs positions (rows, k), scores (rows, width), lengths (rows,): "
+            f"got positions {tuple(idx.shape)}, scores {tuple(sc.shape)}, {lens.size} lengths, "
+            f"{starts.size} row starts")
+    if nan_rows is None:
+        nan_rows = _nan_rows_exact(sc, lens, starts)
+    form = normal_form(idx, sc, lens, starts, set(nan_rows))
+    lens_list = lens.tolist()
+    lines = [f"case: {case_id}"]
+    if identity:
+        lines.append(f"input: {identity}")
+    lines += [
+        f"shape: {sc.shape[0]} rows x width {sc.shape[1]}, k {k}",
+        "lengths: " + (str(lens_list) if len(lens_list) <= 16 else _sha(str(lens_list).encode())),
     ]
     if row_starts is not None:
-        lines.insert(3, "row_starts: " + str([int(x) for x in torch.as_tensor(row_starts).tolist()]))
-    lines += [r.line(head=HEAD_POSITIONS) for r in rows[:HEAD_ROWS]]
-    if len(rows) > HEAD_ROWS:
-        tail = rows[HEAD_ROWS:DIGEST_ROWS]
-        lines.append(f"rows {HEAD_ROWS}..{HEAD_ROWS + len(tail) - 1}: "
-                     + " ".join(r.digest() for r in tail))
-    return SelectionSummary("\n".join(lines))
+        lines.append("row_starts: " + str(starts.tolist()))
+    lines.append("scores: " + input_digest(sc, lens, starts))
+    lines += [form.line(r) for r in range(min(HEAD_ROWS, form.num_rows))]
+    lines += _digest_lines(form)
+    out = SelectionSummary("\n".join(lines))
+    out.rows = form
+    return out
+
+
+def _digest_lines(form: _NormalForm) -> list[str]:
+    rows = form.num_rows
+    block = -(-rows // MAX_ROW_DIGESTS) if rows else 1
+    if block == 1:
+        digests = [form.digest(r) for r in range(rows)]
+        label = "row digests"
+    else:
+        digests = [hashlib.sha256("".join(form.digest(r) for r in range(b, min(b + block, rows)))
+                                  .encode()).hexdigest()[:DIGEST_HEX] for b in range(0, rows, block)]
+        label = f"row-block digests ({block} rows each)"
+    out = []
+    for first in range(0, len(digests), DIGESTS_PER_LINE):
+        chunk = digests[first:first + DIGESTS_PER_LINE]
+        out.append(f"{label} {first}..{first + len(chunk) - 1}: " + " ".join(chunk))
+    return out
+
+
+# ---------------------------------------------------------------- mismatch diagnosis
+
+
+_DIGESTS = re.compile(r"^(row digests|row-block digests \((\d+) rows each\)) (\d+)\.\.(\d+): (.*)$")
+_HEAD = re.compile(r"^row (\d+): ")
+
+
+def _parse(text: str) -> tuple[dict[str, str], dict[int, str], dict[int, str], int]:
+    """(input/other keyed lines, spelled-out rows, digests by row or block, rows per digest)."""
+    keyed: dict[str, str] = {}
+    heads: dict[int, str] = {}
+    digests: dict[int, str] = {}
+    block = 1
+    for line in text.splitlines():
+        m = _DIGESTS.match(line)
+        if m:
+            block = int(m.group(2) or 1)
+            for i, d in enumerate(m.group(5).split()):
+                digests[int(m.group(3)) + i] = d
+            continue
+        m = _HEAD.match(line)
+        if m:
+            heads[int(m.group(1))] = line
+            continue
+        key, _, value = line.partition(": ")
+        keyed[key] = value
+    return keyed, heads, digests, block
+
+
+def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validated: bool = True) -> str:
+    """Why `summary` differs from the stored `golden`: the input (a case-generator change: not
+    the path's fault), or the selection (which rows, and this path's normal form of each).
+    `validated`: the selection passed the validity check against the scores summarized."""
+    if golden is None:
+        return (f"{case_id}: no golden stored (or one of an older format): regenerate with "
+                "--snapshot-update")
+    g_keys, g_heads, g_digests, g_block = _parse(golden)
+    s_keys, s_heads, s_digests, s_block = _parse(summary)
+    changed_input = [k for k in _INPUT_KEYS if g_keys.get(k) != s_keys.get(k)]
+    if changed_input:
+        lines = [
+            f"{case_id}: the INPUT changed: {', '.join(changed_input)} differ from the input "
+            "the golden was written from. The case generator (dsakit.topk_cases: recipe, seed, "
+            "shape or the generator code) now makes other scores than when the golden was "
+            "recorded; this is not a bug of the path under test. Review the generator change, "
+            "then regenerate the goldens on CPU: "
+            "pytest contracts/test_topk_selection.py --snapshot-update"]
+        for key in changed_input:
+            lines.append(f"    golden {key}: {g_keys.get(key, '(absent)')}")
+            lines.append(f"    now    {key}: {s_keys.get(key, '(absent)')}")
+        return "\n".join(lines)
+    rows = getattr(summary, "rows", None)
+    if g_block != s_block:
+        bad = sorted(set(g_digests) | set(s_digests))
+    else:
+        bad = sorted(i for i in set(g_digests) | set(s_digests)
+                     if g_digests.get(i) != s_digests.get(i))
+    bad_rows = sorted({r for i in bad for r in range(i * s_block, (i + 1) * s_block)}
+                      | {r for r in set(g_heads) | set(s_heads) if g_heads.get(r) != s_heads.get(r)})
+    if rows is not None:
+        bad_rows = [r for r in bad_rows if r < rows.num_rows]
+    if s_block == 1:
+        where = f"{len(bad_rows)} of {rows.num_rows if rows is not None else len(s_digests)} rows"
+    else:
+        where = f"{len(bad)} of {len(s_digests)} row blocks ({s_block} rows each)"
+    lines = [f"{case_id}: selection differs from the golden in {where} (the input matches): "
+             f"rows {bad_rows[:32]}{' ...' if len(bad_rows) > 32 else ''}"]
+    for r in bad_rows[:_SHOW_ROWS]:
+        gold = g_heads.get(r) or f"row {r}: digest {g_digests.get(r // g_block, '(absent)')}"
+        if rows is None:
+            now = s_heads.get(r) or f"row {r}: digest {s_digests.get(r // s_block, '(absent)')}"
+        else:  # this path's normal form of the row, with its digest where the golden has one
+            now = rows.line(r) + (f" digest {rows.digest(r)}" if s_block == 1 else "")
+        lines.append(f"    golden:    {gold}")
+        lines.append(f"    this path: {now}")
+    if validated:
+        lines.append(
+            "  This selection passed the validity check against the scores it was given, and "
+            "every valid top-k of one input has the same normal form (ties allowed); so the "
+            "scores most likely changed outside the sampled values (a case-generator change: "
+            "review it and regenerate with --snapshot-update), or the golden was written from "
+            "an invalid selection.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the fixture object
 
 
 class SelectionSnapshot:
@@ -121,38 +421,53 @@ class SelectionSnapshot:
 
     def assert_selection(self, case_id: str, positions: Any, scores: Any, lengths: Any, k: int, *,
                          row_starts: Any = None, reference: bool = False,
-                         nan_slot_filler: bool = False) -> None:
+                         nan_slot_filler: bool = False, identity: str | None = None) -> None:
         """Check validity (readable per-row diff), then match the golden stored under `case_id`.
         `nan_slot_filler`: the path's kernel may fill NaN-cost slots with position == slot (the
         v2 JIT); NaN rows are not part of the golden, so only the validity check reads it."""
         __tracebackhide__ = True
-        assert_topk_valid(positions, scores, lengths, k, row_starts=row_starts,
-                          nan_slot_filler=nan_slot_filler)
-        summary = summarize_selection(case_id, positions, scores, lengths, k, row_starts=row_starts)
+        report = assert_topk_valid(positions, scores, lengths, k, row_starts=row_starts,
+                                   nan_slot_filler=nan_slot_filler)
+        summary = summarize_selection(case_id, positions, scores, lengths, k, row_starts=row_starts,
+                                      nan_rows=report.nan_rows, identity=identity)
         if self.updating and not reference:
             self._compare_without_writing(case_id, summary)
             return
-        assert self._snapshot(name=case_id) == summary
+        assert self._snapshot(name=case_id) == summary, \
+            explain_mismatch(case_id, self._stored(case_id)[0], summary)
 
     def assert_case(self, case: TopkCase, positions: Any, *, reference: bool = False,
                     nan_slot_filler: bool = False) -> None:
         __tracebackhide__ = True
         self.assert_selection(case.case_id, positions, case.scores("cpu"), case.lengths, case.k,
                               row_starts=case.row_starts, reference=reference,
-                              nan_slot_filler=nan_slot_filler)
+                              nan_slot_filler=nan_slot_filler,
+                              identity=f"recipe={case.recipe} seed={case.seed} shape={case.shape}")
 
-    def _compare_without_writing(self, case_id: str, summary: str) -> None:
-        __tracebackhide__ = True
+    def _stored(self, case_id: str) -> tuple[str | None, bool]:
+        """(the stored golden text or None, whether the file is of an older format)."""
         ext = self._snapshot.extension
         loc = self._snapshot.test_location
         location = ext.get_location(test_location=loc, index=case_id)
-        name = ext.get_snapshot_name(test_location=loc, index=case_id)
-        stored = AmberDataSerializer.read_file(location).get(name) if Path(location).is_file() else None
-        if stored is None or stored.data is None:
-            pytest.skip(f"[no-golden-yet] no golden for {case_id} yet: goldens are written by the reference path "
+        if not Path(location).is_file():
+            return None, False
+        collection = SelectionSerializer.read_file(location)
+        stored = collection.get(ext.get_snapshot_name(test_location=loc, index=case_id))
+        tainted = bool(collection.tainted or (stored is not None and stored.tainted))
+        if stored is None or stored.data is None or tainted:
+            return None, tainted
+        return str(stored.data), False
+
+    def _compare_without_writing(self, case_id: str, summary: str) -> None:
+        __tracebackhide__ = True
+        golden, tainted = self._stored(case_id)
+        if golden is None:
+            why = ("the stored golden is of an older format" if tainted else
+                   f"no golden for {case_id} yet")
+            pytest.skip(f"[no-golden-yet] {why}: goldens are written by the reference path "
                         f"(torch) under --snapshot-update, at the end of the run; run again without it")
-        golden = str(stored.data)
         if golden != summary:
             raise AssertionError(
-                f"{case_id}: selection differs from the golden (not rewritten: only the reference "
-                f"path writes goldens)\n--- golden\n{golden}\n--- this path\n{summary}")
+                explain_mismatch(case_id, golden, summary)
+                + "\n(not rewritten: only the reference path writes goldens)"
+                + f"\n--- golden\n{golden}\n--- this path\n{summary}")

@@ -75,6 +75,9 @@ class TopkReport:
     rows: int
     problems: list[RowProblem] = field(default_factory=list)
     tie_swaps: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    # rows whose window holds NaN (filled by check_topk, which scans every window anyway; the
+    # selection snapshot reads it instead of scanning the scores a second time)
+    nan_rows: set[int] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -176,8 +179,11 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
         w = prep.window(row)
         row_idx = prep.idx[row]
         nan = torch.isnan(w)
+        n_nan = int(nan.sum())
+        if n_nan:
+            report.nan_rows.add(row)
         filler = torch.zeros_like(row_idx, dtype=torch.bool)
-        if nan_slot_filler and bool(nan.any()):
+        if nan_slot_filler and n_nan:
             filler = row_idx == torch.arange(row_idx.numel(), dtype=row_idx.dtype)
         sel = _selected(row_idx)
         bad = sel[(sel < 0) | (sel >= length)]
@@ -194,7 +200,7 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
                 "twice", length))
         ranked = ~nan & (w != float("-inf"))
         need = min(length, topk)
-        floor = max(0, min(int(ranked.sum()), topk) - int(nan.sum()))
+        floor = max(0, min(int(ranked.sum()), topk) - n_nan)
         count = uniq.numel()
         if count > need or count < floor:
             allowed = f"{need}" if floor == need else f"{floor}..{need} (-inf/NaN may be padded)"
@@ -211,10 +217,10 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
             maybe_fill[fill_pos] = True
             maybe_fill &= ~real_pos
             low = _fillers_out_of_order(w, real_pos, maybe_fill, nan)
-            if low > int(nan.sum()):
+            if low > n_nan:
                 report.problems.append(RowProblem(
                     row, "nan-filler", f"{low} filler entries (position == output slot) sit below "
-                    f"the best unselected score, more than the {int(nan.sum())} NaN in the row can "
+                    f"the best unselected score, more than the {n_nan} NaN in the row can "
                     "explain", length, _kth_largest(w, topk)))
             # the order check below judges the real picks; filler positions are neither side
             chosen = real_pos

@@ -15,6 +15,8 @@ from dsakit.contracts.schema import Role
 from dsakit.errors import UsageError
 from dsakit.mocks.strict_node import StrictNode
 
+_NOTHING_OMITTED: frozenset[str] = frozenset()
+
 
 class MockModelRunner(StrictNode):
     """A strict model runner for one role.
@@ -25,6 +27,10 @@ class MockModelRunner(StrictNode):
 
     Nested overrides use "__" in keywords or "." in `overrides` keys; each is checked against the
     declared type. `omit` removes declared attributes: reading one raises ContractViolation.
+
+    Construction validates the role, `omit` and every override (bad ones raise UsageError here);
+    the attribute tree itself is built level by level on first access, so a test that only passes
+    the runner through pays for none of it.
     """
 
     __slots__ = ()
@@ -38,16 +44,18 @@ class MockModelRunner(StrictNode):
         **keyword_overrides: Any,
     ) -> None:
         parsed_role = Role.parse(role)
-        if isinstance(omit, str):
-            omit = [omit]
-        omitted = frozenset(omit)
-        for path in omitted:
-            if path not in MODEL_RUNNER_CONTRACT:
-                raise UsageError(
-                    f"cannot omit {path!r}: not declared by the role contract; declared top-level "
-                    f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
-                )
-        merged = dict(overrides or {})
+        omitted = _NOTHING_OMITTED
+        if omit or isinstance(omit, str):  # omit="" is still refused below
+            if isinstance(omit, str):
+                omit = [omit]
+            omitted = frozenset(omit)
+            for path in omitted:
+                if path not in MODEL_RUNNER_CONTRACT:
+                    raise UsageError(
+                        f"cannot omit {path!r}: not declared by the role contract; declared top-level "
+                        f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
+                    )
+        merged = dict(overrides) if overrides else {}
         for key, value in keyword_overrides.items():
             merged[key.replace("__", ".")] = value
         super().__init__(MODEL_RUNNER_CONTRACT, "", parsed_role, None, merged, omitted)

@@ -3,7 +3,8 @@
 Reads of undeclared attributes raise `ContractViolation` (an AttributeError, so `getattr(x, n, d)`
 still works) naming the attribute, the reading site and where the real ModelRunner sets it; soft
 reads through getattr/hasattr are logged, not fatal. Writes are type-checked; undeclared writes are
-refused. Lazy defaults (Factory) are built on first read, so torch loads only when a test needs it.
+refused. Lazy defaults (Factory) are built on first read, so torch loads only when a test needs it;
+so are the nodes themselves (overrides are validated at construction, the tree is built on use).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _SOFT_READ = r"""\b(getattr|hasattr)\s*\([^()]*?,\s*['"]{name}['"]"""
 
 def _reading_frame() -> Any:
     """The first frame outside dsakit's mocks: the code that read the attribute."""
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame
     while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIR):
         frame = frame.f_back
     return frame
@@ -58,12 +59,80 @@ class _Unset:
 _UNSET = _Unset()
 
 
+# What the validated overrides of one node become: (direct values by name, plans of the nested
+# namespaces by name). A node's own dict of values is built from it on first access.
+_Plan = tuple[dict[str, Any], dict[str, "_Plan"]]
+_NO_PLAN: _Plan = ({}, {})
+
+
+def _unknown_message(contract: Contract, path: str, name: str, what: str) -> str:
+    declared = ", ".join(sorted(contract.children(path))) or "none"
+    where = f"model_runner.{path}" if path else "model_runner"
+    full = f"{path}.{name}" if path else name
+    return (
+        f"unknown {what} {full!r}: the role contract declares no such attribute on "
+        f"{where}; declared here: {declared}"
+    )
+
+
+def _check_type(entry: ContractEntry, role: Role, value: Any, what: str) -> None:
+    if not type_matches(entry.type, value, entry.optional):
+        expected = entry.type + (" or None" if entry.optional else "")
+        raise UsageError(
+            f"{what} model_runner.{entry.path}={value!r}: expected {expected}, got {type(value).__name__}"
+        )
+    if entry.path == "is_draft_worker" and value != (role is Role.DRAFT):
+        raise UsageError(
+            f"{what} model_runner.is_draft_worker={value!r} contradicts role={role.value!r}: "
+            f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead"
+        )
+
+
+def _plan(contract: Contract, path: str, role: Role, overrides: Mapping[str, Any]) -> _Plan:
+    """Validate the overrides of the node at `path` and of every node below it, now: a bad override
+    is refused where the mock is built, even though the nodes themselves are built on first use."""
+    if not overrides:
+        return _NO_PLAN
+    children = contract.children(path)
+    direct: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if head not in children:
+            raise UsageError(_unknown_message(contract, path, head, "override"))
+        full = children[head].path
+        if rest:
+            if children[head].type != NAMESPACE:
+                raise UsageError(
+                    f"override {full}.{rest}: {full} is a {children[head].type}, not a nested object"
+                )
+            nested.setdefault(head, {})[rest] = value
+        elif children[head].type == NAMESPACE and isinstance(value, Mapping):
+            nested.setdefault(head, {}).update(value)
+        else:
+            _check_type(children[head], role, value, "override")
+            direct[head] = value
+    plans = {
+        name: _plan(contract, entry.path, role, nested[name])
+        for name, entry in children.items()  # declaration order: the same first error as the eager build
+        if entry.type == NAMESPACE and name in nested and name not in direct
+    }
+    return direct, plans
+
+
 class StrictNode:
-    """The attributes of one contract path (the runner itself has path "")."""
+    """The attributes of one contract path (the runner itself has path "").
+
+    Built in steps: the constructor validates the overrides of the whole subtree (bad ones raise
+    UsageError there) and stores them as a plan; the node's dict of values is made on its first
+    attribute access, and each nested node and contract default on its first read. A runner that
+    a test only passes through costs a few attribute stores; one that is read builds only the
+    levels that are read. Errors raised on access are the same as if everything had been eager.
+    """
 
     __slots__ = (
         "_dsakit_contract", "_dsakit_path", "_dsakit_role", "_dsakit_root", "_dsakit_values", "_dsakit_omit",
-        "_dsakit_building",
+        "_dsakit_building", "_dsakit_plan",
     )
 
     def __init__(
@@ -75,39 +144,42 @@ class StrictNode:
         overrides: Mapping[str, Any],
         omit: frozenset[str],
     ) -> None:
-        object.__setattr__(self, "_dsakit_contract", contract)
-        object.__setattr__(self, "_dsakit_path", path)
-        object.__setattr__(self, "_dsakit_role", role)
-        object.__setattr__(self, "_dsakit_root", root if root is not None else self)
-        object.__setattr__(self, "_dsakit_omit", omit)
-        object.__setattr__(self, "_dsakit_building", 0)  # >0 while a contract default is built
-        values: dict[str, Any] = {}
+        self._dsakit_setup(contract, path, role, root, _plan(contract, path, role, overrides), omit)
+
+    def _dsakit_setup(
+        self, contract: Contract, path: str, role: Role, root: StrictNode | None, plan: _Plan, omit: frozenset[str]
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "_dsakit_contract", contract)
+        set_(self, "_dsakit_path", path)
+        set_(self, "_dsakit_role", role)
+        # None for the runner itself: no self-reference cycle, so an untouched runner is freed at
+        # once by reference counting instead of waiting for the cyclic GC
+        set_(self, "_dsakit_root", root)
+        set_(self, "_dsakit_omit", omit)
+        set_(self, "_dsakit_building", 0)  # >0 while a contract default is built (on the root)
+        set_(self, "_dsakit_plan", plan)
+        set_(self, "_dsakit_values", None)  # None until first access: _dsakit_materialize
+
+    def _dsakit_materialize(self) -> dict[str, Any]:
+        """This node's values: its direct overrides, every other declared name unset. Nested nodes
+        and contract defaults are built when first read (`__getattr__`)."""
+        values = dict.fromkeys(self._dsakit_contract.child_names(self._dsakit_path), _UNSET)
+        values.update(self._dsakit_plan[0])
         object.__setattr__(self, "_dsakit_values", values)
-        children = contract.children(path)
-        nested: dict[str, dict[str, Any]] = {}
-        for key, value in overrides.items():
-            head, _, rest = key.partition(".")
-            if head not in children:
-                raise UsageError(self._unknown_message(head, "override"))
-            if rest:
-                if children[head].type != NAMESPACE:
-                    raise UsageError(
-                        f"override {self._full(head)}.{rest}: {self._full(head)} is a "
-                        f"{children[head].type}, not a nested object"
-                    )
-                nested.setdefault(head, {})[rest] = value
-            elif children[head].type == NAMESPACE and isinstance(value, Mapping):
-                nested.setdefault(head, {}).update(value)
-            else:
-                self._check_type(children[head], value, "override")
-                values[head] = value
-        for name, entry in children.items():
-            if name in values:
-                continue
-            if entry.type == NAMESPACE:
-                values[name] = StrictNode(contract, entry.path, role, self._dsakit_root, nested.get(name, {}), omit)
-            else:
-                values[name] = _UNSET
+        return values
+
+    def _dsakit_child(self, entry: ContractEntry, root: StrictNode) -> StrictNode:
+        """The nested node of a namespace entry, with the overrides validated for it at construction."""
+        child = object.__new__(StrictNode)
+        plan = self._dsakit_plan[1].get(entry.name, _NO_PLAN)
+        child._dsakit_setup(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
+        return child
+
+    @property
+    def _dsakit_built(self) -> bool:
+        """Has this node's tree level been built (by an attribute read, write or dir())?"""
+        return self._dsakit_values is not None
 
     # ------------------------------------------------------------------ helpers
 
@@ -115,24 +187,10 @@ class StrictNode:
         return f"{self._dsakit_path}.{name}" if self._dsakit_path else name
 
     def _unknown_message(self, name: str, what: str) -> str:
-        declared = ", ".join(sorted(self._dsakit_contract.children(self._dsakit_path))) or "none"
-        where = f"model_runner.{self._dsakit_path}" if self._dsakit_path else "model_runner"
-        return (
-            f"unknown {what} {self._full(name)!r}: the role contract declares no such attribute on "
-            f"{where}; declared here: {declared}"
-        )
+        return _unknown_message(self._dsakit_contract, self._dsakit_path, name, what)
 
     def _check_type(self, entry: ContractEntry, value: Any, what: str) -> None:
-        if not type_matches(entry.type, value, entry.optional):
-            expected = entry.type + (" or None" if entry.optional else "")
-            raise UsageError(
-                f"{what} model_runner.{entry.path}={value!r}: expected {expected}, got {type(value).__name__}"
-            )
-        if entry.path == "is_draft_worker" and value != (self._dsakit_role is Role.DRAFT):
-            raise UsageError(
-                f"{what} model_runner.is_draft_worker={value!r} contradicts role={self._dsakit_role.value!r}: "
-                f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead"
-            )
+        _check_type(entry, self._dsakit_role, value, what)
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
         from dsakit.source_scan import runner_site
@@ -171,6 +229,8 @@ class StrictNode:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)  # protocol probes (copy, pickle, numpy): not contract reads
         values = self._dsakit_values
+        if values is None:
+            values = self._dsakit_materialize()
         path = self._full(name)
         if name not in values:
             frame = _reading_frame()
@@ -181,7 +241,7 @@ class StrictNode:
                     attribute=path, code="contract-soft-read", reading_site=_site(frame),
                 )
             raise self._violation(name, read_log.UNDECLARED, frame)
-        root = self._dsakit_root
+        root = self._dsakit_root if self._dsakit_root is not None else self
         if path in self._dsakit_omit and not root._dsakit_building:
             # Defaults derived from an omitted value (req_to_token_pool.size from
             # max_running_requests) still build: only the code under test must not see it.
@@ -189,6 +249,9 @@ class StrictNode:
         value = values[name]
         if value is _UNSET:
             entry = self._dsakit_contract.entries[path]
+            if entry.type == NAMESPACE:
+                value = values[name] = self._dsakit_child(entry, root)
+                return value
             value = entry.default_for(self._dsakit_role)
             if isinstance(value, Factory):
                 object.__setattr__(root, "_dsakit_building", root._dsakit_building + 1)
@@ -211,13 +274,17 @@ class StrictNode:
         if entry is None:
             raise self._violation(name, read_log.WRITE, _reading_frame())
         self._check_type(entry, value, "setting")
-        self._dsakit_values[name] = value
+        values = self._dsakit_values
+        if values is None:
+            values = self._dsakit_materialize()
+        values[name] = value
 
     def __delattr__(self, name: str) -> None:
         raise UsageError(f"cannot delete model_runner.{self._full(name)}: build the mock with omit=(...) instead")
 
     def __dir__(self) -> list[str]:
-        return sorted(self._dsakit_values)
+        values = self._dsakit_values
+        return sorted(values if values is not None else self._dsakit_materialize())
 
     def __repr__(self) -> str:
         where = f"model_runner.{self._dsakit_path}" if self._dsakit_path else "model_runner"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.gpu_pinning import GpuInventory, discover, gpus_needed, multi_gpu_skip, plan
+from dsakit.gpu_pinning import GpuInventory, cpu_threads_per_worker, discover, gpus_needed, multi_gpu_skip, plan
 
 PLUGIN = tuple(plugin_args())
 
@@ -24,7 +24,8 @@ def _dump(name):
     out = os.environ["PIN_OUT"]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.path.join(out, f"{worker}-{name}.json"), "w") as f:
-        json.dump({"worker": worker, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES")}, f)
+        json.dump({"worker": worker, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                   "threads": os.environ.get("OMP_NUM_THREADS")}, f)
 
 @pytest.mark.parametrize("i", range(8))
 def test_one(i):
@@ -56,6 +57,7 @@ def _run(pytester: pytest.Pytester, tmp_path: Path, *args: str, cvd: str | None 
     pytester._monkeypatch.setenv("DSAKIT_GPU_COUNT", "2")
     pytester._monkeypatch.setenv("PIN_OUT", str(out))
     pytester._monkeypatch.delenv("DSAKIT_DEVICE", raising=False)
+    pytester._monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     if cvd is None:
         pytester._monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -95,6 +97,16 @@ def test_four_workers_two_per_gpu(pytester: pytest.Pytester, tmp_path: Path) -> 
     assert {w: mapping[w] for w in sorted(mapping)} == {w: {"gw0": "0", "gw1": "1", "gw2": "0", "gw3": "1"}[w]
                                                         for w in sorted(mapping)}
     assert "oversubscribed" not in result.stdout.str()
+    cpus = cpu_threads_per_worker(4, env={})
+    assert {r["threads"] for r in seen} == {str(cpus)}, "each worker gets its share of the CPUs"
+    result.stdout.fnmatch_lines([f"*dsakit: OMP_NUM_THREADS={cpus} per worker (4 workers share the CPUs*"])
+
+
+def test_cpu_threads_split_between_workers() -> None:
+    assert cpu_threads_per_worker(4, env={}, cpus=32) == 8
+    assert cpu_threads_per_worker(3, env={}, cpus=2) == 1  # never 0
+    assert cpu_threads_per_worker(1, env={}, cpus=32) is None  # one worker: torch's default
+    assert cpu_threads_per_worker(4, env={"OMP_NUM_THREADS": "16"}, cpus=32) is None  # the user's choice wins
 
 
 def test_oversubscription_warns(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -24,6 +24,11 @@ import dsakit
 def test_named():
     pass
 
+@pytest.mark.dsakit_jit("triton-kernels")
+@dsakit.gate("cuda", "module:flashinfer")
+def test_named_and_derived():
+    pass
+
 @dsakit.gate("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc")
 @pytest.mark.parametrize("i", range(2))
 def test_derived(i):
@@ -44,7 +49,11 @@ def test_cpu_box_skips_each_needed_target_with_reasons(pytester: pytest.Pytester
     pytester.makepyfile(test_jit=SUITE)
     done = _warm(pytester, "test_jit.py")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 tests selected; JIT targets needed: flashinfer-topk (1 tests), sglang-topk-v2 (2 tests)" in done.stdout
+    # marker-named and gate-derived targets add up; every selection needs the SGLang bytecode
+    assert ("5 tests selected; JIT targets needed: sglang-bytecode (5 tests), flashinfer-topk (2 tests), "
+            "triton-kernels (1 tests), sglang-topk-v2 (2 tests)") in done.stdout
+    assert "triton-kernels     skipped  [cuda]" in done.stdout
+    assert "sglang-bytecode    built" in done.stdout
     assert "flashinfer-topk    skipped  [cuda] needs an NVIDIA GPU" in done.stdout
     assert "sglang-topk-v2     skipped  [cuda]" in done.stdout
 
@@ -56,6 +65,27 @@ def test_json_and_explicit_target(pytester: pytest.Pytester) -> None:
     assert data["targets"][0]["status"] == "skipped" and data["collected"] is None
     bad = _warm(pytester, "--target", "nope")
     assert bad.returncode == 2 and "unknown dsakit JIT target 'nope'" in bad.stderr
+
+
+def test_triton_target_runs_the_marked_tests_once_in_one_process(pytester: pytest.Pytester) -> None:
+    ran = pytester.path / "ran.txt"
+    pytester.makepyfile(test_marked=f"""
+        import os, pytest
+        @pytest.mark.dsakit_jit("triton-kernels")
+        @pytest.mark.parametrize("i", range(3))
+        def test_kernel(i):
+            with open({str(ran)!r}, "a") as f:
+                f.write(f"{{i}} {{os.getpid()}} {{os.environ.get('PYTEST_XDIST_WORKER')}}\\n")
+    """)
+    ids = [f"test_marked.py::test_kernel[{i}]" for i in range(3)]
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(pytester.path)
+        assert jit_warmup._run_tests_once(ids) == 3
+    lines = [line.split() for line in ran.read_text().splitlines()]
+    assert sorted(line[0] for line in lines) == ["0", "1", "2"]
+    assert len({line[1] for line in lines}) == 1 and {line[2] for line in lines} == {"None"}, "one plain process"
+    with pytest.raises(RuntimeError, match="exited 4"):  # a usage error (no such file) fails the build
+        jit_warmup._run_tests_once(["does_not_exist.py"])
 
 
 def test_unknown_marker_target_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -72,7 +102,7 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path))
     spans: list[tuple[float, float]] = []
 
-    def build() -> int:
+    def build(_tests) -> int:
         start = time.perf_counter()
         time.sleep(0.3)
         spans.append((start, time.perf_counter()))
@@ -98,7 +128,7 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
 def test_failed_build_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path))
 
-    def build() -> int:
+    def build(_tests) -> int:
         raise RuntimeError("nvcc exploded")
 
     result = jit_warmup.warm_target(jit_warmup.JitTarget("bad", "", (), (), build), simulated_device("sm90"))

@@ -8,6 +8,7 @@ import pytest
 
 import dsakit
 from dsakit.mocks import read_log
+from dsakit.mocks.strict_node import StrictNode
 
 
 @pytest.fixture(autouse=True)
@@ -139,3 +140,112 @@ def test_defaults_derived_from_an_omitted_attribute_still_build() -> None:
     assert read_log.contract_reads() == []
     with pytest.raises(dsakit.ContractViolation, match="omitted"):
         runner.max_running_requests  # noqa: B018
+
+
+# ---------------------------------------------------------------- lazy construction
+# The tree is built on first access (bench/bench_kit_overhead.py: a runner that a test only passes
+# through costs ~1.7 us instead of ~14 us); everything a test can observe stays as if eager.
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model_config": {"hf_config": {"index_topk": "2048"}}}, "model_config.hf_config.index_topk='2048': expected int"),
+        ({"overrides": {"model_config.hf_config": {"index_topk_x": 1}}}, "unknown override 'model_config.hf_config.index_topk_x'"),
+        ({"token_to_kv_pool__page_size__x": 1}, "token_to_kv_pool.page_size is a int, not a nested object"),
+        ({"req_to_token_pool__size": 0.5}, "req_to_token_pool.size=0.5: expected int, got float"),
+        ({"omit": "max_requests"}, "cannot omit 'max_requests'"),
+        ({"omit": ["model_config.context_length"]}, "cannot omit 'model_config.context_length'"),
+    ],
+)
+def test_bad_nested_overrides_and_omits_are_refused_at_construction(kwargs: dict, message: str) -> None:
+    # nothing is read: the error comes from MockModelRunner(...) itself, not from a later access
+    with pytest.raises(dsakit.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        dsakit.MockModelRunner("draft", **kwargs)
+    with pytest.raises(dsakit.UsageError, match="unknown role 'Verifier'"):
+        dsakit.MockModelRunner("Verifier", **kwargs)  # the role is checked first, as before
+
+
+def test_an_untouched_runner_is_not_built_and_still_looks_like_a_runner() -> None:
+    runner = dsakit.MockModelRunner(" Draft ")  # the role is still parsed leniently
+    assert not runner._dsakit_built
+    assert isinstance(runner, dsakit.MockModelRunner) and type(runner) is dsakit.MockModelRunner
+    assert repr(runner) == "<strict model_runner role=draft>"
+    assert not runner._dsakit_built  # repr, isinstance and type() build nothing
+    assert runner.is_draft_worker is True
+    assert runner._dsakit_built
+
+
+def test_first_access_builds_one_level_at_a_time() -> None:
+    runner = dsakit.MockModelRunner("target", model_config__context_len=4096)
+    assert runner.page_size == 64
+    model_config = runner.model_config
+    assert isinstance(model_config, StrictNode) and not isinstance(model_config, dsakit.MockModelRunner)
+    assert repr(model_config) == "<strict model_runner.model_config role=target>"
+    assert not model_config._dsakit_built  # reading runner.model_config builds only the node object
+    assert model_config.context_len == 4096  # the override, validated at construction
+    assert runner.model_config is model_config  # built once
+    assert not model_config.hf_config._dsakit_built
+    assert model_config.hf_config.index_topk == 2048
+    assert runner.model_config.hf_text_config is model_config.hf_config  # a factory default
+
+
+def test_dir_and_writes_build_the_level_they_touch() -> None:
+    runner = dsakit.MockModelRunner("target")
+    assert "max_running_requests" in dir(runner) and "model_config" in dir(runner)
+    assert dir(runner.server_args) == sorted(dir(runner.server_args))
+    fresh = dsakit.MockModelRunner("target")
+    fresh.max_running_requests = 8  # a write before any read
+    assert fresh.max_running_requests == 8
+    assert fresh.req_to_token_pool.size == 8  # defaults derived from it see the write
+    assert fresh.page_size == 64  # the rest of the level still has its defaults
+    untouched = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.UsageError, match="expected int, got str"):
+        untouched.model_config.context_len = "4096"
+    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.attn_backend"):
+        dsakit.MockModelRunner("target").attn_backend = object()
+
+
+def test_violation_from_a_lazily_built_node_names_attribute_and_site() -> None:
+    hf_config = dsakit.MockModelRunner("draft").model_config.hf_config  # the runner itself is gone
+    assert not hf_config._dsakit_built
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        hf_config.index_top_k  # noqa: B018 - the read is the test
+    line = sys._getframe().f_lineno - 1  # the read, the line above
+    assert raised.value.attribute == "model_config.hf_config.index_top_k"
+    assert raised.value.code == "contract-undeclared-read"
+    assert raised.value.reading_site.endswith(f"test_mock_model_runner.py:{line} in "
+                                              "test_violation_from_a_lazily_built_node_names_attribute_and_site")
+    assert "model_runner.model_config.hf_config.index_top_k is not in the dsakit role contract (role=draft)" in str(
+        raised.value)
+    assert [(r.kind, r.path, r.site) for r in read_log.contract_reads()] == [
+        (read_log.UNDECLARED, "model_config.hf_config.index_top_k", raised.value.reading_site)
+    ]
+    assert hf_config.index_topk == 2048  # the node works without its runner alive
+
+
+def test_omitted_namespace_and_soft_reads_on_lazily_built_nodes() -> None:
+    runner = dsakit.MockModelRunner("target", omit=["model_config.hf_config", "token_to_kv_pool"])
+    assert runner.model_config.context_len == 163840
+    with pytest.raises(dsakit.ContractViolation, match="model_runner.model_config.hf_config was omitted"):
+        runner.model_config.hf_config  # noqa: B018
+    with pytest.raises(dsakit.ContractViolation, match="model_runner.token_to_kv_pool was omitted"):
+        runner.token_to_kv_pool  # noqa: B018
+    server_args = dsakit.MockModelRunner("target").server_args
+    assert getattr(server_args, "brand_new_flag", None) is None
+    assert [(r.kind, r.path) for r in read_log.contract_reads()] == [
+        (read_log.OMITTED, "model_config.hf_config"),
+        (read_log.OMITTED, "token_to_kv_pool"),
+        (read_log.SOFT, "server_args.brand_new_flag"),
+    ]
+
+
+def test_overrides_of_a_namespace_by_mapping_and_by_object() -> None:
+    import types
+
+    by_mapping = dsakit.MockModelRunner("target", model_config={"context_len": 4096, "hf_config": {"index_topk": 512}})
+    assert by_mapping.model_config.context_len == 4096
+    assert by_mapping.model_config.hf_config.index_topk == 512
+    assert by_mapping.model_config.hf_config.index_n_heads == 64
+    replaced = types.SimpleNamespace(context_len=1)
+    assert dsakit.MockModelRunner("target", model_config=replaced).model_config is replaced

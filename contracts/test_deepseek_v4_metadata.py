@@ -1,0 +1,75 @@
+"""Contract suite: DeepSeek-V4 forward metadata, per role and forward mode.
+
+DeepSeek-V4 pages are 256 tokens and its sliding window is 128, so the lengths straddle both
+(< window, == window, == page, > page). Two levels:
+
+- the page-table / SWA / compression kernels DeepseekV4AttnBackend builds its core metadata
+  with, on dsakit's batches: SGLang's torch reference on CPU tensors (runs anywhere DeepSeek-V4
+  imports) and its Triton kernels on CUDA;
+- the backend's own `init_forward_metadata` for every mode a role runs. Every DeepSeek-V4
+  metadata path also creates FlashMLA scheduler objects (`sgl_kernel.flash_mla.get_mla_metadata`),
+  which raise without the FlashMLA extension: those cases are gated on `module:sgl_kernel.flashmla_ops` and skip
+  with that reason where it is absent (the H200 pack leaves it out) — never stubbed into a pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dsakit
+from dsakit.dsa_backend_harness import (
+    DEEPSEEK_V4_RUNNER_OVERRIDES,
+    deepseek_v4_backend,
+    deepseek_v4_page_metadata,
+    full_to_swa_mapping,
+)
+from dsakit.dsv4_metadata_invariants import check_dsv4_core_metadata
+from dsakit.forward_batch_builder import BatchShape, build_forward_batch, place_requests
+
+# SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
+pytestmark = [dsakit.gate("sglang:deepseek-v4-backend"), pytest.mark.dsakit_jit("triton-kernels")]
+
+PAGE, WINDOW = 256, 128
+SHAPES: dict[str, BatchShape] = {
+    "decode": BatchShape("decode", (100, WINDOW, PAGE, 300)),
+    "extend": BatchShape("extend", (100, WINDOW + 8, PAGE, 300), prefix_lens=(0, WINDOW, PAGE - 16, PAGE)),
+    "target_verify": BatchShape("target_verify", (97, WINDOW - 2, PAGE - 4, 300), draft_tokens=4),
+    "draft_extend": BatchShape("draft_extend", (101, WINDOW + 2, PAGE, 304), draft_tokens=4),
+}
+ROLE_MODES = {"target": ("decode", "extend", "target_verify"), "draft": ("decode", "extend", "draft_extend")}
+CELLS = [pytest.param(role, mode, id=f"{role}-{mode}") for role, modes in ROLE_MODES.items() for mode in modes]
+KERNELS = [
+    pytest.param("cpu", id="torch-reference"),
+    pytest.param("cuda", id="triton", marks=dsakit.gate("cuda", "module:sgl_kernel")),
+]
+
+
+@pytest.mark.parametrize("device", KERNELS)
+@pytest.mark.parametrize("mode", list(SHAPES))
+def test_page_metadata_kernels_match_the_placement(device: str, mode: str) -> None:
+    shape = SHAPES[mode]
+    runner = dsakit.MockModelRunner("target", overrides={**DEEPSEEK_V4_RUNNER_OVERRIDES, "device": device,
+                                                         "max_running_requests": 8})
+    placement = place_requests(runner, shape.kv_lens(), seed=11)
+    mapping = full_to_swa_mapping(runner, swa_size=8 * WINDOW + PAGE)
+    core = deepseek_v4_page_metadata(runner, shape, placement, mapping, compression=device == "cuda")
+    reasons = check_dsv4_core_metadata(core, shape, placement, runner.req_to_token_pool.req_to_token, mapping,
+                                       compression=device == "cuda")
+    assert reasons == [], "\n".join(map(str, reasons))
+
+
+@pytest.mark.parametrize(("role", "mode"), CELLS)
+@dsakit.gate("cuda", "module:sgl_kernel.flashmla_ops")
+def test_forward_metadata_is_consistent(role: str, mode: str) -> None:
+    shape = SHAPES[mode]
+    speculative = role == "draft" or mode in ("target_verify", "draft_extend")
+    with deepseek_v4_backend(role, speculative=speculative, max_running_requests=8) as (backend, runner):
+        batch, placement = build_forward_batch(runner, shape, seed=5)
+        backend.init_forward_metadata(batch)
+        core = backend.forward_metadata.core_attn_metadata
+        reasons = check_dsv4_core_metadata(
+            core, shape, placement, runner.req_to_token_pool.req_to_token,
+            runner.token_to_kv_pool.full_to_swa_index_mapping,
+            compression=mode != "draft_extend",  # draft-extend is SWA-only: SGLang builds no C4/C128 metadata
+        )
+    assert reasons == [], "\n".join(map(str, reasons))
