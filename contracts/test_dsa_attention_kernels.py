@@ -23,16 +23,16 @@ from dsakit.dsa_backend_harness import dsa_backend
 from dsakit.forward_batch_builder import BatchShape, build_forward_batch
 from dsakit.sparse_mla_reference import sparse_mla_decode_reference
 
-pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
+pytestmark = [dsakit.gate("sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
 
 # dsa_decode_backend -> the gates its kernel needs (dsa_backend.py forward_decode dispatch)
 DECODE_KERNEL_PATHS = {
-    "flashmla_sparse": ("flashmla-sparse",),
-    "flashmla_kv": ("flashmla-sparse",),
-    "fa3": ("fa3",),
-    "tilelang": ("module:tilelang",),
-    "trtllm": ("trtllm-dsa-decode",),
-    "aiter": ("aiter",),
+    "flashmla_sparse": ("cuda", "flashmla-sparse"),
+    "flashmla_kv": ("cuda", "flashmla-sparse"),
+    "fa3": ("cuda", "fa3"),
+    "tilelang": ("cuda", "module:tilelang"),
+    "trtllm": ("cuda", "trtllm-dsa-decode"),
+    "aiter": ("aiter", "module:aiter"),
 }
 CELLS = [
     pytest.param(role, impl, id=f"{role}-{impl}", marks=dsakit.gate(*gates))
@@ -64,6 +64,7 @@ def _placed_slots(placement, logical):  # -> torch.Tensor [T, topk] of KV slots,
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])
+@dsakit.gate("cuda")
 def test_unfused_selection_maps_to_the_placed_slots(role: str) -> None:
     """What every decode kernel path below reads: SGLang's page-table translation of the
     indexer's logical selection (`transform_index_page_table_decode`, the call forward_decode

@@ -148,7 +148,7 @@ class CheckResult:
 
     def set_by(self, entry: ContractEntry) -> str:
         if entry.parent:
-            return "(part of " + entry.path.split(".", 1)[0] + ")"
+            return "(part of " + str(entry.path).split(".", 1)[0] + ")"
         site = self.assignments.get(entry.path)
         return str(site) if site is not None else "NEVER"
 

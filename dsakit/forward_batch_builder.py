@@ -56,9 +56,9 @@ class BatchShape:
                 raise UsageError(
                     f"prefix_lens has {len(self.prefix_lens)} entries, seq_lens {len(self.seq_lens)}: one per request"
                 )
-            bad = [(i, p, n) for i, (p, n) in enumerate(zip(self.prefix_lens, self.seq_lens)) if not 0 <= p < n]
-            if bad:
-                raise UsageError(f"need 0 <= prefix_len < seq_len per request; got {bad} (row, prefix, seq)")
+            bad_prefix = [(i, p, n) for i, (p, n) in enumerate(zip(self.prefix_lens, self.seq_lens)) if not 0 <= p < n]
+            if bad_prefix:
+                raise UsageError(f"need 0 <= prefix_len < seq_len per request; got {bad_prefix} (row, prefix, seq)")
 
     @property
     def batch_size(self) -> int:

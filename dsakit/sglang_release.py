@@ -12,6 +12,7 @@ import ast
 import functools
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +121,7 @@ class SGLangRelease:
             raise UsageError(
                 f"unknown SGLang feature {feature!r}; known features: {', '.join(sorted(FEATURES))}"
             )
-        probe = {
+        probes: dict[str, Callable[[], bool]] = {
             "dsa-backend": lambda: self.file(DSA_BACKEND_FILE).is_file(),
             "deepseek-v4-backend": lambda: self.file(DEEPSEEK_V4_BACKEND_FILE).is_file(),
             "topk-role-split": lambda: self.defines(DSA_TOPK_BACKEND_FILE, "DSATopKBackend.resolve"),
@@ -128,8 +129,8 @@ class SGLangRelease:
                 RUNTIME_CONTEXT_FILE, "RuntimeContext.override_server_args"
             ),
             "topk-v2-fold": lambda: self.topk_v2_kernel_name is not None,
-        }[feature]
-        return bool(probe())
+        }
+        return bool(probes[feature]())
 
     def features(self) -> dict[str, bool]:
         return {code: self.has(code) for code in FEATURES}
@@ -154,11 +155,12 @@ def _version_from_tree(package_dir: Path) -> str:
         for node in tree.body:
             targets = node.targets if isinstance(node, ast.Assign) else (
                 [node.target] if isinstance(node, ast.AnnAssign) else [])
+            value = getattr(node, "value", None)
             if (
                 any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in targets)
-                and isinstance(node.value, ast.Constant)
+                and isinstance(value, ast.Constant)
             ):
-                return str(node.value.value)
+                return str(value.value)
     return "unknown"
 
 

@@ -155,6 +155,7 @@ def _inputs(case: TopkCase, device: str) -> tuple[torch.Tensor, torch.Tensor, to
 
 
 def _from_slots(case: TopkCase, out: torch.Tensor, tables: Any) -> torch.Tensor:
+    positions: torch.Tensor
     positions, problems = tables.slots_to_positions(out)
     if problems:
         # unknown slots stay visible to the validity check as -2 (out of range); say which
@@ -199,7 +200,7 @@ def _run_topk_func(backend: str) -> Callable[[TopkCase, str, pytest.MonkeyPatch]
     def run(case: TopkCase, device: str, monkeypatch: pytest.MonkeyPatch) -> torch.Tensor:
         scores, lengths, starts = _inputs(case, device)
         sgl = _sglang()
-        out = sgl.Backend(backend).topk_func(scores, lengths, case.k, row_starts=starts)
+        out: torch.Tensor = sgl.Backend(backend).topk_func(scores, lengths, case.k, row_starts=starts)
         return out.detach().cpu()
 
     return run

@@ -24,7 +24,7 @@ PY
 { echo "## pinning: -n auto"; t "${P[@]}" -n auto /tmp/pin/test_pin.py -rA 2>&1 | grep -E "^PIN|pinning|gw[0-9] ->|passed|failed|rc="; } > "$OUT/pin.txt" 2>&1
 cat "$OUT/pin.txt" >> "$S"
 
-{ echo "## dsakit warm (cache restored by setup.sh), twice"; t python -m dsakit warm contracts/test_topk_selection.py; t python -m dsakit warm contracts/test_topk_selection.py; } > "$OUT/warm.txt" 2>&1
+{ echo "## dsakit warm (cache restored by setup.sh), twice"; t python -m dsakit warm contracts; t python -m dsakit warm contracts; } > "$OUT/warm.txt" 2>&1
 grep -E "built|warm|skip|rc=" "$OUT/warm.txt" | head -12 >> "$S"
 
 # DSAKIT_WORKFLOW_RUNS: which suite runs, e.g. "n1 n4" (default all three)
