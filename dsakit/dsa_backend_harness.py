@@ -65,9 +65,11 @@ def dsa_kv_pool(runner: Any, *, layer_num: int = 1) -> Any:
     for every token dsakit's placement can hand out (SGLang's runtime context must be open)."""
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
 
+    from dsakit.forward_batch_builder import slot_capacity
+
     config = runner.model_config
     return DSATokenToKVPool(
-        size=2 * runner.req_to_token_pool.size * config.context_len + 2 * runner.page_size,
+        size=slot_capacity(runner),
         page_size=runner.page_size,
         kv_lora_rank=config.kv_lora_rank,
         dtype=runner.kv_cache_dtype,
@@ -157,9 +159,10 @@ def full_to_swa_mapping(runner: Any, swa_size: int, *, seed: int = 0) -> Any:
     seeded random SWA slots so a kernel that reads the wrong token gets a different value."""
     import torch
 
-    full_slots = 2 * runner.req_to_token_pool.size * runner.model_config.context_len + 2 * runner.page_size
+    from dsakit.forward_batch_builder import slot_capacity
+
     generator = torch.Generator().manual_seed(seed)
-    mapping = torch.randint(0, swa_size, (full_slots,), generator=generator, dtype=torch.int64)
+    mapping = torch.randint(0, swa_size, (slot_capacity(runner),), generator=generator, dtype=torch.int64)
     return torch.cat([mapping, torch.tensor([-1], dtype=torch.int64)]).to(runner.device)
 
 

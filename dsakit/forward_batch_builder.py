@@ -110,6 +110,15 @@ class PagedPlacement:
                           table_1=table_1, unmapped_slot=0)
 
 
+def slot_capacity(runner: Any) -> int:
+    """One past the largest KV slot `place_requests` can hand out for this runner: pages are drawn
+    from 1 .. 2 * (pages needed) + 1, and a full runner needs every row's context in pages. A KV
+    pool (or slot-indexed map) of this many slots covers any placement."""
+    page_size = int(runner.page_size)
+    pages_per_row = -(-int(runner.model_config.context_len) // page_size)
+    return (2 * int(runner.req_to_token_pool.size) * pages_per_row + 2) * page_size
+
+
 def place_requests(runner: Any, kv_lens: Sequence[int], *, seed: int = 0) -> PagedPlacement:
     """Give each request shuffled physical pages and write its slots into runner's req_to_token."""
     import torch

@@ -248,12 +248,14 @@ def state_dir() -> Path:
     return Path(os.environ.get("DSAKIT_CACHE_DIR") or _home_cache("dsakit")) / "jit"
 
 
-def warm_target(target: JitTarget, device: Any, *, tests: int = 0, test_ids: Sequence[str] = ()) -> WarmResult:
-    """Build one target under its file lock; skipped with reasons when its gates are closed."""
+def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ()) -> WarmResult:
+    """Build one target under its file lock for the tests that need it (their ids); skipped with
+    reasons when its gates are closed."""
     from filelock import FileLock
 
     from dsakit.gates import closed_reasons
 
+    tests = len(test_ids)
     reasons = closed_reasons(target.gates, device)
     if reasons:
         return WarmResult(target.name, "skipped", tests=tests, reasons=reasons)
@@ -292,7 +294,7 @@ def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: 
         collected = None
     else:
         wanted, collected = needed_targets(selection)
-    results = [warm_target(JIT_TARGETS[name], device, tests=len(tests), test_ids=tests) for name, tests in wanted.items()]
+    results = [warm_target(JIT_TARGETS[name], device, test_ids=tests) for name, tests in wanted.items()]
     if as_json:
         print(json.dumps({"device": device.as_dict(), "collected": collected,
                           "targets": [r.as_dict() for r in results]}, indent=2))

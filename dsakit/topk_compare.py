@@ -3,7 +3,8 @@ two selections differ, the *scores* of the symmetric difference decide (a tie is
 else is a bug); count, duplicates, range and -1 padding always.
 
 Owns: `assert_topk_valid`, `assert_topk_equal`, the per-row diff text, and `normalized_rows` (the
-backend-independent form of a selection the snapshot stores). Never launches kernels or imports
+backend-independent form of a selection, row by row: the reference the selection snapshot's
+vectorized normal form is tested against). Never launches kernels or imports
 SGLang; torch is imported lazily and every check runs on CPU copies.
 
 The contract, per row r with window w = scores[r, start : start + length] and k = topk:
@@ -33,7 +34,6 @@ never applied to the torch/flashinfer paths:
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -426,7 +426,7 @@ def coarse_scores(scores: Any, overflows: list[BinOverflow]) -> Any:
     return out
 
 
-# ---------------------------------------------------------------- normal form (for snapshots)
+# ---------------------------------------------------------------- normal form (per-row reference)
 
 
 @dataclass(frozen=True)
@@ -442,23 +442,6 @@ class NormalizedRow:
     tied: int = 0
     certain: tuple[int, ...] = ()
     invalid: tuple[int, ...] = ()
-
-    def digest(self) -> str:
-        return hashlib.sha256(self.line(head=0).encode()).hexdigest()[:12]
-
-    def line(self, head: int = 0) -> str:
-        if self.nan_row:
-            return f"row {self.row}: NaN in window (validity only: backends disagree on NaN)"
-        b = "none" if self.boundary is None else float(self.boundary).hex()
-        text = f"row {self.row}: n={self.count} boundary={b} tied={self.tied}"
-        if self.invalid:
-            text += f" invalid={list(self.invalid[:_SHOW])}"
-        if head:
-            text += f" certain[:{head}]={list(self.certain[:head])}"
-        else:
-            text += " certain=" + hashlib.sha256(
-                ",".join(map(str, self.certain)).encode()).hexdigest()[:16]
-        return text
 
 
 def _has_nan(window: Any) -> bool:
