@@ -7,7 +7,7 @@ generated pytest module, run as a subprocess twice: with `--snapshot-update` (wr
 through syrupy's amber writer at session end) and without (reads the golden back and compares).
 Inside the test each stage is timed `--repeats` times (perf_counter, best and median):
 
-  summarize     dsakit.selection_snapshot.summarize_selection as `assert_selection` calls it: the
+  summarize     dsakit.topk.snapshot.summarize_selection as `assert_selection` calls it: the
                 serialized golden text, with the rows whose window holds NaN taken from the
                 validity report (`TopkReport.nan_rows`; that check scans every window anyway)
     .digest     of which the input digest alone (`input_digest`: sha256 of a fixed sample of the
@@ -57,9 +57,9 @@ import time
 import numpy as np
 import torch
 
-from dsakit.selection_snapshot import (SelectionSnapshotExtension, input_digest, normal_form,
+from dsakit.topk.snapshot import (SelectionSnapshotExtension, input_digest, normal_form,
                                        summarize_selection)
-from dsakit.topk_compare import assert_topk_valid
+from dsakit.topk.checks import assert_topk_valid
 
 DATA = torch.load(os.environ["BENCH_DATA"])
 SCORES, LENGTHS, POSITIONS, K = DATA["scores"], DATA["lengths"], DATA["positions"], DATA["k"]

@@ -1,6 +1,6 @@
 """Benchmark (GPU node): DSA top-k speed per backend, for target (decode) and draft (MTP) shapes.
 
-Backends, each called the way SGLang's DSA indexer calls it (and as `dsakit.topk_launch` does):
+Backends, each called the way SGLang's DSA indexer calls it (and as `dsakit.topk.launch` does):
   sgl-kernel  DSATopKBackend.SGL_KERNEL.topk_func  -> sgl_kernel.fast_topk_v2 (k == 2048 only)
   flashinfer  DSATopKBackend.FLASHINFER.topk_func  -> flashinfer.top_k (unfused, masked)
   torch       DSATopKBackend.TORCH.topk_func       -> torch.topk (unfused, masked)

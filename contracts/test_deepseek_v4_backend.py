@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import deepseek_v4_backend
+from dsakit.backends.harness import deepseek_v4_backend
 from dsakit.mocks import read_log
 
 pytestmark = dsakit.gate("cuda", "sglang:deepseek-v4-backend", "module:sgl_kernel")

@@ -17,14 +17,14 @@ from __future__ import annotations
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import (
+from dsakit.backends.harness import (
     DEEPSEEK_V4_RUNNER_OVERRIDES,
     deepseek_v4_backend,
     deepseek_v4_page_metadata,
     full_to_swa_mapping,
 )
-from dsakit.dsv4_metadata_invariants import check_dsv4_core_metadata
-from dsakit.forward_batch_builder import BatchShape, build_forward_batch, place_requests
+from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata
+from dsakit.backends.batch_builder import BatchShape, build_forward_batch, place_requests
 
 # SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
 pytestmark = [dsakit.gate("sglang:deepseek-v4-backend"), pytest.mark.dsakit_jit("triton-kernels")]

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import dsa_backend
-from dsakit.forward_batch_builder import BatchShape, build_forward_batch
-from dsakit.sparse_mla_reference import sparse_mla_decode_reference
+from dsakit.backends.harness import dsa_backend
+from dsakit.backends.batch_builder import BatchShape, build_forward_batch
+from dsakit.backends.sparse_mla_reference import sparse_mla_decode_reference
 
 pytestmark = [dsakit.gate("sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
 

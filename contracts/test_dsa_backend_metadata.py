@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import dsa_backend
-from dsakit.dsa_metadata_invariants import check_dsa_metadata
-from dsakit.forward_batch_builder import BatchShape, build_forward_batch
+from dsakit.backends.harness import dsa_backend
+from dsakit.backends.dsa_invariants import check_dsa_metadata
+from dsakit.backends.batch_builder import BatchShape, build_forward_batch
 
 # SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
 pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]
@@ -114,7 +114,7 @@ def test_multi_step_draft_backend_builds_metadata_for_every_step() -> None:
     """The draft worker's multi-step backend: one real backend per draft step, each consistent."""
     from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnMultiStepBackend
 
-    from dsakit.dsa_backend_harness import SPECULATIVE_SERVER_ARGS, dsa_backend
+    from dsakit.backends.harness import SPECULATIVE_SERVER_ARGS, dsa_backend
 
     steps = SPECULATIVE_SERVER_ARGS["speculative_num_steps"]
     runner = dsakit.MockModelRunner("draft", max_running_requests=16, model_config__context_len=4096)

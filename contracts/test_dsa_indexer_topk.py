@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import dsa_backend
-from dsakit.forward_batch_builder import BatchShape, build_forward_batch
-from dsakit.topk_cases import get_case
+from dsakit.backends.harness import dsa_backend
+from dsakit.backends.batch_builder import BatchShape, build_forward_batch
+from dsakit.topk.cases import get_case
 
 # SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
 pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit("triton-kernels")]

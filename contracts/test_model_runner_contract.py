@@ -39,7 +39,7 @@ def test_real_topk_resolve_reads_the_role_flag(role: str) -> None:
     dsakit.require("sglang:topk-role-split")
     from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
 
-    from dsakit.sglang_scope import SGLangScope
+    from dsakit.upstream.scope import SGLangScope
 
     before = len(read_log.contract_reads())
     with SGLangScope(server_args={"dsa_topk_backend": "flashinfer", "speculative_dsa_topk_backend": "torch"}):

@@ -3,7 +3,7 @@
 Every cell (role x --dsa-topk-backend x --speculative-dsa-topk-backend x SGLANG_DSA_FUSE_TOPK x
 SGLANG_OPT_USE_TOPK_V2) is applied through SGLang's runtime context (`cell.scope()`); the backend
 the real code resolves for the role (`DSATopKBackend.resolve` on releases with the split, the
-pre-split rule on 0.5.17) must equal dsakit's rule table (`dsakit.topk_rules`). Resolution needs
+pre-split rule on 0.5.17) must equal dsakit's rule table (`dsakit.topk.rules`). Resolution needs
 no GPU, so it runs for every cell everywhere; the resolved backend's selections run where its
 gates open (torch on CPU; sgl-kernel and flashinfer on CUDA).
 """
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 import dsakit
-from dsakit.topk_backend_matrix import InvalidTopkCell, TopkCell
-from dsakit.topk_resolve import SELECTION_CASES, assert_resolution, assert_selection
-from dsakit.topk_rules import NO_ROLE_SPLIT, TORCH_NEEDS_UNFUSED
+from dsakit.topk.matrix import InvalidTopkCell, TopkCell
+from dsakit.topk.resolve import SELECTION_CASES, assert_resolution, assert_selection
+from dsakit.topk.rules import NO_ROLE_SPLIT, TORCH_NEEDS_UNFUSED
 
 
 @dsakit.topk_matrix(subset="full", invalid="keep", gated=False)

@@ -1,13 +1,13 @@
 """Contract suite: selections of the REAL fused top-k entry points against one golden per case.
 
-Every path (`dsakit.topk_launch.TOPK_PATHS`: `DSATopKBackend.topk_func` for torch / sgl-kernel /
+Every path (`dsakit.topk.launch.TOPK_PATHS`: `DSATopKBackend.topk_func` for torch / sgl-kernel /
 flashinfer, `topk_transform` PAGED and RAGGED with fusion on, the v2 JIT fold) runs every case
 that applies to it; outputs are mapped back to row-local positions, checked for validity and
 matched against the golden in `__snapshots__/test_topk_selection/selections.topksel`. The goldens
 are written on CPU by the torch path (`pytest contracts/test_topk_selection.py --snapshot-update`)
 and every GPU path must reproduce them, up to ties. Torch runs on CPU; the rest are gated.
 
-Each path carries its kernel's own contract (`TopkPath.contract`, sourced in `dsakit.topk_launch`).
+Each path carries its kernel's own contract (`TopkPath.contract`, sourced in `dsakit.topk.launch`).
 Where the scores overflow a kernel's threshold-bin candidate buffer (predicted on CPU before the
 launch), exactness is a known, open upstream bug: the selection must still be valid at the
 kernel's bin precision (a hard failure otherwise), and the exact check is a strict xfail that
@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.topk_cases import CASES, TopkCase, get_case, select_topk_cases
-from dsakit.topk_compare import coarse_scores
-from dsakit.topk_launch import TOPK_PATHS, TopkPath, _set_env, known_kernel_bug, path_gates, run_v2_fold
+from dsakit.topk.cases import CASES, TopkCase, get_case, select_topk_cases
+from dsakit.topk.checks import coarse_scores
+from dsakit.topk.reference import reference_topk
+from dsakit.topk.launch import TOPK_PATHS, TopkPath, _set_env, known_kernel_bug, path_gates, run_v2_fold
 
 REFERENCE = TOPK_PATHS["torch.topk_func"]
 POISON = 0x7FFFFFF0
@@ -46,14 +47,8 @@ def _skip_unsupported(path: TopkPath, case: TopkCase) -> None:
 
 
 def _reference(case: TopkCase, scores: Any = None) -> Any:
-    import torch
-
-    from dsakit.topk_launch import _sglang
-
-    sc = case.scores("cpu") if scores is None else scores.detach().cpu()
-    starts = case.row_starts_tensor("cpu")
-    return _sglang().Backend.TORCH.topk_func(sc, torch.tensor(case.lengths, dtype=torch.int32),
-                                            case.k, row_starts=starts)
+    return reference_topk(case.scores("cpu") if scores is None else scores, case.lengths, case.k,
+                          row_starts=case.row_starts)
 
 
 class KnownKernelBug(AssertionError):
@@ -145,7 +140,7 @@ def test_cuda_graph_replay_with_poisoned_output(path_id: str, monkeypatch: pytes
     """Capture once, poison the output, feed new scores, replay: every slot must be rewritten."""
     import torch
 
-    from dsakit.topk_launch import _metadata, _sglang
+    from dsakit.topk.launch import _metadata, _sglang
 
     case = get_case("decode-ps64-k2048")
     sgl = _sglang()

@@ -23,28 +23,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _contract_check(args: argparse.Namespace) -> int:
-    from dsakit.contract_check import run_contract_check
+    from dsakit.upstream.contract_check import run_contract_check
 
     return run_contract_check(sglang_src=args.sglang_src, as_json=args.json)
 
 
 def _capabilities(args: argparse.Namespace) -> int:
-    from dsakit.capabilities import run_capabilities
+    from dsakit.gates.capabilities import run_capabilities
 
     return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
 
 
-# -- GPU-node workflows: dsakit.jit_warmup, dsakit.rerun_test, dsakit.compare
+# -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base
 
 
 def _warm(args: argparse.Namespace) -> int:
-    from dsakit.jit_warmup import run_warm
+    from dsakit.node.warm import run_warm
 
     return run_warm(args.selection, targets=args.target or (), as_json=args.json, device_name=args.device)
 
 
 def _rerun_test(args: argparse.Namespace) -> int:
-    from dsakit.rerun_test import run_rerun_test
+    from dsakit.node.rerun import run_rerun_test
 
     return run_rerun_test(args.files, junit_dir=args.junitxml, timeout=args.timeout,
                           only_matching=args.only_matching, show_output=args.show_output,
@@ -52,7 +52,7 @@ def _rerun_test(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from dsakit.compare import run_compare
+    from dsakit.node.pr_vs_base import run_compare
 
     return run_compare(args.base, args.pr, args.pytest_args, json_path=args.json,
                        allow_env_mismatch=args.allow_env_mismatch, keep=args.keep, timeout=args.timeout)
@@ -102,7 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
 
-    # -- capability gates (dsakit.capabilities)
+    # -- capability gates (dsakit.gates.capabilities)
     caps = commands.add_parser("capabilities", help="the device model and every gate, open or closed, with reasons")
     caps.add_argument(
         "--device",

@@ -27,7 +27,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="roles the `model_runner` fixture is parametrized over (comma-separated: target, draft)",
     )
 
-    # -- capability gates and the skip inventory (dsakit.gate_marks, dsakit.skip_inventory)
+    # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
     group.addoption(
         "--dsakit-device",
         default=None,
@@ -54,7 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail the run when any test behind these gate codes was skipped",
     )
 
-    # -- GPU nodes: one GPU per xdist worker (dsakit.gpu_pinning)
+    # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
     group.addoption(
         "--dsakit-workers-per-gpu",
         type=int,
@@ -64,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
     )
 
-    # -- target/draft top-k backend matrix (dsakit.topk_backend_matrix)
+    # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     group.addoption(
         "--dsakit-topk-subset",
         default=None,
@@ -74,28 +74,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Every marker dsakit knows, registered here and nowhere else (names are read by the modules
+# that evaluate them: dsakit.gates.marks, dsakit.node.gpu_pinning, dsakit.node.warm,
+# dsakit.topk.matrix).
+MARKERS = (
+    "dsakit_role(name): run this test only for one model-runner role (target or draft)",
+    "dsakit_requires(*codes): skip unless every dsakit gate is open (codes: `dsakit capabilities`; "
+    "expressions like 'sm>=9.0', 'sm~10', 'gfx in gfx942,gfx950')",
+    "dsakit_gpus(n): the test needs n GPUs; under xdist it takes the node lock exclusively and "
+    "CUDA_VISIBLE_DEVICES names n GPUs for its duration (skips with [gpus:n] on smaller nodes)",
+    "dsakit_whole_node: the test needs every GPU of the node, exclusively (see dsakit_gpus)",
+    "dsakit_jit(*targets): JIT modules this test compiles on first use (flashinfer-topk, "
+    "sglang-topk-v2); `dsakit warm` builds them before the workers start",
+    "dsakit_topk_matrix(subset='pairwise', roles=('target','draft'), invalid='skip', gated=True): "
+    "parametrize the `topk_cell` fixture over the DSA top-k backend matrix (subsets: full, "
+    "per-role, pairwise; invalid cells: skip, drop, keep)",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "dsakit_role(name): run this test only for one model-runner role (target or draft)",
-    )
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
 
-    # -- capability gates: the marker, the run's device and the skip-inventory reporters
-    from dsakit import gate_marks
+    # the hook objects each concern asks for, registered here: the skip-inventory reporter and
+    # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
+    from dsakit.gates import marks
+    from dsakit.node import gpu_pinning
 
-    config.addinivalue_line("markers", gate_marks.MARKER_HELP)
-    gate_marks.configure(config)
-
-    # -- GPU nodes: worker pinning, multi-GPU markers, JIT warm-up marker
-    from dsakit import gpu_pinning, jit_warmup
-
-    gpu_pinning.configure(config)
-    config.addinivalue_line("markers", jit_warmup.MARKER_HELP)
-
-    # -- target/draft top-k backend matrix: the marker that parametrizes `topk_cell`
-    from dsakit import topk_backend_matrix
-
-    config.addinivalue_line("markers", topk_backend_matrix.MARKER_HELP)
+    for hooks in (marks.configure(config), gpu_pinning.configure(config)):
+        for name, plugin in hooks.items():
+            config.pluginmanager.register(plugin, name)
 
 
 # ---------------------------------------------------------------- capability gates
@@ -103,12 +111,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items are gated
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from dsakit.gate_marks import apply_gates
+    from dsakit.gates.marks import apply_gates
 
     apply_gates(config, items)
 
     # -- GPU nodes: tests declaring more GPUs than the node has skip with [gpus:n]
-    from dsakit.gpu_pinning import skip_multi_gpu
+    from dsakit.node.gpu_pinning import skip_multi_gpu
 
     skip_multi_gpu(config, items)
 
@@ -121,13 +129,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` on a GPU node: GPUs x --dsakit-workers-per-gpu. Module-level (not in the xdist
     class) because xdist asks in pytest_cmdline_main, before pytest_configure registers classes;
     optionalhook keeps it valid without xdist."""
-    from dsakit.gpu_pinning import auto_num_workers
+    from dsakit.node.gpu_pinning import auto_num_workers
 
     return auto_num_workers(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from dsakit.gate_marks import unconfigure
+    from dsakit.gates.marks import unconfigure
 
     unconfigure(config)
 
@@ -163,7 +171,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             roles = parse_roles(marker.args[0])
         metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
     if "topk_cell" in metafunc.fixturenames:
-        from dsakit.topk_backend_matrix import parametrize
+        from dsakit.topk.matrix import parametrize
 
         parametrize(metafunc)  # the target/draft top-k backend matrix
 
@@ -194,12 +202,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 # ---------------------------------------------------------------- top-k selection snapshots
 
 # Assertion helpers: rewritten so a failed `snapshot == summary` shows syrupy's diff.
-pytest.register_assert_rewrite("dsakit.topk_compare", "dsakit.selection_snapshot")
+pytest.register_assert_rewrite("dsakit.topk.checks", "dsakit.topk.snapshot")
 
 
 @pytest.fixture
 def selection_snapshot(request: pytest.FixtureRequest) -> Any:
-    """Golden top-k selections keyed by case (`dsakit.selection_snapshot.SelectionSnapshot`):
+    """Golden top-k selections keyed by case (`dsakit.topk.snapshot.SelectionSnapshot`):
     `selection_snapshot.assert_case(case, positions, reference=...)`. Needs syrupy."""
     try:
         snapshot = request.getfixturevalue("snapshot")
@@ -209,7 +217,7 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
         raise UsageError(
             "selection_snapshot needs syrupy (the `snapshot` fixture): pip install 'syrupy>=7' "
             "(dsakit[test]); on an offline node install its wheel") from None
-    from dsakit.selection_snapshot import SelectionSnapshot
+    from dsakit.topk.snapshot import SelectionSnapshot
 
     return SelectionSnapshot(snapshot)
 
@@ -219,7 +227,7 @@ def selection_snapshot(request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture
 def topk_cell(request: pytest.FixtureRequest) -> Any:
-    """One cell of the DSA top-k backend matrix (`dsakit.topk_backend_matrix.TopkCell`), parametrized
+    """One cell of the DSA top-k backend matrix (`dsakit.topk.matrix.TopkCell`), parametrized
     by `@dsakit.topk_matrix(...)` / `--dsakit-topk-subset`; nothing is applied yet."""
     return request.param
 
@@ -229,6 +237,6 @@ def topk_scope(topk_cell: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The `topk_cell` applied through SGLang's runtime context (server args, env flags,
     one-GPU topology) for the test, restored afterwards even when it raised; invalid cells are
     refused with their reasons before anything runs. Yields the cell."""
-    from dsakit.topk_backend_matrix import scoped
+    from dsakit.topk.matrix import scoped
 
     yield from scoped(topk_cell, request.node)

@@ -20,14 +20,15 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory,
 from dsakit.errors import ContractViolation, UsageError
 from dsakit.mocks import read_log
 
-_MOCKS_DIR = str(Path(__file__).resolve().parent)
+# this module's code filenames: as imported (through dsakit/mocks in a checkout) and resolved
+_MOCKS_DIRS = tuple({str(Path(__file__).parent) + "/", str(Path(__file__).resolve().parent) + "/"})
 _SOFT_READ = r"""\b(getattr|hasattr)\s*\([^()]*?,\s*['"]{name}['"]"""
 
 
 def _reading_frame() -> Any:
     """The first frame outside dsakit's mocks: the code that read the attribute."""
     frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame
-    while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIRS):
         frame = frame.f_back
     return frame
 
@@ -193,7 +194,7 @@ class StrictNode:
         _check_type(entry, self._dsakit_role, value, what)
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
-        from dsakit.source_scan import runner_site
+        from dsakit.upstream.source_scan import runner_site
 
         path = self._full(name)
         site = _site(frame)

@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture
 def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process runs see no kernel modules, so gate outcomes match on this box and on a GPU node."""
-    from dsakit import gates
+    from dsakit.gates import table as gates
 
     monkeypatch.setattr(gates, "_importable", lambda name: False)
     monkeypatch.setattr(gates, "_package_dir", lambda name: None)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dsakit.cli import main
-from dsakit.gates import gate_table
+from dsakit.gates.table import gate_table
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.compare import Run, classify, fingerprint_mismatch, signature
+from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, signature
 
 BASE = """
 FEATURE = False

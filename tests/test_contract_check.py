@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.contract_check import check_release
+from dsakit.upstream.contract_check import check_release
 from dsakit.errors import UsageError
-from dsakit.sglang_release import (
+from dsakit.upstream.release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,
@@ -26,7 +26,7 @@ from dsakit.sglang_release import (
     installed_release,
     release_from_tree,
 )
-from dsakit.source_scan import RunnerRead, runner_site, scan_runner_reads
+from dsakit.upstream.source_scan import RunnerRead, runner_site, scan_runner_reads
 
 _COPIED_FILES = (
     MODEL_RUNNER_FILE, DSA_BACKEND_FILE, DEEPSEEK_V4_BACKEND_FILE, TOPK_V2_FILE, RUNTIME_CONTEXT_FILE,

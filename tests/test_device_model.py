@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dsakit import device_model
-from dsakit.device_model import SIMULATED, resolve_device, simulated_device, validate_device_name
+from dsakit.gates import device_model
+from dsakit.gates.device_model import SIMULATED, resolve_device, simulated_device, validate_device_name
 from dsakit.errors import UsageError
 
 
@@ -112,9 +112,9 @@ def test_no_tools_means_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_nothing_heavy_is_imported_by_the_plugin_or_a_simulated_device() -> None:
     code = (
-        "import sys, dsakit.plugin, dsakit.gates, dsakit.gate_marks, dsakit.skip_inventory\n"
-        "from dsakit.device_model import resolve_device\n"
-        "from dsakit.gates import closed_reasons, gate_table\n"
+        "import sys, dsakit.plugin, dsakit.gates.table, dsakit.gates.marks, dsakit.gates.inventory\n"
+        "from dsakit.gates.device_model import resolve_device\n"
+        "from dsakit.gates.table import closed_reasons, gate_table\n"
         "closed_reasons(list(gate_table()), resolve_device('sm90'))\n"
         "heavy = [m for m in ('torch', 'sglang', 'pynvml') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

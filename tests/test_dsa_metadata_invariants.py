@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 import dsakit
-from dsakit.dsa_metadata_invariants import check_dsa_metadata, expected_seqlens_expanded
-from dsakit.forward_batch_builder import BatchShape, place_requests
+from dsakit.backends.dsa_invariants import check_dsa_metadata, expected_seqlens_expanded
+from dsakit.backends.batch_builder import BatchShape, place_requests
 
 torch = pytest.importorskip("torch")
 TOPK = 64

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import dsakit
-from dsakit.dsa_backend_harness import DEEPSEEK_V4_RUNNER_OVERRIDES, deepseek_v4_page_metadata, full_to_swa_mapping
-from dsakit.dsv4_metadata_invariants import check_dsv4_core_metadata
-from dsakit.forward_batch_builder import BatchShape, place_requests
+from dsakit.backends.harness import DEEPSEEK_V4_RUNNER_OVERRIDES, deepseek_v4_page_metadata, full_to_swa_mapping
+from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata
+from dsakit.backends.batch_builder import BatchShape, place_requests
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang.srt.layers.attention.deepseek_v4_backend")

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from dsakit import gates, sglang_release
-from dsakit.device_model import SIMULATED
+from dsakit.gates import table as gates
+
+from dsakit.upstream import release as sglang_release
+from dsakit.gates.device_model import SIMULATED
 from dsakit.errors import UsageError
-from dsakit.gates import (
+from dsakit.gates.table import (
     closed_reasons,
     evaluate,
     gate_for,
@@ -19,7 +21,7 @@ from dsakit.gates import (
     split_codes,
     validate_codes,
 )
-from dsakit.sglang_release import FEATURES, release_from_tree
+from dsakit.upstream.release import FEATURES, release_from_tree
 
 REQUIRED = [
     "cuda", "rocm", "fa3", "trtllm-dsa-decode", "flashmla-sparse", "flashinfer-gvr-topk", "aiter",

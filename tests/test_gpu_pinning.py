@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.gpu_pinning import GpuInventory, cpu_threads_per_worker, discover, gpus_needed, multi_gpu_skip, plan
+from dsakit.node.gpu_pinning import GpuInventory, cpu_threads_per_worker, discover, gpus_needed, multi_gpu_skip, plan
 
 PLUGIN = tuple(plugin_args())
 

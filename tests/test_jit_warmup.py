@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dsakit import jit_warmup
-from dsakit.device_model import simulated_device
+from dsakit.node import warm as jit_warmup
+from dsakit.gates.device_model import simulated_device
 from dsakit.errors import UsageError
 
 SUITE = """

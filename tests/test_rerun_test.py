@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.device_model import simulated_device
-from dsakit.rerun_test import ci_registrations, runs_as_script
+from dsakit.gates.device_model import simulated_device
+from dsakit.node.rerun import ci_registrations, runs_as_script
 
 PYTEST_STYLE = """
 from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci

@@ -7,6 +7,7 @@ text, planted corruptions change exactly their row and are named, input changes 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,7 @@ def _summary(case_id: str, sel: Any, scores: Any, lengths: Any, k: int, starts: 
              **kw: Any) -> Any:
     """What assert_selection stores: validity first (its NaN rows feed the summary)."""
     import dsakit
-    from dsakit.selection_snapshot import summarize_selection
+    from dsakit.topk.snapshot import summarize_selection
 
     report = dsakit.assert_topk_valid(sel, scores, lengths, k, row_starts=starts)
     return summarize_selection(case_id, sel, scores, lengths, k, row_starts=starts,
@@ -197,15 +198,62 @@ def _fields(form: Any, rows: int) -> list[Any]:
     return [form.fields(r) for r in range(rows)]
 
 
-def _reference_fields(sel: Any, scores: Any, lengths: Any, starts: Any) -> list[Any]:
-    from dsakit.topk_compare import normalized_rows
+# ---- the per-row oracle the vectorized normal form is tested against (test-only)
 
+
+@dataclasses.dataclass(frozen=True)
+class NormalizedRow:
+    """A selection's backend-independent part: positions strictly above its lowest selected
+    ranked score (`certain`), that score (`boundary`) and how many tied picks sit on it.
+    -inf picks are dropped; rows holding NaN are marked and not normalised (backends disagree)."""
+
+    row: int
+    nan_row: bool
+    count: int = 0
+    boundary: float | None = None
+    tied: int = 0
+    certain: tuple[int, ...] = ()
+    invalid: tuple[int, ...] = ()
+
+
+def normalized_rows(indices: Any, scores: Any, lengths: Any, *,
+                    row_starts: Any = None) -> list[NormalizedRow]:
+    """The backend-independent form of a selection, row by row."""
+    import torch
+
+    from dsakit.topk.checks import _has_nan, _prepare, _selected
+
+    prep = _prepare(indices, scores, lengths, row_starts)
+    out = []
+    for row, length in enumerate(prep.lengths):
+        length = max(length, 0)
+        w = prep.window(row)
+        if _has_nan(w):
+            out.append(NormalizedRow(row, True))
+            continue
+        sel = torch.unique(_selected(prep.idx[row]))
+        inside = (sel >= 0) & (sel < length)
+        invalid = tuple(sel[~inside].tolist())
+        pos = sel[inside]
+        vals = w[pos]
+        keep = vals != float("-inf")
+        pos, vals = pos[keep], vals[keep]
+        if pos.numel() == 0:
+            out.append(NormalizedRow(row, False, 0, None, 0, (), invalid))
+            continue
+        low = vals.min()
+        out.append(NormalizedRow(row, False, int(pos.numel()), float(low), int((vals == low).sum()),
+                                 tuple(pos[vals > low].tolist()), invalid))
+    return out
+
+
+def _reference_fields(sel: Any, scores: Any, lengths: Any, starts: Any) -> list[Any]:
     return [(n.nan_row, n.count, n.boundary, n.tied, n.certain, n.invalid)
             for n in normalized_rows(sel, scores, lengths, row_starts=starts)]
 
 
 def _catalogue() -> list[Any]:
-    from dsakit.topk_cases import select_topk_cases
+    from dsakit.topk.cases import select_topk_cases
 
     return select_topk_cases()
 
@@ -219,7 +267,7 @@ def test_normal_form_equals_the_per_row_reference(case: Any) -> None:
     import torch
 
     import dsakit
-    from dsakit.selection_snapshot import _nan_rows_exact, summarize_selection
+    from dsakit.topk.snapshot import _nan_rows_exact, summarize_selection
 
     scores, starts = case.scores("cpu"), case.row_starts
     sel = _topk_rows(scores, case.lengths, case.k, starts)
@@ -250,7 +298,7 @@ def test_another_valid_choice_of_tied_members_keeps_the_summary(case_id: str) ->
     padded or selected, NaN collected first or never: one text."""
     import torch
 
-    from dsakit.topk_cases import get_case
+    from dsakit.topk.cases import get_case
 
     case = get_case(case_id)
     scores = case.scores("cpu")
@@ -300,8 +348,8 @@ def test_planted_corruption_fails_and_is_named_by_row(kind: str) -> None:
     """Validity reports the row first (readable diff with scores); the golden alone also catches
     it, and its mismatch message names exactly that row and shows this path's normal form."""
     import dsakit
-    from dsakit.selection_snapshot import explain_mismatch, summarize_selection
-    from dsakit.topk_cases import get_case
+    from dsakit.topk.snapshot import explain_mismatch, summarize_selection
+    from dsakit.topk.cases import get_case
 
     case = get_case("decode-ps64-k2048")
     scores = case.scores("cpu")
@@ -329,9 +377,9 @@ def test_generator_change_is_blamed_on_the_input(monkeypatch: pytest.MonkeyPatch
     input lines and the message says the input changed; the selection is not blamed."""
     import dataclasses
 
-    from dsakit import topk_cases
-    from dsakit.selection_snapshot import explain_mismatch
-    from dsakit.topk_cases import get_case
+    from dsakit.topk import cases as topk_cases
+    from dsakit.topk.snapshot import explain_mismatch
+    from dsakit.topk.cases import get_case
 
     def golden_and_now(case: Any, **kw: Any) -> list[Any]:
         ident = f"recipe={case.recipe} seed={case.seed} shape={case.shape}"
@@ -366,8 +414,8 @@ def test_sampled_digest_covers_window_ends_and_stride_and_the_rows_catch_the_res
     """In the sampled regime a change at a sampled value (window end, stride) flips the digest; a
     change elsewhere that moves the selection changes its row, and the message (validity passed)
     points at the input, not at the path."""
-    from dsakit.selection_snapshot import explain_mismatch, summarize_selection
-    from dsakit.topk_cases import get_case
+    from dsakit.topk.snapshot import explain_mismatch, summarize_selection
+    from dsakit.topk.cases import get_case
 
     case = get_case("long-1m-ps64-k2048")
     base = case.scores("cpu")
@@ -395,7 +443,7 @@ def test_summary_is_small_and_k_independent() -> None:
     """128 rows: every row has a digest, well under 4 KB; past 256 rows digests cover blocks."""
     import torch
 
-    from dsakit.selection_snapshot import explain_mismatch, summarize_selection
+    from dsakit.topk.snapshot import explain_mismatch, summarize_selection
 
     gen = torch.Generator().manual_seed(3)
     for rows, k, block_line in ((128, 64, "row digests 112..127: "),

@@ -157,7 +157,7 @@ def test_xdist_workers_report_to_the_controller(pytester: pytest.Pytester, tmp_p
 
 def test_a_skip_with_several_reasons_counts_under_each_code() -> None:
     from dsakit.reasons import Reason
-    from dsakit.skip_inventory import format_reasons, reasons_from_message
+    from dsakit.gates.inventory import format_reasons, reasons_from_message
 
     message = format_reasons([Reason("no-role-split", "a; b"), Reason("torch-needs-unfused", "c")])
     assert [r.code for r in reasons_from_message(f"Skipped: {message}")] == ["no-role-split", "torch-needs-unfused"]

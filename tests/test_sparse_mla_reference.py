@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsakit.sparse_mla_reference import sparse_mla_decode_reference
+from dsakit.backends.sparse_mla_reference import sparse_mla_decode_reference
 
 torch = pytest.importorskip("torch")
 

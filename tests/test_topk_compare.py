@@ -1,4 +1,4 @@
-"""Self-tests of the top-k checks (dsakit.topk_compare), the case catalogue and the length refusal."""
+"""Self-tests of the top-k checks (dsakit.topk.checks), the case catalogue and the length refusal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dsakit
-from dsakit.topk_cases import CASES, get_case
+from dsakit.topk.cases import CASES, get_case
 
 
 def _topk(scores: torch.Tensor, lengths: list[int], k: int) -> torch.Tensor:
@@ -173,7 +173,7 @@ def test_adversarial_recipes() -> None:
 
 
 def test_coarse_bins_mirror_the_kernels_fp16_key() -> None:
-    from dsakit.topk_compare import coarse_bins
+    from dsakit.topk.checks import coarse_bins
 
     x = torch.tensor([-float("inf"), -1.0, -0.0, 0.0, 1.0, 1.0000027, 65504.0, 70000.0, 1e30,
                       float("inf")])
@@ -188,13 +188,13 @@ def test_coarse_bins_mirror_the_kernels_fp16_key() -> None:
 
 
 def _buffer(bits: int, capacity: int, rank: str):  # type: ignore[no-untyped-def]
-    from dsakit.topk_compare import CandidateBuffer
+    from dsakit.topk.checks import CandidateBuffer
 
     return CandidateBuffer("test kernel", bits, capacity, rank, "test")
 
 
 def test_overflow_needs_a_crowded_threshold_bin_of_distinct_scores() -> None:
-    from dsakit.topk_compare import candidate_overflow
+    from dsakit.topk.checks import candidate_overflow
 
     near = torch.tensor([[1.0 + i * 2.0 ** -23 for i in range(16)] + [5.0] * 4])  # one fp16 bin
     over = candidate_overflow(_buffer(12, 8, "k"), near, [20], 6)
@@ -213,7 +213,7 @@ def test_overflow_needs_a_crowded_threshold_bin_of_distinct_scores() -> None:
 
 
 def test_bin_precision_accepts_a_near_tie_swap_but_never_a_lower_bin() -> None:
-    from dsakit.topk_compare import candidate_overflow, coarse_scores
+    from dsakit.topk.checks import candidate_overflow, coarse_scores
 
     scores = torch.tensor([[1.0 + i * 2.0 ** -23 for i in range(16)] + [5.0, 6.0, 0.5, 0.25]])
     k = 6  # exact top-6: 6.0, 5.0 and the four largest near ties (positions 15..12)
@@ -264,7 +264,7 @@ def test_v2_nan_filler_is_exempt_only_with_the_flag_and_only_once_per_nan() -> N
 @pytest.fixture
 def sglang_0517(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A stand-in for SGLang 0.5.17's tree: no v2 RAGGED entry, no refine_ties in the v2 JIT."""
-    import dsakit.sglang_release as rel
+    import dsakit.upstream.release as rel
 
     pkg = tmp_path / "sglang"
     backend = pkg / rel.DSA_TOPK_BACKEND_FILE
@@ -279,8 +279,8 @@ def sglang_0517(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-u
 
 
 def _predicted(path_id: str) -> dict[str, list[int]]:
-    from dsakit.topk_cases import select_topk_cases
-    from dsakit.topk_launch import TOPK_PATHS, known_kernel_bug
+    from dsakit.topk.cases import select_topk_cases
+    from dsakit.topk.launch import TOPK_PATHS, known_kernel_bug
 
     path = TOPK_PATHS[path_id]
     out = {}
@@ -308,7 +308,7 @@ def test_known_bug_predictions_match_the_h200_run_on_sglang_0517(sglang_0517) ->
 
 
 def test_known_bug_reason_names_the_limit_source_and_issue(sglang_0517) -> None:  # type: ignore[no-untyped-def]
-    from dsakit.topk_launch import TOPK_PATHS, known_kernel_bug
+    from dsakit.topk.launch import TOPK_PATHS, known_kernel_bug
 
     reason, rows = known_kernel_bug(TOPK_PATHS["v2-fold.paged"], get_case("near-ties-k2048"))
     assert reason.code == "topk-known-kernel-bug" and str(reason).startswith("[topk-known-kernel-bug] known kernel bug")
@@ -320,8 +320,8 @@ def test_known_bug_reason_names_the_limit_source_and_issue(sglang_0517) -> None:
 
 
 def test_v2_key_width_follows_the_0517_dispatch() -> None:
-    from dsakit.topk_cases import TopkCase
-    from dsakit.topk_launch import _v2_key_bits
+    from dsakit.topk.cases import TopkCase
+    from dsakit.topk.launch import _v2_key_bits
 
     assert _v2_key_bits(get_case("long-1m-ps64-k2048")) == [10, 10]  # small batch: cluster rows
     assert _v2_key_bits(get_case("decode-ps64-k2048")) == [12] * 8  # width 8192: register path
@@ -335,7 +335,7 @@ def test_v2_key_width_follows_the_0517_dispatch() -> None:
 
 
 def test_newer_v2_refines_overflow_so_no_bug_is_predicted(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dsakit.topk_launch as launch
+    import dsakit.topk.launch as launch
 
     monkeypatch.setattr(launch, "_v2_refines_overflow", lambda: True)
     assert launch.known_kernel_bug(launch.TOPK_PATHS["v2-fold.paged"], get_case("near-ties-k2048")) is None
@@ -343,7 +343,7 @@ def test_newer_v2_refines_overflow_so_no_bug_is_predicted(monkeypatch: pytest.Mo
 
 
 def test_v2_ragged_k512_skips_on_0517_with_the_sourced_reason(sglang_0517) -> None:  # type: ignore[no-untyped-def]
-    from dsakit.topk_launch import TOPK_PATHS
+    from dsakit.topk.launch import TOPK_PATHS
 
     path = TOPK_PATHS["sgl-kernel.transform-ragged.v2"]
     reason = path.unsupported(get_case("extend-ragged-k512"))
@@ -357,7 +357,7 @@ def test_v2_ragged_k512_skips_on_0517_with_the_sourced_reason(sglang_0517) -> No
 def _v2_emulated(case_id: str) -> tuple[torch.Tensor, torch.Tensor, object]:
     """The 0.5.17 v2 JIT's selection as read from its source (12-bit fp16 histogram with NaN
     above +inf, fp32 collect that never takes NaN, exact ties, handle_tie's slot-index filler)."""
-    from dsakit.topk_compare import coarse_bins
+    from dsakit.topk.checks import coarse_bins
 
     case = get_case(case_id)
     scores, k = case.scores(), case.k
@@ -397,7 +397,7 @@ def test_v2_nan_contract_accepts_the_kernels_nan_behaviour_and_nothing_looser() 
 def test_nan_detection_is_exact_with_infinities() -> None:
     import torch
 
-    from dsakit.topk_compare import _has_nan
+    from dsakit.topk.checks import _has_nan
 
     assert _has_nan(torch.tensor([1.0, float("nan"), 2.0])) is True
     assert _has_nan(torch.tensor([float("inf"), float("-inf"), 3.0])) is False  # sum is NaN, no NaN inside

@@ -65,7 +65,7 @@ LEAKS = r'''
 import os
 import pytest
 import dsakit
-from dsakit.sglang_scope import SGLangScope
+from dsakit.upstream.scope import SGLangScope
 
 
 class Boom(Exception):

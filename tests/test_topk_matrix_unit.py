@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import dsakit
-from dsakit.sglang_release import SGLangRelease, release_from_tree
-from dsakit.topk_backend_matrix import _pairs, topk_cell, topk_cells
-from dsakit.topk_rules import NO_ROLE_SPLIT, PRE_SPLIT, ROLE_SPLIT, TORCH_NEEDS_UNFUSED
+from dsakit.upstream.release import SGLangRelease, release_from_tree
+from dsakit.topk.matrix import _pairs, topk_cell, topk_cells
+from dsakit.topk.rules import NO_ROLE_SPLIT, PRE_SPLIT, ROLE_SPLIT, TORCH_NEEDS_UNFUSED
 
 
 def _plugin_args() -> tuple[str, ...]:
@@ -184,7 +184,7 @@ def test_per_role_keeps_the_other_flag_at_its_default(split: SGLangRelease, pre_
 
 
 def test_params_carry_gates_and_skips(split: SGLangRelease) -> None:
-    from dsakit.gate_marks import MARKER
+    from dsakit.gates.marks import MARKER
 
     def marks(cell: dsakit.TopkCell, **kw: object) -> list[tuple[str, tuple[object, ...]]]:
         return [(m.name, m.args) for m in cell.param(**kw).marks]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsakit.forward_batch_builder import BatchShape, PagedPlacement
+from dsakit.backends.batch_builder import BatchShape, PagedPlacement
 from dsakit.reasons import Reason
 
 

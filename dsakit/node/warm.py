@@ -30,10 +30,6 @@ from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
 MARKER = "dsakit_jit"
-MARKER_HELP = (
-    "dsakit_jit(*targets): JIT modules this test compiles on first use (flashinfer-topk, "
-    "sglang-topk-v2); `dsakit warm` builds them before the workers start"
-)
 
 
 @dataclass(frozen=True)
@@ -55,10 +51,10 @@ def _launch_paths(path_ids: Sequence[str]) -> int:
     import pytest
     import torch
 
-    from dsakit.device_model import resolve_device
-    from dsakit.gates import closed_reasons
-    from dsakit.topk_cases import select_topk_cases
-    from dsakit.topk_launch import TOPK_PATHS, path_gates
+    from dsakit.gates.device_model import resolve_device
+    from dsakit.gates.table import closed_reasons
+    from dsakit.topk.cases import select_topk_cases
+    from dsakit.topk.launch import TOPK_PATHS, path_gates
 
     device = resolve_device(None)
     launches = 0
@@ -144,7 +140,7 @@ def _run_tests_once(tests: Sequence[str]) -> int:
 
 
 def _compile_bytecode() -> int:
-    from dsakit.bytecode_warmup import warm_bytecode
+    from dsakit.node.bytecode import warm_bytecode
 
     result = warm_bytecode()
     if result.unwritable:
@@ -172,7 +168,7 @@ def validate_targets(names: Iterable[str], targets: dict[str, JitTarget] | None 
 
 def targets_of_item(item: Any) -> tuple[str, ...]:
     """The targets one collected test needs: its dsakit_jit markers plus those its gate codes imply."""
-    from dsakit.gate_marks import MARKER as GATE_MARKER
+    from dsakit.gates.marks import MARKER as GATE_MARKER
 
     named = validate_targets([t for marker in item.iter_markers(MARKER) for t in marker.args])
     codes = [c for marker in item.iter_markers(GATE_MARKER) for c in marker.args]
@@ -253,7 +249,7 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
     reasons when its gates are closed."""
     from filelock import FileLock
 
-    from dsakit.gates import closed_reasons
+    from dsakit.gates.table import closed_reasons
 
     tests = len(test_ids)
     reasons = closed_reasons(target.gates, device)
@@ -286,7 +282,7 @@ def _write_stamp(path: Path, data: dict[str, Any]) -> None:
 def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: bool = False,
              device_name: str | None = None) -> int:
     """`dsakit warm [--target NAME] [pytest selection...]`: exit 0 when nothing failed to build."""
-    from dsakit.device_model import resolve_device
+    from dsakit.gates.device_model import resolve_device
 
     device = resolve_device(device_name)
     if targets:

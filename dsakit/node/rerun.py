@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsakit.device_model import DeviceModel
+from dsakit.gates.device_model import DeviceModel
 from dsakit.errors import UsageError
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
@@ -313,8 +313,8 @@ def format_block(result: FileResult, *, show_output: bool = False) -> list[str]:
 def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: float | None,
                    only_matching: bool = False, show_output: bool = False,
                    pytest_args: Sequence[str] = (), device_name: str | None = None) -> int:
-    from dsakit.device_model import resolve_device
-    from dsakit.gpu_pinning import discover
+    from dsakit.gates.device_model import resolve_device
+    from dsakit.node.gpu_pinning import discover
 
     paths = [Path(f) for f in files]
     missing = [str(p) for p in paths if not p.is_file()]

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from dsakit.sglang_scope import SGLangScope
+from dsakit.upstream.scope import SGLangScope
 
 # flashmla_sparse is SGLang's DSA default on SM 9.0 and allocates no kernel state at __init__.
 DSA_SERVER_ARGS: dict[str, Any] = {
@@ -65,7 +65,7 @@ def dsa_kv_pool(runner: Any, *, layer_num: int = 1) -> Any:
     for every token dsakit's placement can hand out (SGLang's runtime context must be open)."""
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
 
-    from dsakit.forward_batch_builder import slot_capacity
+    from dsakit.backends.batch_builder import slot_capacity
 
     config = runner.model_config
     return DSATokenToKVPool(
@@ -159,7 +159,7 @@ def full_to_swa_mapping(runner: Any, swa_size: int, *, seed: int = 0) -> Any:
     seeded random SWA slots so a kernel that reads the wrong token gets a different value."""
     import torch
 
-    from dsakit.forward_batch_builder import slot_capacity
+    from dsakit.backends.batch_builder import slot_capacity
 
     generator = torch.Generator().manual_seed(seed)
     mapping = torch.randint(0, swa_size, (slot_capacity(runner),), generator=generator, dtype=torch.int64)
@@ -175,8 +175,8 @@ def deepseek_v4_page_metadata(runner: Any, shape: Any, placement: Any, swa_mappi
     import torch
     from sglang.srt.layers.attention import deepseek_v4_backend as v4
 
-    from dsakit.dsa_metadata_invariants import expected_seqlens_expanded
-    from dsakit.dsv4_metadata_invariants import query_requests
+    from dsakit.backends.dsa_invariants import expected_seqlens_expanded
+    from dsakit.backends.dsv4_invariants import query_requests
 
     device = runner.req_to_token_pool.req_to_token.device
     lengths = torch.tensor(expected_seqlens_expanded(shape), dtype=torch.int32, device=device)

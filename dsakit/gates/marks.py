@@ -13,17 +13,13 @@ from typing import NoReturn
 
 import pytest
 
-from dsakit.device_model import REAL, DeviceModel, resolve_device, validate_device_name
+from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
-from dsakit.gates import closed_reasons, never_open_explanation, split_codes, validate_codes
+from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.reasons import Reason
-from dsakit.skip_inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
+from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
 
 MARKER = "dsakit_requires"
-MARKER_HELP = (
-    "dsakit_requires(*codes): skip unless every dsakit gate is open (codes: `dsakit capabilities`; "
-    "expressions like 'sm>=9.0', 'sm~10', 'gfx in gfx942,gfx950')"
-)
 
 
 class DsakitGateWarning(pytest.PytestWarning):
@@ -85,8 +81,9 @@ def _skip(message: str) -> NoReturn:
 # ---------------------------------------------------------------- plugin wiring
 
 
-def configure(config: pytest.Config) -> None:
-    """pytest_configure: validate the options, start the session, register the reporters."""
+def configure(config: pytest.Config) -> dict[str, object]:
+    """pytest_configure: validate the options, start the session; returns the hook objects the
+    plugin registers, by name (the skip-inventory reporter; xdist aggregation when xdist runs)."""
     workerinput = getattr(config, "workerinput", None)
     try:
         if workerinput is not None and DEVICE_KEY in workerinput:
@@ -102,9 +99,10 @@ def configure(config: pytest.Config) -> None:
     reporter = InventoryReporter(
         config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report")
     )
-    config.pluginmanager.register(reporter, "dsakit-skip-inventory")
+    hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(session.inventory, name), "dsakit-xdist")
+        hooks["dsakit-xdist"] = XdistHooks(session.inventory, name)
+    return hooks
 
 
 def unconfigure(config: pytest.Config) -> None:

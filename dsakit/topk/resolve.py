@@ -3,8 +3,8 @@
 Owns: the real resolution of one role inside an applied cell scope — `DSATopKBackend.resolve`
 (a strict `MockModelRunner` of the role) where the release has the split, the pre-split rule
 (`DSATopKBackend(get_server_args().dsa_topk_backend)`, what 0.5.17's backend `__init__` does)
-otherwise — its comparison with the oracle (`dsakit.topk_rules`) as `Reason`s, and one
-selection check of the resolved backend's `topk_func` on a tie-free `dsakit.topk_cases` case
+otherwise — its comparison with the oracle (`dsakit.topk.rules`) as `Reason`s, and one
+selection check of the resolved backend's `topk_func` on a tie-free `dsakit.topk.cases` case
 against a plain torch reference. Must not decide the expectation itself; imports torch and
 SGLang lazily (call it inside a test, never at collection).
 """
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dsakit.reasons import Reason
-from dsakit.topk_rules import PRE_SPLIT, ROLE_SPLIT
+from dsakit.topk.rules import PRE_SPLIT, ROLE_SPLIT
 
 if TYPE_CHECKING:
     import torch
 
-    from dsakit.topk_backend_matrix import TopkCell
+    from dsakit.topk.matrix import TopkCell
 
 # Tie-free (`distinct`) cases at k=2048 (sgl_kernel.fast_topk_v2 asserts k == 2048): row lengths
 # 0, 1, k-1, k, k+1 and decode-like rows up to 8192.
@@ -43,7 +43,7 @@ def resolve(role: str) -> Resolved:
     """The real resolution for `role` under the currently applied configuration."""
     from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
 
-    from dsakit.sglang_release import installed_release
+    from dsakit.upstream.release import installed_release
 
     if installed_release().has("topk-role-split"):
         from dsakit.mocks.model_runner import MockModelRunner
@@ -60,7 +60,7 @@ def published_flags() -> dict[str, str]:
     """The top-k flags as the resolution code reads them now: the resolved config bags on a
     split release (0.5.23's `get_server_args()` keeps the *raw* input, which an override does
     not change), the ServerArgs attribute before the split (what 0.5.17's backend reads)."""
-    from dsakit.sglang_release import installed_release
+    from dsakit.upstream.release import installed_release
 
     if installed_release().has("topk-role-split"):
         from sglang.srt.runtime_context import get_exec, get_spec
@@ -73,17 +73,17 @@ def published_flags() -> dict[str, str]:
     return {"target": backend, "draft": backend}
 
 
-def resolution_problems(cell: TopkCell) -> list[Reason]:
-    """Where the real SGLang disagrees with the oracle for this cell (empty: agrees). Call
-    inside `cell.scope()`."""
-    problems: list[Reason] = []
+def resolution_problems(cell: TopkCell) -> tuple[Resolved | None, list[Reason]]:
+    """The real resolution and where it disagrees with the oracle for this cell (empty: agrees).
+    Call inside `cell.scope()`."""
     exp = cell.expectation
     published = published_flags()
     wanted = {"target": cell.target, "draft": cell.draft if cell.flags.has_split else cell.target}
     if published != wanted:
-        return [Reason("scope-not-applied", f"{cell.id}: the published top-k flags are "
-                       f"{published}, not {wanted}; call inside `with cell.scope():`")]
+        return None, [Reason("scope-not-applied", f"{cell.id}: the published top-k flags are "
+                             f"{published}, not {wanted}; call inside `with cell.scope():`")]
     got = resolve(cell.role)
+    problems: list[Reason] = []
     if got.rule != exp.rule:
         problems.append(Reason("rule-mismatch", f"{cell.id}: dsakit's flags say {exp.rule!r} "
                                f"but the release probe says {got.rule!r}"))
@@ -97,16 +97,16 @@ def resolution_problems(cell: TopkCell) -> list[Reason]:
             "v2-mismatch",
             f"{cell.id}: should_use_topk_v2() is {got.backend.should_use_topk_v2()}, dsakit "
             f"expects {exp.uses_v2} (sgl-kernel and SGLANG_OPT_USE_TOPK_V2)"))
-    return problems
+    return got, problems
 
 
 def assert_resolution(cell: TopkCell) -> Resolved:
     """Raise AssertionError naming each disagreement; returns the real resolution."""
     __tracebackhide__ = True
-    problems = resolution_problems(cell)
-    if problems:
+    got, problems = resolution_problems(cell)
+    if problems or got is None:
         raise AssertionError("\n".join(str(p) for p in problems))
-    return resolve(cell.role)
+    return got
 
 
 def selection_device(backend: str) -> str:
@@ -118,25 +118,16 @@ def selection_device(backend: str) -> str:
     return "cuda"
 
 
-def reference_topk(scores: torch.Tensor, lengths: torch.Tensor, k: int) -> torch.Tensor:
-    """Row-local top-k positions of each window `scores[r, :lengths[r]]`, -1 padded (CPU)."""
-    import torch
-
-    scores = scores.detach().to("cpu", torch.float32)
-    out = torch.full((scores.shape[0], k), -1, dtype=torch.int64)
-    for row, length in enumerate(int(x) for x in lengths.detach().cpu().tolist()):
-        n = min(k, max(length, 0))
-        if n:
-            out[row, :n] = torch.topk(scores[row, :length], n).indices
-    return out
-
-
 def assert_selection(cell: TopkCell, case_id: str = SELECTION_CASES[0]) -> dict[str, Any]:
-    """Run the resolved backend's `topk_func` on a tie-free case (inside `cell.scope()`), check
-    validity and equality with `reference_topk`; returns a record (device, case, backend)."""
+    """Run the resolved backend's `topk_func` path (`dsakit.topk.launch.TOPK_PATHS`) on a
+    tie-free case (inside `cell.scope()`), check validity and equality with the reference; returns a record (device, case, backend)."""
     __tracebackhide__ = True
-    from dsakit.topk_cases import get_case
-    from dsakit.topk_compare import assert_topk_equal, assert_topk_valid
+    import pytest
+
+    from dsakit.topk.cases import get_case
+    from dsakit.topk.checks import assert_topk_equal, assert_topk_valid
+    from dsakit.topk.launch import TOPK_PATHS
+    from dsakit.topk.reference import reference_topk
 
     case = get_case(case_id)
     if case.recipe != "distinct" or case.ragged:
@@ -144,10 +135,15 @@ def assert_selection(cell: TopkCell, case_id: str = SELECTION_CASES[0]) -> dict[
 
         raise UsageError(f"{case_id} is not a tie-free paged case; use one of {', '.join(SELECTION_CASES)}")
     resolved = assert_resolution(cell)
+    path = TOPK_PATHS.get(f"{resolved.value}.topk_func")
+    if path is None:
+        raise AssertionError(f"{cell.id}: SGLang resolved the {cell.role} to {resolved.value}, "
+                             f"which dsakit has no launch path for ({', '.join(TOPK_PATHS)})")
     device = selection_device(resolved.value)
-    scores, lengths = case.scores(device), case.lengths_tensor(device)
-    actual = resolved.backend.topk_func(scores, lengths, case.k)
-    expected = reference_topk(scores, lengths, case.k)
-    assert_topk_valid(actual, scores, lengths, case.k)
-    assert_topk_equal(actual, expected, scores, lengths, topk=case.k)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        actual = path.run(case, device, monkeypatch)
+    scores = case.scores("cpu")
+    assert_topk_valid(actual, scores, case.lengths, case.k)
+    assert_topk_equal(actual, reference_topk(scores, case.lengths, case.k), scores, case.lengths,
+                      topk=case.k)
     return {"case": case_id, "device": device, "backend": resolved.value, "rule": resolved.rule}

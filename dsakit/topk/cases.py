@@ -8,14 +8,14 @@ page tables (a shuffled physical page table; its page_size-1 table derived from 
 generated on the CPU with a seeded `torch.Generator` and then moved, so a CPU box and a GPU node
 see the same bytes. Must not launch kernels or import SGLang; torch is imported lazily.
 
-Semantics the catalogue documents (checked by `dsakit.topk_compare`):
+Semantics the catalogue documents (checked by `dsakit.topk.checks`):
   * selection is over the row's window `scores[r, start : start + length]`, indices row-local;
   * -inf is the lowest score; a backend may pad (-1) instead of selecting -inf positions (the
     torch path masks selected -inf to -1, the kernels fill with them);
   * NaN is outside the ordering: torch.topk ranks NaN above +inf, the v2 JIT's fp32 collect pass
     never collects NaN, so a NaN position may be selected or not and may cost its row a slot
     (the v2 JIT writes position == slot index into such slots: `nan_slot_filler`);
-  * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk_launch.validate_lengths`).
+  * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk.launch.validate_lengths`).
 """
 
 from __future__ import annotations

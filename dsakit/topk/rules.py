@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsakit.reasons import Reason
-from dsakit.topk_flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags
+from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags
 
 ROLES = ("target", "draft")
 ROLE_SPLIT = "role-split"
@@ -118,10 +118,9 @@ def _transform(backend: str, config: TopkConfig) -> str:
 
 def expect(role: str, config: TopkConfig, flags: TopkFlags) -> Expectation:
     """The oracle: what `role` must resolve to under `config` on the release `flags` describes."""
-    if role not in ROLES:
-        from dsakit.errors import UsageError
+    from dsakit.contracts.schema import Role
 
-        raise UsageError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
+    role = Role.parse(role).value
     backend = effective_backends(config, flags)[role]
     rule = ROLE_SPLIT if flags.has_split else PRE_SPLIT
     reads = DRAFT_FIELD if (role == "draft" and flags.has_split) else TARGET_FIELD

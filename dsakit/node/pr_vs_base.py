@@ -3,7 +3,7 @@ changed between them.
 
 Owns: putting an SGLang tree in front of the installed one (a temporary overlay directory holding
 only a `sglang` link, first on PYTHONPATH: same interpreter, same torch and kernels), running the
-selection once per tree with `dsakit.compare_recorder`, the error signature (exception type +
+selection once per tree with `dsakit.node.pr_vs_base_recorder`, the error signature (exception type +
 message, crash frame file; line numbers, addresses, ids and temp paths stripped), the
 classification of each test, the environment-fingerprint check, the table, the JSON and the exit
 code (1 only when something regressed; 2 for usage errors and refused fingerprints). Never imports
@@ -61,7 +61,7 @@ def signature(outcome: dict[str, Any]) -> str:
 
 def package_dir(src: str) -> Path:
     """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
-    from dsakit.sglang_release import release_from_tree
+    from dsakit.upstream.release import release_from_tree
 
     return release_from_tree(src).package_dir
 
@@ -145,7 +145,7 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)
-    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.compare_recorder", f"--dsakit-record={record}",
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
                "-p", "no:cacheprovider", "-q", *pytest_args]
     tic = time.perf_counter()
     try:

@@ -19,8 +19,8 @@ from typing import Any
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.reasons import Reason
-from dsakit.sglang_release import SGLangRelease, installed_release, release_from_tree
-from dsakit.source_scan import RunnerRead, SourceSite, runner_assignments, scan_runner_reads
+from dsakit.upstream.release import SGLangRelease, installed_release, release_from_tree
+from dsakit.upstream.source_scan import RunnerRead, SourceSite, runner_assignments, scan_runner_reads
 
 READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"

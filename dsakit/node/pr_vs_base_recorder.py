@@ -1,9 +1,9 @@
-"""A small pytest plugin (`-p dsakit.compare_recorder --dsakit-record PATH`) that records each
+"""A small pytest plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) that records each
 test's outcome for `dsakit compare`: one JSON line per test, appended as soon as it finishes (so a
 crashed run keeps what it had and names the test in flight), plus the environment fingerprint.
 
 Owns: what an outcome is (passed, failed, error, skipped, xfailed, xpassed; crashed is decided by
-`dsakit.compare`), the raw failure data (exception type, message, crash frame) and the
+`dsakit.node.pr_vs_base`), the raw failure data (exception type, message, crash frame) and the
 fingerprint (python, torch / kernel versions from package metadata, device, SGLang tree). Runs on
 the xdist controller only (workers' reports arrive there). Never imports torch or SGLang.
 """
@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def fingerprint() -> dict[str, Any]:
     """What must match between two runs for their outcomes to be comparable (SGLang excluded)."""
-    from dsakit.device_model import resolve_device
+    from dsakit.gates.device_model import resolve_device
 
     versions: dict[str, str | None] = {}
     for name in KERNEL_PACKAGES:
@@ -48,7 +48,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 def sglang_tree() -> dict[str, Any]:
-    from dsakit.sglang_release import _version_from_tree
+    from dsakit.upstream.release import _version_from_tree
 
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:

@@ -5,7 +5,7 @@ and why, as `Reason`s, and each kernel's own selection contract, `KernelContract
 lines it is read from), `validate_lengths` (the refusal of negative lengths before any launch),
 the env flags a path needs (restored by the caller's monkeypatch), and mapping each path's output
 back to row-local positions so every path is compared in the same terms. Must not decide what a
-correct selection is (that is `dsakit.topk_compare`); imports torch and SGLang lazily, once.
+correct selection is (that is `dsakit.topk.checks`); imports torch and SGLang lazily, once.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.topk_compare import BinOverflow, CandidateBuffer, candidate_overflow
+from dsakit.topk.checks import BinOverflow, CandidateBuffer, candidate_overflow
 
 if TYPE_CHECKING:
     import pytest
     import torch
 
-    from dsakit.topk_cases import TopkCase
+    from dsakit.topk.cases import TopkCase
 
 
 def validate_lengths(lengths: Any, *, what: str = "lengths") -> None:
@@ -95,7 +95,7 @@ _V2_IMPL_HEADER = "kernels/jit/include/sgl_kernel/deepseek_v4/topk_impl.cuh"
 
 @dataclass(frozen=True)
 class KernelContract:
-    """What one path's kernel guarantees beyond the common contract (`dsakit.topk_compare`).
+    """What one path's kernel guarantees beyond the common contract (`dsakit.topk.checks`).
 
     `buffer`: exact only while the threshold bin fits (`bits_per_row` where the key width depends
     on the dispatch); past it a `known_bug`. `nan_slot_filler`: NaN-cost slots hold position ==
@@ -307,7 +307,7 @@ def _chain(*checks: Callable[[TopkCase], Reason | None]) -> Callable[[TopkCase],
 def _v2_ragged_or_2048(case: TopkCase) -> Reason | None:
     # 0.5.23 routes RAGGED to the v2 JIT (any k <= 2048); 0.5.17 has no v2 ragged entry and falls
     # back to sgl_kernel's fused ragged kernel, which asserts topk == 2048 (feature probe, no import)
-    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE, installed_release
 
     if case.k == 2048 or installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
         return None
@@ -330,7 +330,7 @@ def _any(case: TopkCase) -> Reason | None:
 def _v2_refines_overflow() -> bool:
     """SGLang 0.5.23's v2 JIT re-stages an overflowing threshold bin exactly (refine_ties) on its
     register/streaming paths; 0.5.17's does not (probe of the installed JIT header, no import)."""
-    from dsakit.sglang_release import installed_release
+    from dsakit.upstream.release import installed_release
 
     try:
         return "refine_ties" in installed_release().file(_V2_IMPL_HEADER).read_text(encoding="utf-8")
@@ -378,7 +378,7 @@ def _v2_fold_contract(case: TopkCase) -> KernelContract:
 
 
 def _v2_ragged_contract(case: TopkCase) -> KernelContract:
-    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE, installed_release
 
     if installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
         return KernelContract(nan_slot_filler=True) if _v2_refines_overflow() else KernelContract(

@@ -22,7 +22,7 @@ What is stored is small and independent of k, in two parts:
 The normal form is computed vectorized on the already-gathered selected scores only (sort, one
 gather, masks); its one full-window need -- which rows hold NaN -- is taken from the validity
 check that `assert_selection` runs first (`TopkReport.nan_rows`; that check reads every window
-anyway), or scanned exactly when a caller gives none. Equal to `dsakit.topk_compare.
+anyway), or scanned exactly when a caller gives none. Equal to `dsakit.topk.checks.
 normalized_rows`, the per-row reference implementation (tested on every catalogue case).
 
 On a mismatch the message says which part differs: the input (the case generator changed: not
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from syrupy.extensions.amber import AmberDataSerializer, AmberSnapshotExtension
 
-from dsakit.topk_compare import assert_topk_valid
+from dsakit.topk.checks import assert_topk_valid
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from syrupy.location import PyTestLocation
     from syrupy.types import SerializableData, SnapshotIndex
 
-    from dsakit.topk_cases import TopkCase
+    from dsakit.topk.cases import TopkCase
 
 HEAD_ROWS = 2  # rows spelled out in the golden
 HEAD_POSITIONS = 6  # positions shown per spelled-out row
@@ -156,7 +156,7 @@ def input_digest(scores: np.ndarray, lengths: np.ndarray, starts: np.ndarray) ->
 
 @dataclass
 class _NormalForm:
-    """Every row's normal form (see `dsakit.topk_compare.NormalizedRow`), as arrays."""
+    """Every row's normal form (see `dsakit.topk.checks.NormalizedRow`), as arrays."""
 
     nan: np.ndarray  # (rows,) bool: window holds NaN (row not normalised)
     count: np.ndarray  # (rows,) selected ranked positions
@@ -363,7 +363,7 @@ def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validate
     if changed_input:
         lines = [
             f"{case_id}: the INPUT changed: {', '.join(changed_input)} differ from the input "
-            "the golden was written from. The case generator (dsakit.topk_cases: recipe, seed, "
+            "the golden was written from. The case generator (dsakit.topk.cases: recipe, seed, "
             "shape or the generator code) now makes other scores than when the golden was "
             "recorded; this is not a bug of the path under test. Review the generator change, "
             "then regenerate the goldens on CPU: "

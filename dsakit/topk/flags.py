@@ -6,7 +6,7 @@ defaults, the `DSATopKBackend` enum values, and which top-k env flags (`SGLANG_D
 `SGLANG_OPT_USE_TOPK_V2`, ...) `envs` declares with their defaults. Everything is an AST read of
 the source files (0.5.17 declares the fields in `srt/server_args.py`, 0.5.23 in
 `srt/arg_groups/fields/*.py`): never imports SGLang or torch, so collection stays cheap.
-Must not decide what a configuration resolves to (that is `dsakit.topk_rules`).
+Must not decide what a configuration resolves to (that is `dsakit.topk.rules`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.sglang_release import SGLangRelease, installed_release
+from dsakit.upstream.release import SGLangRelease, installed_release
 
 TARGET_FIELD = "dsa_topk_backend"
 DRAFT_FIELD = "speculative_dsa_topk_backend"
@@ -132,7 +132,7 @@ def _find_field(release: SGLangRelease, name: str) -> ServerArgField | None:
 
 
 def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
-    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE
+    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE
 
     try:
         tree = ast.parse(release.file(DSA_TOPK_BACKEND_FILE).read_text(encoding="utf-8"))
@@ -150,7 +150,7 @@ def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
 
 
 def _env_defaults(release: SGLangRelease) -> dict[str, object]:
-    from dsakit.sglang_release import ENVIRON_FILE
+    from dsakit.upstream.release import ENVIRON_FILE
 
     try:
         tree = ast.parse(release.file(ENVIRON_FILE).read_text(encoding="utf-8"))
@@ -196,5 +196,5 @@ def _topk_flags_cached(release: SGLangRelease) -> TopkFlags:
     )
 
 
-# Public alias (`dsakit.release_topk_flags`): `dsakit.topk_flags` is this module once imported.
+# Public alias (`dsakit.release_topk_flags`): `dsakit.topk.flags` is this module once imported.
 release_topk_flags = topk_flags

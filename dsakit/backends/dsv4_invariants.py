@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsakit.dsa_metadata_invariants import expected_seqlens_expanded, query_counts
-from dsakit.forward_batch_builder import BatchShape, PagedPlacement
+from dsakit.backends.dsa_invariants import expected_seqlens_expanded, query_counts
+from dsakit.backends.batch_builder import BatchShape, PagedPlacement
 from dsakit.reasons import Reason
 
 DSV4_PAGE_SIZE = 256

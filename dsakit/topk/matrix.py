@@ -6,10 +6,10 @@ id (`draft@target-flashinfer/draft-sgl_kernel-fused-v2`), the subsets (`full`, `
 `pairwise`: a deterministic all-pairs covering array), what happens to invalid cells (`skip`,
 `drop`, `keep`), the gates a cell's backend needs, the `dsakit_topk_matrix` marker and the
 parametrization of the `topk_cell` fixture. Backend names and the split come from the installed
-release's source (`dsakit.topk_flags`); expectations from the rule table (`dsakit.topk_rules`).
+release's source (`dsakit.topk.flags`); expectations from the rule table (`dsakit.topk.rules`).
 
 Must stay cheap at collection: never imports torch or SGLang (a cell's `scope()` imports SGLang
-when entered, through `dsakit.sglang_scope`). Must not ask SGLang what a cell resolves to.
+when entered, through `dsakit.upstream.scope`). Must not ask SGLang what a cell resolves to.
 """
 
 from __future__ import annotations
@@ -21,24 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dsakit.contracts.schema import Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.topk_flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags, topk_flags
-from dsakit.topk_rules import ROLES, Expectation, TopkConfig, expect
+from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags, topk_flags
+from dsakit.topk.rules import ROLES, Expectation, TopkConfig, expect
 
 if TYPE_CHECKING:
-    from dsakit.sglang_release import SGLangRelease
-    from dsakit.sglang_scope import SGLangScope
+    from dsakit.upstream.release import SGLangRelease
+    from dsakit.upstream.scope import SGLangScope
 
 SUBSETS = ("full", "per-role", "pairwise")
 DEFAULT_SUBSET = "pairwise"
 INVALID_MODES = ("skip", "drop", "keep")
 MARKER = "dsakit_topk_matrix"
-MARKER_HELP = (
-    f"{MARKER}(subset='pairwise', roles=('target','draft'), invalid='skip', gated=True): "
-    "parametrize the `topk_cell` fixture over the DSA top-k backend matrix (subsets: "
-    f"{', '.join(SUBSETS)}; invalid cells: {', '.join(INVALID_MODES)})"
-)
 FIXTURE = "topk_cell"
 
 # Gates the selection check of a backend needs; torch runs anywhere. A backend a newer release
@@ -155,7 +151,7 @@ class TopkCell:
         release lacks is simply not set: the pre-split rule decides)."""
         if not allow_invalid:
             self.check()
-        from dsakit.sglang_scope import SGLangScope
+        from dsakit.upstream.scope import SGLangScope
 
         return SGLangScope(server_args=self.server_args(), env=self.env())
 
@@ -164,11 +160,11 @@ class TopkCell:
     def param(self, *, gated: bool = True, invalid: str = "skip") -> Any:
         """`pytest.param(cell, id=cell.id, marks=...)`: gates for the backend's selection check
         when `gated`, a skip carrying the invalid reasons when `invalid == "skip"`."""
-        from dsakit import gate_marks
+        from dsakit.gates import marks as gate_marks
 
         marks: list[Any] = []
         if not self.valid and invalid == "skip":
-            from dsakit.skip_inventory import format_reasons
+            from dsakit.gates.inventory import format_reasons
 
             marks.append(pytest.mark.skip(reason=format_reasons(self.reasons)))
         elif gated and self.gates:
@@ -189,12 +185,6 @@ def _check_backend(name: str, flags: TopkFlags, field_name: str) -> str:
             + (f" (flag --{field_name.replace('_', '-')})" if field_name == DRAFT_FIELD else "")
         )
     return name
-
-
-def _check_role(role: str) -> str:
-    if role not in ROLES:
-        raise UsageError(f"unknown role {role!r}; roles: {', '.join(ROLES)}")
-    return role
 
 
 def _defaults(flags: TopkFlags) -> tuple[str, str | None]:
@@ -220,7 +210,7 @@ def topk_cell(
     if draft is None:
         draft = default_draft if flags.has_split and default_draft else target
     draft = _check_backend(draft, flags, DRAFT_FIELD)
-    return TopkCell(_check_role(role), TopkConfig(target, draft, bool(fused), bool(v2)), flags)
+    return TopkCell(Role.parse(role).value, TopkConfig(target, draft, bool(fused), bool(v2)), flags)
 
 
 def _full(flags: TopkFlags, roles: Sequence[str]) -> list[TopkCell]:
@@ -302,7 +292,7 @@ def topk_cells(
     invalid cells; "keep" and "skip" keep them (they carry their reasons)."""
     _check_choice(subset, SUBSETS, "top-k matrix subset")
     _check_choice(invalid, INVALID_MODES, "invalid-cell mode")
-    role_list = [_check_role(r) for r in roles]
+    role_list = [Role.parse(r).value for r in roles]
     flags = topk_flags(release)
     if subset == "full":
         cells = _full(flags, role_list)
@@ -339,7 +329,7 @@ def topk_matrix(
     if subset is not None:
         kwargs["subset"] = subset
     if roles is not None:
-        kwargs["roles"] = tuple(_check_role(r) for r in roles)
+        kwargs["roles"] = tuple(Role.parse(r).value for r in roles)
     decorator: pytest.MarkDecorator = getattr(pytest.mark, MARKER)(**kwargs)
     return decorator
 

@@ -2,9 +2,9 @@
 
 Owns: which gate codes exist, what each requires, the sentence a closed gate produces (what is
 missing and what covers the case instead) and the rule that decides it. The pytest side (markers,
-skips) lives in `dsakit.gate_marks`; this module never imports pytest, torch or SGLang: module
+skips) lives in `dsakit.gates.marks`; this module never imports pytest, torch or SGLang: module
 gates use `importlib.util.find_spec` on top-level names and look for extension files inside the
-package directory, SGLang gates read source through `dsakit.sglang_release`.
+package directory, SGLang gates read source through `dsakit.upstream.release`.
 
 Device rules follow vLLM's three predicates: *at least* (>=), *exactly* (==) and *same family*
 (same major). AMD GPUs are gated by gfx arch string, never by the capability number they report
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dsakit.device_model import SIMULATED, DeviceModel
+from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
 
@@ -253,7 +253,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.sglang_release import FEATURES, installed_release
+        from dsakit.upstream.release import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -290,7 +290,7 @@ _SGLANG_COVERED_BY = {
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.sglang_release import FEATURES
+    from dsakit.upstream.release import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",

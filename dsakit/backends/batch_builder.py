@@ -100,7 +100,7 @@ class PagedPlacement:
         request's KV length hold slot 0, which belongs to SGLang's padding page, never a request."""
         import torch
 
-        from dsakit.topk_cases import PageTables
+        from dsakit.topk.cases import PageTables
 
         width = max(kv_lens)
         table_1 = runner.req_to_token_pool.req_to_token[self.req_pool_indices, :width].to("cpu", torch.int64).clone()

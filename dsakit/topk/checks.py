@@ -1,35 +1,9 @@
-"""Top-k selection checks, vLLM `test_top_k_per_row.py` style: per-row index *sets* first; where
-two selections differ, the *scores* of the symmetric difference decide (a tie is fine, anything
-else is a bug); count, duplicates, range and -1 padding always.
+"""Top-k selection checks: per-row index sets first, then the scores of the symmetric difference
+(a tie is fine), count, duplicates, range and -1 padding (vLLM `test_top_k_per_row.py` style).
 
-Owns: `assert_topk_valid`, `assert_topk_equal`, the per-row diff text, and `normalized_rows` (the
-backend-independent form of a selection, row by row: the reference the selection snapshot's
-vectorized normal form is tested against). Never launches kernels or imports
-SGLang; torch is imported lazily and every check runs on CPU copies.
-
-The contract, per row r with window w = scores[r, start : start + length] and k = topk:
-  * entries are -1 (padding, anywhere) or row-local positions in [0, length); no duplicates;
-  * count == min(length, k) for rows without -inf/NaN. A backend may pad instead of selecting a
-    -inf position (torch's `_topk_unfused` masks them to -1) and NaN is outside the ordering, so
-    such rows need only count >= min(#ranked, k) - #NaN, where ranked = finite or +inf;
-  * order: every selected non-NaN score >= every unselected non-NaN score (so every selected
-    score is >= the k-th largest valid score);
-  * equality of two selections: identical sets, or differing only inside the tied group at the
-    boundary (score == k-th largest) or at -inf positions; reported as tie swaps. Rows holding
-    NaN have no defined equality (only validity): their differences are reported as swaps too.
-
-Two per-backend refinements, declared by the launch paths (`dsakit.topk_launch`) as data and
-never applied to the torch/flashinfer paths:
-  * `CandidateBuffer`: kernels that bin an fp16 rounding of the key, keep at most `capacity`
-    members of the threshold bin and refine only those (sgl-kernel's AOT radix top-k, the v2 JIT
-    of SGLang <= 0.5.17) are exact only while that bin fits. `candidate_overflow` predicts, from
-    the scores alone, the rows where it does not; `coarse_scores` turns such rows into their bin
-    ids so the selection can still be checked at the kernel's bin precision (everything above the
-    threshold bin selected, nothing below it) while the exact check is a known kernel bug.
-  * `nan_slot_filler`: the v2 JIT counts NaN above +inf in its histogram but never collects it;
-    the slots NaN would take are written with position == slot index (a dereferenceable dummy).
-    With the flag, such entries in NaN rows are exempt from the order/duplicate checks, at most
-    one per NaN in the row.
+Owns: `assert_topk_valid`, `assert_topk_equal`, the per-row diff text, and the per-kernel
+refinements the launch paths declare (`CandidateBuffer`, `nan_slot_filler`). Must not launch
+kernels or import SGLang; torch is imported lazily and every check runs on CPU copies.
 """
 
 from __future__ import annotations
@@ -426,24 +400,6 @@ def coarse_scores(scores: Any, overflows: list[BinOverflow]) -> Any:
     return out
 
 
-# ---------------------------------------------------------------- normal form (per-row reference)
-
-
-@dataclass(frozen=True)
-class NormalizedRow:
-    """A selection's backend-independent part: positions strictly above its lowest selected
-    ranked score (`certain`), that score (`boundary`) and how many tied picks sit on it.
-    -inf picks are dropped; rows holding NaN are marked and not normalised (backends disagree)."""
-
-    row: int
-    nan_row: bool
-    count: int = 0
-    boundary: float | None = None
-    tied: int = 0
-    certain: tuple[int, ...] = ()
-    invalid: tuple[int, ...] = ()
-
-
 def _has_nan(window: Any) -> bool:
     """Exact and cheap: a window without NaN (and without both infinities) sums to a number,
     so only a NaN sum needs the full elementwise scan."""
@@ -455,31 +411,3 @@ def _has_nan(window: Any) -> bool:
     if total is not None and not bool(torch.isnan(total)):
         return False
     return bool(torch.isnan(window).any())
-
-
-def normalized_rows(indices: Any, scores: Any, lengths: Any, *,
-                    row_starts: Any = None) -> list[NormalizedRow]:
-    import torch
-
-    prep = _prepare(indices, scores, lengths, row_starts)
-    out = []
-    for row, length in enumerate(prep.lengths):
-        length = max(length, 0)
-        w = prep.window(row)
-        if _has_nan(w):
-            out.append(NormalizedRow(row, True))
-            continue
-        sel = torch.unique(_selected(prep.idx[row]))
-        inside = (sel >= 0) & (sel < length)
-        invalid = tuple(sel[~inside].tolist())
-        pos = sel[inside]
-        vals = w[pos]
-        keep = vals != float("-inf")
-        pos, vals = pos[keep], vals[keep]
-        if pos.numel() == 0:
-            out.append(NormalizedRow(row, False, 0, None, 0, (), invalid))
-            continue
-        low = vals.min()
-        out.append(NormalizedRow(row, False, int(pos.numel()), float(low), int((vals == low).sum()),
-                                 tuple(pos[vals > low].tolist()), invalid))
-    return out

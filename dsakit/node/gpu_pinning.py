@@ -7,7 +7,7 @@ variable is set before pytest even starts in the worker, plus `workerinput` so t
 and reports it), the markers `dsakit_gpus(n)` / `dsakit_whole_node` and the reader-writer node
 lock that serialises them against single-GPU tests. Never imports torch, SGLang or CUDA: the GPU
 count comes from `$DSAKIT_GPU_COUNT`, the outer `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`, or
-`dsakit.device_model` (NVML / nvidia-smi / rocminfo). Must not decide which tests run (gates do).
+`dsakit.gates.device_model` (NVML / nvidia-smi / rocminfo). Must not decide which tests run (gates do).
 
 Multi-GPU design. A worker's visible set is fixed when its CUDA context starts, so a test that
 needs n GPUs cannot borrow them from inside a pinned worker's CUDA context. Instead such a test
@@ -44,13 +44,6 @@ WORKER_KEY = "dsakit_gpu_pin"
 MULTI_GPU_GROUP = "dsakit-multi-gpu"
 GPUS_MARKER = "dsakit_gpus"
 WHOLE_NODE_MARKER = "dsakit_whole_node"
-GPUS_MARKER_HELP = (
-    "dsakit_gpus(n): the test needs n GPUs; under xdist it takes the node lock exclusively and "
-    "CUDA_VISIBLE_DEVICES names n GPUs for its duration (skips with [gpus:n] on smaller nodes)"
-)
-WHOLE_NODE_MARKER_HELP = (
-    "dsakit_whole_node: the test needs every GPU of the node, exclusively (see dsakit_gpus)"
-)
 
 
 class DsakitPinningWarning(pytest.PytestWarning):
@@ -94,7 +87,7 @@ def discover(device_name: str | None = None, env: Mapping[str, str] | None = Non
     (NVML / nvidia-smi / rocminfo). An outer visibility variable wins over both: workers map onto
     its entries, in order.
     """
-    from dsakit.device_model import REAL, resolve_device, validate_device_name
+    from dsakit.gates.device_model import REAL, resolve_device, validate_device_name
 
     env = os.environ if env is None else env
     override = env.get(GPU_COUNT_ENV, "").strip()
@@ -407,16 +400,16 @@ class WorkerPinning:
                     os.environ[self.pin.env_var] = before
 
 
-def configure_worker(config: pytest.Config) -> None:
-    """pytest_configure in an xdist worker: check/apply the pin, register the lock hooks."""
+def configure_worker(config: pytest.Config) -> dict[str, object]:
+    """pytest_configure in an xdist worker: check/apply the pin; returns the lock hooks."""
     data = getattr(config, "workerinput", {}).get(WORKER_KEY)
     if not data:
-        return
+        return {}
     pin = WorkerPin.from_dict(data)
     late = apply(pin)
     if late:
         config.issue_config_time_warning(DsakitPinningWarning(late), stacklevel=2)
-    config.pluginmanager.register(WorkerPinning(pin), "dsakit-gpu-worker")
+    return {"dsakit-gpu-worker": WorkerPinning(pin)}
 
 
 def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -437,12 +430,11 @@ def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=str(reason)))
 
 
-def configure(config: pytest.Config) -> None:
-    """pytest_configure: markers, then the controller's xdist hooks or the worker's pin."""
-    config.addinivalue_line("markers", GPUS_MARKER_HELP)
-    config.addinivalue_line("markers", WHOLE_NODE_MARKER_HELP)
+def configure(config: pytest.Config) -> dict[str, object]:
+    """pytest_configure: the controller's xdist hooks or the worker's pin, by name."""
     workers_per_gpu(config)  # validate early: a bad value is a usage error, not a late crash
     if hasattr(config, "workerinput"):
-        configure_worker(config)
-    elif config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistPinning(config), "dsakit-gpu-pinning")
+        return configure_worker(config)
+    if config.pluginmanager.hasplugin("xdist"):
+        return {"dsakit-gpu-pinning": XdistPinning(config)}
+    return {}

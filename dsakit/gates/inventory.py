@@ -4,7 +4,7 @@ unsupported-shape codes, "uncoded" for bare skips), with counts and what it mean
 Owns: recording gated skips from test reports, the xdist hand-over (workers put their inventory
 in `config.workeroutput`, the controller merges it in `pytest_testnodedown`), the terminal section
 "dsakit skip inventory", the `--dsakit-report` JSON file, `--dsakit-must-run` and the report header
-line. Never imports torch or SGLang (the device is probed lazily through `dsakit.device_model`).
+line. Never imports torch or SGLang (the device is probed lazily through `dsakit.gates.device_model`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.device_model import DeviceModel
+from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
@@ -108,7 +108,7 @@ class SkipInventory:
 
 def _sglang_version() -> str | None:
     from dsakit.errors import UsageError
-    from dsakit.sglang_release import installed_release
+    from dsakit.upstream.release import installed_release
 
     try:
         return installed_release().version

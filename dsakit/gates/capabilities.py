@@ -1,8 +1,8 @@
 """`dsakit capabilities`: the device model and every declared gate, open or closed, with reasons.
 
 Owns the report's content and layout (text and JSON); the gates themselves live in
-`dsakit.gates`. Never imports torch or SGLang (a real device is probed through NVML/nvidia-smi/
-rocminfo, see `dsakit.device_model`).
+`dsakit.gates.table`. Never imports torch or SGLang (a real device is probed through NVML/nvidia-smi/
+rocminfo, see `dsakit.gates.device_model`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsakit.device_model import DeviceModel, resolve_device, validate_device_name
+from dsakit.gates.device_model import DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
-from dsakit.gates import evaluate, gate_table
+from dsakit.gates.table import evaluate, gate_table
 
 
 def _sglang_version() -> str | None:
-    from dsakit.sglang_release import installed_release
+    from dsakit.upstream.release import installed_release
 
     try:
         return installed_release().version
