@@ -1,10 +1,8 @@
 """THE role contract: what a DSA / DeepSeek-V4 attention backend may read from `model_runner`.
 
-One declared table, the single source for the strict MockModelRunner (mocks/), the static drift
-check (`dsakit contract check`) and the report. Each entry says its type, its per-role default
-and which backend / phase reads it (with the condition when the read is conditional). Covers the
-union of SGLang 0.5.17 and 0.5.23 (0.5.17 reads `server_args.*` where 0.5.23 reads the runtime
-context). Defaults describe a DeepSeek-V3.2 target on one GPU (TP 1, page size 64, bf16 KV).
+One declared table feeding the strict MockModelRunner, `dsakit contract check` and the report:
+each entry's type, per-role default and readers (with the condition of a conditional read).
+Covers SGLang 0.5.17 and 0.5.23; defaults describe a DeepSeek-V3.2 target on one GPU.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Contract suite: DeepSeek-V4 forward metadata, per role and forward mode.
 
-DeepSeek-V4 pages are 256 tokens and its sliding window is 128, so the lengths straddle both
-(< window, == window, == page, > page). Two levels:
-
-- the page-table / SWA / compression kernels DeepseekV4AttnBackend builds its core metadata
-  with, on dsakit's batches: SGLang's torch reference on CPU tensors (runs anywhere DeepSeek-V4
-  imports) and its Triton kernels on CUDA;
-- the backend's own `init_forward_metadata` for every mode a role runs. Every DeepSeek-V4
-  metadata path also creates FlashMLA scheduler objects (`sgl_kernel.flash_mla.get_mla_metadata`),
-  which raise without the FlashMLA extension: those cases are gated on `module:sgl_kernel.flashmla_ops` and skip
-  with that reason where it is absent (the H200 pack leaves it out) — never stubbed into a pass.
+Lengths straddle the 128-token window and the 256-token page. The page-table / SWA / compression
+kernels run through SGLang's torch reference (CPU) and Triton (CUDA); `init_forward_metadata`
+also builds FlashMLA scheduler objects, so those cases are gated on `module:sgl_kernel.flashmla_ops`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Contract suite: the DSA backend's sparse-attention kernel paths, per role (GPU).
 
-One decode step through the real `DeepseekSparseAttnBackend.forward_decode` for every
-`dsa_decode_backend` SGLang offers, against dsakit's float64 reference over the same KV slots.
-Each path is gated by the hardware and the kernel build it needs: where the build is absent (the
-H200 test pack carries no FA3 `flash_ops`, no FlashMLA, no TileLang) or the GPU is the wrong
-generation (trtllm: SM 10.x; aiter: MI300/MI355) the case skips with that reason and is counted
-in the skip inventory — nothing is stubbed into a pass.
-
-The batch holds page-boundary lengths in shuffled 64-token pages; each query token selects a
-random subset of its positions (logical indices, unfused top-k), which the backend must translate
-through its page table to the right KV slots before the kernel reads them.
+One decode step through `DeepseekSparseAttnBackend.forward_decode` for every `dsa_decode_backend`,
+against dsakit's float64 reference over the same KV slots; each path is gated by the hardware and
+kernel build it needs. Queries select random logical positions in shuffled 64-token pages, which
+the backend must translate to the right KV slots.
 """
 
 from __future__ import annotations

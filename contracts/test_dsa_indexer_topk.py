@@ -1,10 +1,8 @@
 """Contract suite: the indexer's top-k through the real DSA backend, per role (GPU).
 
-What the indexer does in a decode step: `backend.get_indexer_metadata(layer, batch)
-.topk_transform(logits, index_topk)` with the metadata the backend built for the batch and the
-top-k backend the role resolved. With fusion on, the result is physical KV slots (the page table
-folded in; the v2 kernel reads the page_size-64 table), unfused it is row-local positions. Either
-way it must select exactly torch.topk of each row's valid prefix (tie-free scores).
+`backend.get_indexer_metadata(layer, batch).topk_transform(logits, index_topk)` with the role's
+resolved top-k backend: fused it returns physical KV slots (page table folded in), unfused
+row-local positions; either way exactly torch.topk of each row's valid prefix (tie-free scores).
 """
 
 from __future__ import annotations

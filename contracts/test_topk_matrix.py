@@ -1,11 +1,8 @@
 """Contract suite: the target/draft DSA top-k backend matrix, driven through real SGLang config.
 
-Every cell (role x --dsa-topk-backend x --speculative-dsa-topk-backend x SGLANG_DSA_FUSE_TOPK x
-SGLANG_OPT_USE_TOPK_V2) is applied through SGLang's runtime context (`cell.scope()`); the backend
-the real code resolves for the role (`DSATopKBackend.resolve` on releases with the split, the
-pre-split rule on 0.5.17) must equal dsakit's rule table (`dsakit.topk.rules`). Resolution needs
-no GPU, so it runs for every cell everywhere; the resolved backend's selections run where its
-gates open (torch on CPU; sgl-kernel and flashinfer on CUDA).
+Every cell is applied through SGLang's runtime context; the backend the real code resolves for the
+role must equal dsakit's rule table (`dsakit.topk.rules`). Resolution runs everywhere; the
+resolved backend's selection runs where its gates open, through `dsakit.topk.launch`.
 """
 
 from __future__ import annotations

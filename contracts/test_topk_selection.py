@@ -1,17 +1,9 @@
 """Contract suite: selections of the REAL fused top-k entry points against one golden per case.
 
-Every path (`dsakit.topk.launch.TOPK_PATHS`: `DSATopKBackend.topk_func` for torch / sgl-kernel /
-flashinfer, `topk_transform` PAGED and RAGGED with fusion on, the v2 JIT fold) runs every case
-that applies to it; outputs are mapped back to row-local positions, checked for validity and
-matched against the golden in `__snapshots__/test_topk_selection/selections.topksel`. The goldens
-are written on CPU by the torch path (`pytest contracts/test_topk_selection.py --snapshot-update`)
-and every GPU path must reproduce them, up to ties. Torch runs on CPU; the rest are gated.
-
-Each path carries its kernel's own contract (`TopkPath.contract`, sourced in `dsakit.topk.launch`).
-Where the scores overflow a kernel's threshold-bin candidate buffer (predicted on CPU before the
-launch), exactness is a known, open upstream bug: the selection must still be valid at the
-kernel's bin precision (a hard failure otherwise), and the exact check is a strict xfail that
-raises only `KnownKernelBug`, so an upstream fix shows up as XPASS(strict).
+Every path in `dsakit.topk.launch.TOPK_PATHS` runs every case that applies to it; positions are
+checked for validity and matched against the golden (written on CPU by the torch path, reproduced
+by every GPU path up to ties). Where a kernel's candidate buffer overflows (a sourced upstream
+bug), exactness is a strict xfail raising only `KnownKernelBug`: a fix shows as XPASS(strict).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A strict attribute node: exposes exactly the contract entries below one path, nothing else.
 
-Reads of undeclared attributes raise `ContractViolation` (an AttributeError, so `getattr(x, n, d)`
-still works) naming the attribute, the reading site and where the real ModelRunner sets it; soft
-reads through getattr/hasattr are logged, not fatal. Writes are type-checked; undeclared writes are
-refused. Lazy defaults (Factory) are built on first read, so torch loads only when a test needs it;
-so are the nodes themselves (overrides are validated at construction, the tree is built on use).
+Undeclared reads raise `ContractViolation` (an AttributeError) naming the attribute, the reading
+site and where the real ModelRunner sets it; soft getattr/hasattr reads are logged. Writes are
+type-checked, undeclared writes refused. Defaults and nodes are built lazily, on first read.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Real SGLang `ForwardBatch`es for DSA backends, with realistic paged KV placement.
 
-Owns: placing each request's KV slots in shuffled physical pages of `page_size` tokens and writing
-them into the runner's `req_to_token` (the page_size-1 table), and building a `ForwardBatch` for
-decode, extend, target-verify and draft-extend. Lengths are validated before anything is launched:
-a negative or inconsistent length is a UsageError, not a kernel fault. Imports torch and SGLang
-lazily (inside functions).
+Owns: placing requests' KV slots in shuffled physical pages (written into `req_to_token`) and
+building decode, extend, target-verify and draft-extend batches. Lengths are validated before
+anything launches. Imports torch and SGLang lazily.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Invariants of the forward metadata a DSA backend builds, as a list of Reasons (empty = valid).
 
-Owns what "consistent metadata" means for a batch whose true shape dsakit knows (BatchShape +
-PagedPlacement): indptrs start at 0 and are monotone, lengths are >= 0 (padded CUDA-graph rows
-included: negative lengths crashed the v2 top-k kernel in MTP graphs), expanded lengths match
-the per-request query/KV geometry, and both page tables point at the slots the requests really
-occupy. Field names are those of SGLang's DSAMetadata. Imports torch lazily.
+Owns what consistent `DSAMetadata` is for a batch whose true shape dsakit knows: monotone indptrs
+from 0, lengths >= 0 (padded CUDA-graph rows included), expanded lengths matching the query/KV
+geometry, page tables naming the slots requests really occupy. Imports torch lazily.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Invariants of the DeepSeek-V4 core attention metadata, as a list of Reasons (empty = valid).
 
-Owns what "consistent" means for SGLang's `DSV4AttnMetadata` of a batch whose true shape dsakit
-knows (BatchShape + PagedPlacement): one row per query token with its causal length and position,
-a page table (page_size 256) that names the pages the request really occupies, SWA page indices
-that are the last `swa_window` tokens translated through the pool's full-to-SWA mapping (-1 past
-the start of the request), and the C4 / C128 compression lengths (`len // ratio`, clamped to >= 1
-where SGLang clamps). No length may be negative. Imports torch lazily.
+Owns what consistent `DSV4AttnMetadata` is: per query token its causal length and position, a
+256-token page table naming the request's pages, SWA indices (the last `swa_window` tokens through
+the full-to-SWA map, -1 before the request start) and the C4 / C128 lengths. Imports torch lazily.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A torch reference for DSA sparse MLA decode: what every attention kernel path must compute.
+"""A float64 reference for DSA sparse MLA decode: what every attention kernel path must compute.
 
-Owns the meaning of one decode step of DeepSeek sparse attention in the absorbed-MLA form SGLang's
-DSA backend uses: each query token t attends, with all its heads, to the KV slots its top-k
-selection names (`-1` = no slot), over the latent+rope key (`head_dim`, 576) and the latent value
-(the first `v_head_dim`, 512, of the same vector). float64 softmax, independent of any kernel.
-Imports torch lazily.
+Each query token attends, with all heads, to the KV slots its top-k names (`-1` = none), over the
+latent+rope key (576) and the latent value (its first 512). Independent of any kernel; torch lazily.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The accelerator a run is gated on: a frozen `DeviceModel`, real (probed) or simulated.
 
-Owns: the simulated device profiles, the lazy real probe and the choice between them
-(`--dsakit-device NAME` / `DSAKIT_DEVICE=NAME`). Nothing is probed at import or plugin load;
-`real_device()` runs once per process on first use and prefers tools that do not initialise CUDA
-(NVML, `nvidia-smi`, `rocminfo`). torch is imported only when it is already loaded or when asked
-(`allow_torch=True` / `DSAKIT_PROBE_TORCH=1`). Never imports SGLang.
-
-AMD GPUs report a CUDA-style capability through torch (MI200 says 9.0 like an H100; MI355 says
-9.5), so AMD devices carry their gfx arch string and gates compare that, never the number.
+Owns: the simulated device profiles, the lazy real probe (NVML, `nvidia-smi`, `rocminfo`; torch
+only when already loaded or asked) and the choice between them (`--dsakit-device` /
+`DSAKIT_DEVICE`). AMD devices carry their gfx arch string. Never imports SGLang.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The skip inventory: every skip grouped by its reason code (gate codes, invalid-cell and
-unsupported-shape codes, "uncoded" for bare skips), with counts and what it means.
+"""The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips).
 
-Owns: recording gated skips from test reports, the xdist hand-over (workers put their inventory
-in `config.workeroutput`, the controller merges it in `pytest_testnodedown`), the terminal section
-"dsakit skip inventory", the `--dsakit-report` JSON file, `--dsakit-must-run` and the report header
-line. Never imports torch or SGLang (the device is probed lazily through `dsakit.gates.device_model`).
+Owns: recording skips from test reports, the xdist hand-over (workeroutput merged in
+`pytest_testnodedown`), the "dsakit skip inventory" section, the `--dsakit-report` JSON,
+`--dsakit-must-run` and the header line. Never imports torch or SGLang.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Capability gates as data: the declared table of `Gate`s, capability expressions, evaluation.
 
-Owns: which gate codes exist, what each requires, the sentence a closed gate produces (what is
-missing and what covers the case instead) and the rule that decides it. The pytest side (markers,
-skips) lives in `dsakit.gates.marks`; this module never imports pytest, torch or SGLang: module
-gates use `importlib.util.find_spec` on top-level names and look for extension files inside the
-package directory, SGLang gates read source through `dsakit.upstream.release`.
-
-Device rules follow vLLM's three predicates: *at least* (>=), *exactly* (==) and *same family*
-(same major). AMD GPUs are gated by gfx arch string, never by the capability number they report
-(MI200 reports 9.0 like an H100, MI355 reports 9.5).
+Owns: which gate codes exist, what each requires, and the sentence a closed gate produces (what is
+missing, what covers the case instead). Device rules: at least / exactly / same family; AMD by gfx
+arch string, never by number. Never imports pytest, torch or SGLang (markers: `dsakit.gates.marks`).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""One GPU per xdist worker: the node's GPU inventory, the worker -> GPU plan, and the node lock
-that gives multi-GPU tests the GPUs they declare.
+"""One GPU per xdist worker: the node's GPU inventory, the worker -> GPU plan, and the node lock.
 
-Owns: finding the GPUs the run may use (in the controller, before anything initialises CUDA),
-the deterministic plan worker `gwK` -> GPU, handing it to workers (the execnet spec's `env:` so the
-variable is set before pytest even starts in the worker, plus `workerinput` so the worker checks
-and reports it), the markers `dsakit_gpus(n)` / `dsakit_whole_node` and the reader-writer node
-lock that serialises them against single-GPU tests. Never imports torch, SGLang or CUDA: the GPU
-count comes from `$DSAKIT_GPU_COUNT`, the outer `CUDA_VISIBLE_DEVICES` / `HIP_VISIBLE_DEVICES`, or
-`dsakit.gates.device_model` (NVML / nvidia-smi / rocminfo). Must not decide which tests run (gates do).
-
-Multi-GPU design. A worker's visible set is fixed when its CUDA context starts, so a test that
-needs n GPUs cannot borrow them from inside a pinned worker's CUDA context. Instead such a test
-(marker `dsakit_gpus(n)` or `dsakit_whole_node`) takes the node lock *exclusively*: it waits until
-every other worker has finished its current test (single-GPU tests hold the lock *shared*) and no
-new test starts until it is done. For its duration `CUDA_VISIBLE_DEVICES` in `os.environ` names n
-GPUs (the worker's own first), so the ranks it launches (subprocesses, `mp.spawn`, a server) see
-them; a worker that has not initialised CUDA yet sees them in-process too. Fewer GPUs than n on
-the node: the test skips with reason `gpus:n`. Add `@pytest.mark.xdist_group("dsakit-multi-gpu")`
-and `--dist loadgroup` to queue them on one worker instead of parking several workers on the lock.
+Owns: finding the GPUs (controller, before CUDA starts), the plan `gwK` -> GPU handed to workers
+(execnet `env:` + `workerinput`), each worker's CPU-thread share, and the reader-writer node lock
+behind `dsakit_gpus(n)` / `dsakit_whole_node`. Never imports torch, SGLang or CUDA; must not
+decide which tests run (gates do).
 """
 
 from __future__ import annotations
@@ -232,6 +218,15 @@ def apply(pin: WorkerPin, env: dict[str, str] | None = None) -> str | None:
 # ---------------------------------------------------------------- the node lock
 
 
+# Multi-GPU design. A worker's visible set is fixed when its CUDA context starts, so a test that
+# needs n GPUs cannot borrow them from inside a pinned worker's CUDA context. Instead such a test
+# (marker `dsakit_gpus(n)` or `dsakit_whole_node`) takes the node lock *exclusively*: it waits until
+# every other worker has finished its current test (single-GPU tests hold the lock *shared*) and no
+# new test starts until it is done. For its duration `CUDA_VISIBLE_DEVICES` in `os.environ` names n
+# GPUs (the worker's own first), so the ranks it launches (subprocesses, `mp.spawn`, a server) see
+# them; a worker that has not initialised CUDA yet sees them in-process too. Fewer GPUs than n on
+# the node: the test skips with reason `gpus:n`. Add `@pytest.mark.xdist_group("dsakit-multi-gpu")`
+# and `--dist loadgroup` to queue them on one worker instead of parking several workers on the lock.
 class NodeLock:
     """A reader-writer lock over the node's GPUs, shared by the workers of one run (fcntl.flock).
 

@@ -1,18 +1,8 @@
-"""`dsakit compare --base SRC --pr SRC -- PYTEST_ARGS`: one selection, two SGLang trees, and what
-changed between them.
+"""`dsakit compare --base SRC --pr SRC -- PYTEST_ARGS`: one selection, two SGLang trees, what changed.
 
-Owns: putting an SGLang tree in front of the installed one (a temporary overlay directory holding
-only a `sglang` link, first on PYTHONPATH: same interpreter, same torch and kernels), running the
-selection once per tree with `dsakit.node.pr_vs_base_recorder`, the error signature (exception type +
-message, crash frame file; line numbers, addresses, ids and temp paths stripped), the
-classification of each test, the environment-fingerprint check, the table, the JSON and the exit
-code (1 only when something regressed; 2 for usage errors and refused fingerprints). Never imports
-torch or SGLang in this process.
-
-Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
-in base, passes in the PR), pre-existing (fails in both with the same signature), failing-differently
-(fails in both, different signatures), skip-change (skipped in one run only, or for another
-reason), added / removed (collected in one run only), unchanged.
+Owns: the overlay that puts a tree in front of the installed SGLang, one run per tree (through
+`dsakit.node.pr_vs_base_recorder`), error signatures, the classification of each test, the
+fingerprint check, the table, the JSON and the exit code. Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
@@ -180,6 +170,10 @@ def _skip_reason(outcome: dict[str, Any]) -> str:
     return re.sub(r"\s+", " ", str(outcome.get("reason", ""))).strip()
 
 
+# Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
+# in base, passes in the PR), pre-existing (fails in both with the same signature), failing-differently
+# (fails in both, different signatures), skip-change (skipped in one run only, or for another
+# reason), added / removed (collected in one run only), unchanged.
 def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> list[Change]:
     changes: list[Change] = []
     for nodeid in list(dict.fromkeys([*base, *pr])):

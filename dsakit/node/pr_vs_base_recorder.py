@@ -1,11 +1,8 @@
-"""A small pytest plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) that records each
-test's outcome for `dsakit compare`: one JSON line per test, appended as soon as it finishes (so a
-crashed run keeps what it had and names the test in flight), plus the environment fingerprint.
+"""A small plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) recording each test's
+outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
-Owns: what an outcome is (passed, failed, error, skipped, xfailed, xpassed; crashed is decided by
-`dsakit.node.pr_vs_base`), the raw failure data (exception type, message, crash frame) and the
-fingerprint (python, torch / kernel versions from package metadata, device, SGLang tree). Runs on
-the xdist controller only (workers' reports arrive there). Never imports torch or SGLang.
+Owns: what an outcome is, the raw failure data and the environment fingerprint. Runs on the xdist
+controller only. Never imports torch or SGLang.
 """
 
 from __future__ import annotations

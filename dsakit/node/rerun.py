@@ -1,12 +1,8 @@
 """`dsakit rerun-test FILE...`: rerun test files one process each, the way SGLang's CI bot does.
 
-Owns: reading a file's CI registration statically (top-level `register_cuda_ci(...)`,
-`register_amd_ci(...)`, `register_cpu_ci(...)` and the other `register_*_ci` calls of
-`sglang.test.ci.ci_register`; AST only, the file is never imported), whether this node matches
-the runner it is registered for (device model + GPU count), choosing how to run it (`python FILE`
-when its `if __name__ == "__main__":` block calls `unittest.main`, else `python -m pytest FILE`),
-the per-file result block, the JUnit XML per file and the exit code (1 when any file failed).
-Never imports torch or SGLang in this process.
+Owns: reading a file's `register_*_ci(...)` registration by AST (never importing it), whether this
+node matches its runner, how to run it (`python FILE` for unittest mains, else pytest), the
+per-file result, the JUnit XML and the exit code. Never imports torch or SGLang here.
 """
 
 from __future__ import annotations

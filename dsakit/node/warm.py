@@ -1,15 +1,8 @@
 """`dsakit warm`: build, once and before the workers start, the JIT modules a selection needs.
 
-Owns: the JIT target registry (`JIT_TARGETS`: what each target compiles, the gates it needs, the
-caches it fills), which targets a pytest selection needs (the `dsakit_jit(*targets)` marker, or
-derived from gate codes: `module:flashinfer` -> flashinfer-topk, `sglang:topk-v2-fold` ->
-sglang-topk-v2), and the warm-up itself: one file lock per target (so concurrent `dsakit warm`
-runs or workers never compile the same module twice at once), the real SGLang entry points the
-tests call (so exactly their specialisations are compiled into the kernels' own caches:
-$HOME/.cache/flashinfer, tvm-ffi, sglang), and a stamp written atomically after a build.
-
-Must not import torch, SGLang or flashinfer until a target with open gates is built; on a machine
-where a target's gates are closed (a CPU box) the target skips with the gates' reasons.
+Owns: the JIT target registry (`JIT_TARGETS`), which targets a selection needs (`dsakit_jit`
+markers or gate codes), and the warm-up itself: one file lock per target, the real SGLang entry
+points, a stamp written atomically. Imports torch / SGLang only for a target whose gates are open.
 """
 
 from __future__ import annotations

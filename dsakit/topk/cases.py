@@ -1,21 +1,9 @@
-"""Named, deterministic top-k cases: the scores, lengths, row starts and page tables one fused top-k
-call consumes, rebuilt bit-for-bit from a seed on any device.
+"""Named, deterministic top-k cases: scores, lengths, row starts and page tables, rebuilt
+bit-for-bit from a seed on any device.
 
-Owns: the case catalogue (`CASES`, stable `case_id`s used as snapshot keys), score recipes
-(tie-free, exact ties, low-mantissa near ties, constant rows, -inf, NaN, short and empty rows,
-sparse peaks over a long bulk) and
-page tables (a shuffled physical page table; its page_size-1 table derived from it). Everything is
-generated on the CPU with a seeded `torch.Generator` and then moved, so a CPU box and a GPU node
-see the same bytes. Must not launch kernels or import SGLang; torch is imported lazily.
-
-Semantics the catalogue documents (checked by `dsakit.topk.checks`):
-  * selection is over the row's window `scores[r, start : start + length]`, indices row-local;
-  * -inf is the lowest score; a backend may pad (-1) instead of selecting -inf positions (the
-    torch path masks selected -inf to -1, the kernels fill with them);
-  * NaN is outside the ordering: torch.topk ranks NaN above +inf, the v2 JIT's fp32 collect pass
-    never collects NaN, so a NaN position may be selected or not and may cost its row a slot
-    (the v2 JIT writes position == slot index into such slots: `nan_slot_filler`);
-  * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk.launch.validate_lengths`).
+Owns: the catalogue (`CASES`, stable ids used as snapshot keys), the score recipes (ties, near
+ties, -inf, NaN, short and empty rows, 1M-token rows) and the shuffled page tables. Generated on
+CPU then moved. Must not launch kernels or import SGLang; torch lazily.
 """
 
 from __future__ import annotations
@@ -302,6 +290,14 @@ def _catalogue() -> dict[str, TopkCase]:
     return {c.case_id: c for c in cases}
 
 
+# Semantics the catalogue documents (checked by `dsakit.topk.checks`):
+#   * selection is over the row's window `scores[r, start : start + length]`, indices row-local;
+#   * -inf is the lowest score; a backend may pad (-1) instead of selecting -inf positions (the
+#     torch path masks selected -inf to -1, the kernels fill with them);
+#   * NaN is outside the ordering: torch.topk ranks NaN above +inf, the v2 JIT's fp32 collect pass
+#     never collects NaN, so a NaN position may be selected or not and may cost its row a slot
+#     (the v2 JIT writes position == slot index into such slots: `nan_slot_filler`);
+#   * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk.launch.validate_lengths`).
 CASES: dict[str, TopkCase] = _catalogue()
 
 

@@ -1,12 +1,8 @@
-"""The DSA top-k configuration surface of one SGLang release, read from its source.
+"""The DSA top-k configuration surface of one SGLang release, read from its source (AST).
 
-Owns: which ServerArgs fields pick the top-k backend (`dsa_topk_backend`, and
-`speculative_dsa_topk_backend` where the release has the per-role split), their choices and
-defaults, the `DSATopKBackend` enum values, and which top-k env flags (`SGLANG_DSA_FUSE_TOPK`,
-`SGLANG_OPT_USE_TOPK_V2`, ...) `envs` declares with their defaults. Everything is an AST read of
-the source files (0.5.17 declares the fields in `srt/server_args.py`, 0.5.23 in
-`srt/arg_groups/fields/*.py`): never imports SGLang or torch, so collection stays cheap.
-Must not decide what a configuration resolves to (that is `dsakit.topk.rules`).
+Owns: which ServerArgs fields pick the top-k backend (and the per-role split where the release
+has it), their choices and defaults, the `DSATopKBackend` values and the top-k env flags. Never
+imports SGLang or torch; must not decide what a configuration resolves to (`dsakit.topk.rules`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Driving a `TopkCase` through the real SGLang top-k entry points, one named *path* each.
+"""The one route from a `TopkCase` to the real SGLang top-k entry points, one named *path* each.
 
-Owns: the path catalogue (`TOPK_PATHS`: which real call, which gates, which cases it cannot take
-and why, as `Reason`s, and each kernel's own selection contract, `KernelContract`, with the source
-lines it is read from), `validate_lengths` (the refusal of negative lengths before any launch),
-the env flags a path needs (restored by the caller's monkeypatch), and mapping each path's output
-back to row-local positions so every path is compared in the same terms. Must not decide what a
-correct selection is (that is `dsakit.topk.checks`); imports torch and SGLang lazily, once.
+Owns: `TOPK_PATHS` (the real call, gates, unsupported cases as `Reason`s, each kernel's sourced
+`KernelContract`), `validate_lengths` (negative lengths refused before any launch) and mapping
+each output back to row-local positions. Must not decide correctness (`dsakit.topk.checks`,
+`dsakit.topk.reference`); imports torch and SGLang lazily, once.
 """
 
 from __future__ import annotations

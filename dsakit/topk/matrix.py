@@ -1,15 +1,9 @@
 """Target/draft DSA top-k backend matrices: cells, subsets, ids, pytest parameters and scopes.
 
-Owns: the `TopkCell` (one role under one configuration: `--dsa-topk-backend`,
-`--speculative-dsa-topk-backend`, `SGLANG_DSA_FUSE_TOPK`, `SGLANG_OPT_USE_TOPK_V2`), its readable
-id (`draft@target-flashinfer/draft-sgl_kernel-fused-v2`), the subsets (`full`, `per-role`,
-`pairwise`: a deterministic all-pairs covering array), what happens to invalid cells (`skip`,
-`drop`, `keep`), the gates a cell's backend needs, the `dsakit_topk_matrix` marker and the
-parametrization of the `topk_cell` fixture. Backend names and the split come from the installed
-release's source (`dsakit.topk.flags`); expectations from the rule table (`dsakit.topk.rules`).
-
-Must stay cheap at collection: never imports torch or SGLang (a cell's `scope()` imports SGLang
-when entered, through `dsakit.upstream.scope`). Must not ask SGLang what a cell resolves to.
+Owns: `TopkCell` (one role under one flag configuration) and its id, the subsets (full, per-role,
+pairwise covering array), invalid-cell handling, a cell's gates and the `topk_cell`
+parametrization. Never imports torch or SGLang at collection; must not ask SGLang what a cell
+resolves to (`dsakit.topk.resolve` does).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Asking the real SGLang which top-k backend a role gets, and running that backend's selection.
+"""Asking the real SGLang which top-k backend a role gets, and checking that backend's selection.
 
-Owns: the real resolution of one role inside an applied cell scope — `DSATopKBackend.resolve`
-(a strict `MockModelRunner` of the role) where the release has the split, the pre-split rule
-(`DSATopKBackend(get_server_args().dsa_topk_backend)`, what 0.5.17's backend `__init__` does)
-otherwise — its comparison with the oracle (`dsakit.topk.rules`) as `Reason`s, and one
-selection check of the resolved backend's `topk_func` on a tie-free `dsakit.topk.cases` case
-against a plain torch reference. Must not decide the expectation itself; imports torch and
-SGLang lazily (call it inside a test, never at collection).
+Owns: the real resolution of a role inside an applied cell scope (`DSATopKBackend.resolve`, or
+the pre-split rule on 0.5.17), its comparison with the oracle as `Reason`s, and one selection
+through the resolved backend's launch path against the reference. Must not decide the
+expectation; imports torch and SGLang lazily (inside a test).
 """
 
 from __future__ import annotations

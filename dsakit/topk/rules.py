@@ -1,14 +1,9 @@
 """The expected-resolution oracle: dsakit's own rule table for DSA top-k configurations.
 
-Owns: for one configuration (`target` / `draft` backend flags, `SGLANG_DSA_FUSE_TOPK`,
-`SGLANG_OPT_USE_TOPK_V2`) and one role, the backend that role MUST resolve to, the flag it reads,
-the rule that decides it ("role-split" where the release has `speculative_dsa_topk_backend`,
-the "pre-split rule" otherwise: both roles read `--dsa-topk-backend`), the transform path it
-takes, and why the configuration is invalid or noteworthy, as `Reason`s with stable codes.
-
-Written from SGLang's documented behaviour (server-args help, `DSATopKBackend.resolve`,
-`DSATopKBackend.topk_transform`), never by calling SGLang: the contract suite checks the real
-code against this table. Pure data and functions: no torch, no SGLang, no pytest.
+Owns: for one configuration and role, the backend the role MUST resolve to, the flag it reads, the
+rule (role split, or the pre-split rule), the transform path, and why the configuration is
+invalid or noteworthy, as `Reason`s. Written from SGLang's documented behaviour, never by calling
+it: the contract suite checks the real code against this table. No torch, SGLang or pytest.
 """
 
 from __future__ import annotations

@@ -1,40 +1,9 @@
 """Golden top-k selections as syrupy snapshots, keyed by CASE so every backend meets one golden.
 
-Owns: `SelectionSnapshotExtension` (a syrupy 7 amber-format extension: one file per test module at
-`__snapshots__/<module>/selections.topksel`, snapshot name `<test function>[<case id>]`, so the
-backend/path part of the test id never reaches the key), `summarize_selection` (the text stored),
-`explain_mismatch` (why a summary differs from its golden) and `SelectionSnapshot` (what the
-`selection_snapshot` fixture returns).
-
-What is stored is small and independent of k, in two parts:
-
-  * the INPUT: the case's shape and lengths, its generator identity (recipe, seed, shape; when
-    the case object is known) and a digest of its scores. Scores of up to `FULL_HASH_VALUES`
-    values are hashed whole; larger ones (1M-token contexts: 512 MiB) through a fixed sample --
-    every `stride`-th value of the flattened matrix (about `SAMPLE_VALUES` of them, odd stride
-    so it walks across the columns) plus the first and last `END_VALUES` of every row's window.
-  * the SELECTION, normalised (backend-independent): per row the positions strictly above the
-    lowest selected ranked score (`certain`), that boundary score and the number of tied picks on
-    it; -inf picks are dropped and rows whose window holds NaN are marked, not compared. A backend
-    that picks another member of a tied group serializes to the same text, while a wrong index
-    changes its row. The first `HEAD_ROWS` rows are spelled out, every row has a short digest.
-
-The normal form is computed vectorized on the already-gathered selected scores only (sort, one
-gather, masks); its one full-window need -- which rows hold NaN -- is taken from the validity
-check that `assert_selection` runs first (`TopkReport.nan_rows`; that check reads every window
-anyway), or scanned exactly when a caller gives none. Equal to `dsakit.topk.checks.
-normalized_rows`, the per-row reference implementation (tested on every catalogue case).
-
-On a mismatch the message says which part differs: the input (the case generator changed: not
-the kernel's fault) or the selection (which rows, with this path's normal form of each). No
-device or tensor repr is ever written. The summary format carries its own serializer version
-(`SelectionSerializer.VERSION`): goldens of an older format read as tainted and must be
-regenerated (`--snapshot-update`).
-
-Goldens are written only by the reference path (`reference=True`); under --snapshot-update other
-paths compare against the stored golden instead of rewriting it. xdist safety and unused-snapshot
-detection come from syrupy's amber machinery (locked read-modify-write under workers). Never
-imports torch at module level.
+Owns: `SelectionSnapshotExtension` (one amber file per test module), `summarize_selection` (the
+stored text: the input's digest and the selection's backend-independent normal form),
+`explain_mismatch` and the `selection_snapshot` fixture's object. Goldens are written only by the
+reference path. Never imports torch at module level.
 """
 
 from __future__ import annotations
@@ -77,6 +46,35 @@ class SelectionSummary(str):
     rows: _NormalForm | None = None
 
 
+# What is stored is small and independent of k, in two parts:
+#
+#   * the INPUT: the case's shape and lengths, its generator identity (recipe, seed, shape; when
+#     the case object is known) and a digest of its scores. Scores of up to `FULL_HASH_VALUES`
+#     values are hashed whole; larger ones (1M-token contexts: 512 MiB) through a fixed sample --
+#     every `stride`-th value of the flattened matrix (about `SAMPLE_VALUES` of them, odd stride
+#     so it walks across the columns) plus the first and last `END_VALUES` of every row's window.
+#   * the SELECTION, normalised (backend-independent): per row the positions strictly above the
+#     lowest selected ranked score (`certain`), that boundary score and the number of tied picks on
+#     it; -inf picks are dropped and rows whose window holds NaN are marked, not compared. A backend
+#     that picks another member of a tied group serializes to the same text, while a wrong index
+#     changes its row. The first `HEAD_ROWS` rows are spelled out, every row has a short digest.
+#
+# The normal form is computed vectorized on the already-gathered selected scores only (sort, one
+# gather, masks); its one full-window need -- which rows hold NaN -- is taken from the validity
+# check that `assert_selection` runs first (`TopkReport.nan_rows`; that check reads every window
+# anyway), or scanned exactly when a caller gives none. Equal, row by row, to `normalized_rows`
+# in tests/test_selection_snapshot.py, the per-row oracle (tested on every catalogue case).
+#
+# On a mismatch the message says which part differs: the input (the case generator changed: not
+# the kernel's fault) or the selection (which rows, with this path's normal form of each). No
+# device or tensor repr is ever written. The summary format carries its own serializer version
+# (`SelectionSerializer.VERSION`): goldens of an older format read as tainted and must be
+# regenerated (`--snapshot-update`).
+#
+# Goldens are written only by the reference path (`reference=True`); under --snapshot-update other
+# paths compare against the stored golden instead of rewriting it. xdist safety and unused-snapshot
+# detection come from syrupy's amber machinery (locked read-modify-write under workers). Never
+# imports torch at module level.
 class SelectionSerializer(AmberDataSerializer):
     """Amber with dsakit's own version marker: bump VERSION whenever the summary text changes, so
     goldens written in an older format read as tainted ("needs to be regenerated")."""
@@ -156,7 +154,7 @@ def input_digest(scores: np.ndarray, lengths: np.ndarray, starts: np.ndarray) ->
 
 @dataclass
 class _NormalForm:
-    """Every row's normal form (see `dsakit.topk.checks.NormalizedRow`), as arrays."""
+    """Every row's normal form (the per-row oracle in tests/test_selection_snapshot.py), as arrays."""
 
     nan: np.ndarray  # (rows,) bool: window holds NaN (row not normalised)
     count: np.ndarray  # (rows,) selected ranked positions

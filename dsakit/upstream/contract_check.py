@@ -1,13 +1,8 @@
 """`dsakit contract check`: the static drift check between backends, the real ModelRunner and the contract.
 
-Owns the comparison of three things found without importing anything: where the DSA / DeepSeek-V4
-backends read `model_runner.X` (`source_scan.scan_runner_reads`), which attributes the real
-`ModelRunner` sets (`source_scan.runner_assignments`) and what the role contract declares
-(`MODEL_RUNNER_CONTRACT`). Its findings are data with stable codes; it renders them as a table or
-JSON. It must not import torch or SGLang, and must not change the contract: it only reports.
-
-Codes: `read-not-in-contract` and `contract-not-set-by-runner` fail the check (exit 1);
-`conditional-read` and `soft-read` are informational.
+Owns: comparing the backends' `model_runner.X` reads, the attributes ModelRunner sets and the
+contract (all found without importing anything), the findings as data with stable codes, and
+their table / JSON. Must not import torch or SGLang, nor change the contract.
 """
 
 from __future__ import annotations
@@ -22,6 +17,8 @@ from dsakit.reasons import Reason
 from dsakit.upstream.release import SGLangRelease, installed_release, release_from_tree
 from dsakit.upstream.source_scan import RunnerRead, SourceSite, runner_assignments, scan_runner_reads
 
+# Codes: `read-not-in-contract` and `contract-not-set-by-runner` fail the check (exit 1);
+# `conditional-read` and `soft-read` are informational.
 READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"
 CONDITIONAL_READ = "conditional-read"

@@ -1,14 +1,8 @@
 """One scope that applies SGLang configuration through SGLang's own API and restores all of it.
 
-Owns: server args (`get_context().override_server_args(...).install()` / `.restore()`), the
-single-GPU parallel topology (`get_parallel().override(...)`), and SGLANG_* environment flags
-(read by `sglang.srt.environ.envs.X.get()` from os.environ on every call). Everything is undone
-in `close()` / `__exit__`, in reverse order, even when the body raised — unlike
-`envs.X.override()`, which does not restore on exceptions. Imports SGLang only when entered.
-
-Also owns `sglang_state()`: a comparable snapshot of exactly the global state a scope touches
-(SGLANG_* env, the runtime context's server-args slot and config bags, parallel overrides), so
-tests can assert that nothing leaked. Must not decide *what* to configure (callers do).
+Owns: server args, the single-GPU parallel topology and SGLANG_* flags, undone in reverse order on
+exit even when the body raised; and `sglang_state()`, a comparable snapshot of exactly that state
+for leak checks. Imports SGLang only when entered; must not decide what to configure.
 """
 
 from __future__ import annotations

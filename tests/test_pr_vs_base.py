@@ -1,6 +1,6 @@
 """`dsakit compare`: one selection against two (fake) SGLang trees, each test classified, the
 fingerprint checked, exit 1 only on regressions. The real 0.5.22-vs-0.5.23 run is opt-in (slow):
-DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/test_compare.py."""
+DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/test_pr_vs_base.py."""
 
 from __future__ import annotations
 
