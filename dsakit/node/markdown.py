@@ -48,6 +48,9 @@ class Table:
 
 @dataclass
 class Comment:
+    """`failures`: the first section (regressions, or failures) is always shown, empty ones after it
+    are left out."""
+
     title: str
     summary: list[str] = field(default_factory=list)
     failures: list[FailureSection] = field(default_factory=list)
@@ -81,7 +84,9 @@ def render(comment: Comment) -> str:
     lines = [f"## {comment.title}", ""]
     if comment.summary:
         lines += [f"- {line}" for line in comment.summary] + [""]
-    for section in comment.failures:
+    for position, section in enumerate(comment.failures):
+        if not section.rows and position > 0:
+            continue  # the first section (regressions, failures) always shows, even when empty
         lines.append(f"### {section.title} ({len(section.rows)})")
         lines.append("")
         if section.note:
@@ -95,7 +100,7 @@ def render(comment: Comment) -> str:
     lines.append(f"### Skips by reason code ({len(comment.skips)})")
     lines.append("")
     if comment.skips:
-        lines += _table(("code", "skips (test x node)", "skipped on", "covered on", "reason"),
+        lines += _table(("code", "skips", "skipped on", "covered on", "reason"),
                         [(_code(g.code), str(g.skipped), g.skipped_on, g.covered_on, g.reason)
                          for g in comment.skips])
         uncovered = [g for g in comment.skips if g.uncovered]
