@@ -94,7 +94,8 @@ def test_simulated_sm103_and_cpu_runs_share_one_table(pytester: pytest.Pytester)
     md = (pytester.path / "merged.md").read_text()
     assert "| `cuda` | 1 | ci (cpu simulated) | ci (sm103 simulated) |" in md  # skipped on cpu, covered on sm103
     assert "| `fa3` | 4 | ci (sm103 simulated), ci (cpu simulated) | not covered on any node |" in md
-    assert "- `fa3`: `test_suite.py::test_fa3[0]`, `test_suite.py::test_fa3[1]`" in md
+    assert "<details><summary>Tests that ran on no node (2)</summary>" in md
+    assert "- `fa3` (2): `test_suite.py::test_fa3[0]`, `test_suite.py::test_fa3[1]`" in md
     assert "| cuda | ran 1 | skipped 1 | ran on ci (sm103 simulated) |" in md
 
 
@@ -191,3 +192,15 @@ def test_conflicting_shards_and_codes_are_usage_errors(pytester: pytest.Pytester
     done = _merge(pytester, g1, "--must-run", "fa4")
     assert done.returncode == 2 and "unknown dsakit gate 'fa4'" in done.stderr
     assert _merge(pytester).returncode == 2  # no report at all
+
+
+def test_many_failures_are_summed_up_per_signature() -> None:
+    from dsakit.node.markdown import Comment, FailureRow, FailureSection, render
+
+    rows = [FailureRow(f"t.py::test_{n}", "b300 only (passed on h200)", "RuntimeError: no driver @ x.py") for n in range(11)]
+    rows.append(FailureRow("t.py::test_other", "h200", "KeyError: 'k' @ y.py"))
+    md = render(Comment("fleet", failures=[FailureSection("Failures", tuple(rows))]))
+    head, folded = md.split("<details><summary>every test</summary>")
+    assert "| 11 | b300 only (passed on h200) | `RuntimeError: no driver @ x.py` |" in head
+    assert "| 1 | h200 | `KeyError: 'k' @ y.py` |" in head and "test_0" not in head
+    assert all(f"`t.py::test_{n}`" in folded for n in range(11))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 NOT_COVERED = "not covered on any node"
 _LIST_LIMIT = 20  # test ids listed per group before "... and N more"
+_FOLD_ABOVE = 10  # failure rows shown flat; more are summed up per signature and folded
 
 
 @dataclass(frozen=True)
@@ -80,23 +81,31 @@ def _test_list(tests: Sequence[str]) -> str:
     return shown + (f", ... and {more} more" if more > 0 else "")
 
 
+def _failure_section(section: FailureSection) -> list[str]:
+    lines = [f"### {section.title} ({len(section.rows)})", ""]
+    if section.note:
+        lines += [section.note, ""]
+    if not section.rows:
+        return [*lines, "none", ""]
+    rows = _table(("test", "where", "signature"), [(_code(r.test), r.where, _code(r.signature)) for r in section.rows])
+    if len(section.rows) <= _FOLD_ABOVE:
+        return [*lines, *rows, ""]
+    # many rows: one line per (where, signature) first, every test folded below
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in section.rows:
+        groups.setdefault((r.where, r.signature), []).append(r.test)
+    summary = _table(("tests", "where", "signature"),
+                     [(str(len(tests)), where, _code(sig)) for (where, sig), tests in groups.items()])
+    return [*lines, *summary, "", "<details><summary>every test</summary>", "", *rows, "", "</details>", ""]
+
+
 def render(comment: Comment) -> str:
     lines = [f"## {comment.title}", ""]
     if comment.summary:
         lines += [f"- {line}" for line in comment.summary] + [""]
     for position, section in enumerate(comment.failures):
-        if not section.rows and position > 0:
-            continue  # the first section (regressions, failures) always shows, even when empty
-        lines.append(f"### {section.title} ({len(section.rows)})")
-        lines.append("")
-        if section.note:
-            lines += [section.note, ""]
-        if section.rows:
-            lines += _table(("test", "where", "signature"),
-                            [(_code(r.test), r.where, _code(r.signature)) for r in section.rows])
-        else:
-            lines.append("none")
-        lines.append("")
+        if section.rows or position == 0:  # the first section always shows, even when empty
+            lines += _failure_section(section)
     lines.append(f"### Skips by reason code ({len(comment.skips)})")
     lines.append("")
     if comment.skips:
@@ -105,10 +114,10 @@ def render(comment: Comment) -> str:
                          for g in comment.skips])
         uncovered = [g for g in comment.skips if g.uncovered]
         if uncovered:
-            lines.append("")
-            lines.append(f"Tests that ran on no node ({sum(len(g.uncovered) for g in uncovered)}):")
-            lines.append("")
-            lines += [f"- {_code(g.code)}: {_test_list(g.uncovered)}" for g in uncovered]
+            count = len({t for g in uncovered for t in g.uncovered})
+            lines += ["", f"<details><summary>Tests that ran on no node ({count})</summary>", ""]
+            lines += [f"- {_code(g.code)} ({len(g.uncovered)}): {_test_list(g.uncovered)}" for g in uncovered]
+            lines += ["", "</details>"]
     else:
         lines.append("none")
     lines.append("")

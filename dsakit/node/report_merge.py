@@ -392,7 +392,9 @@ def format_text(merged: Merged) -> list[str]:
     lines.append("skips by reason code:")
     for g in view.skips:
         lines.append(f"  [{g.code}] {g.skipped} skipped on {g.skipped_on}; covered on: {g.covered_on}")
-        lines += [f"      ran on no node: {t}" for t in g.uncovered]
+        lines += [f"      ran on no node: {t}" for t in g.uncovered[:5]]
+        if len(g.uncovered) > 5:
+            lines.append(f"      ... and {len(g.uncovered) - 5} more (--json or --markdown list them)")
     return lines
 
 
