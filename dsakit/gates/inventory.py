@@ -1,11 +1,9 @@
-"""The skip inventory: every skip grouped by its reason code (gate codes, invalid-cell and
-unsupported-shape codes, "uncoded" for bare skips), with counts and what it means.
+"""The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips), with counts.
 
-Owns: recording gated skips from test reports, the xdist hand-over (workers put their inventory
-in `config.workeroutput`, the controller merges it in `pytest_testnodedown`), the terminal section
-"dsakit skip inventory", the `--dsakit-report` JSON file (format `REPORT_FORMAT`: the node's identity,
-every test's outcome and gates, skips per gate), `--dsakit-must-run` and the report header line.
-Never imports torch or SGLang (the device is probed lazily through `dsakit.gates.device_model`).
+Owns: recording skips and declared gates, the xdist hand-over (workeroutput, merged in
+`pytest_testnodedown`), the "dsakit skip inventory" section, the `--dsakit-report` JSON (format
+`REPORT_FORMAT`: node identity, every test's outcome and gates, skips per gate), `--dsakit-must-run`
+and the header line. Never imports torch or SGLang (the device is probed lazily).
 """
 
 from __future__ import annotations

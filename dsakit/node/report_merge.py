@@ -1,10 +1,9 @@
 """`dsakit report merge REPORT.json...`: one coverage table across nodes and shards.
 
-Owns: reading and validating `--dsakit-report` files (format `dsakit.gates.inventory.REPORT_FORMAT`;
-older formats, collect-only runs and anything else are refused as usage errors), grouping shards
-into nodes, the per-gate and per-test coverage (which node ran, skipped and failed each), what ran
-on no node, the fleet-wide must-run check, the text table, the JSON and the exit code (1 when a test
-failed anywhere or a must-run gate ran nowhere). Never imports torch or SGLang.
+Owns: reading and validating `--dsakit-report` files (older formats and collect-only runs are
+refused, exit 2), shards grouped into nodes, per gate and test which node ran, skipped or failed
+it, what ran on no node, the fleet-wide must-run check, the text, the JSON and the exit code (1: a
+test failed somewhere or a must-run gate ran nowhere). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
