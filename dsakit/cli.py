@@ -34,7 +34,8 @@ def _capabilities(args: argparse.Namespace) -> int:
     return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
 
 
-# -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base
+# -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base,
+# dsakit.node.report_merge
 
 
 def _warm(args: argparse.Namespace) -> int:
@@ -55,7 +56,14 @@ def _compare(args: argparse.Namespace) -> int:
     from dsakit.node.pr_vs_base import run_compare
 
     return run_compare(args.base, args.pr, args.pytest_args, json_path=args.json,
-                       allow_env_mismatch=args.allow_env_mismatch, keep=args.keep, timeout=args.timeout)
+                       allow_env_mismatch=args.allow_env_mismatch, keep=args.keep, timeout=args.timeout,
+                       markdown_path=args.markdown)
+
+
+def _report_merge(args: argparse.Namespace) -> int:
+    from dsakit.node.report_merge import run_report_merge
+
+    return run_report_merge(args.reports, must_run=args.must_run, json_path=args.json, markdown_path=args.markdown)
 
 
 def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -81,12 +89,25 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     compare.add_argument("--base", required=True, metavar="SRC", help="the base SGLang tree")
     compare.add_argument("--pr", required=True, metavar="SRC", help="the PR's SGLang tree")
     compare.add_argument("--json", metavar="PATH", help="write the classification as JSON")
+    compare.add_argument("--markdown", metavar="PATH", help="write a PR comment (regressions first) as markdown")
     compare.add_argument("--allow-env-mismatch", action="store_true",
                          help="classify even when the runs' environment fingerprints differ")
     compare.add_argument("--keep", metavar="DIR", help="keep overlays, records and logs in DIR")
     compare.add_argument("--timeout", type=float, default=None, metavar="S", help="per-run timeout in seconds")
     compare.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS")
     compare.set_defaults(handler=_compare)
+
+    report = commands.add_parser("report", help="--dsakit-report files of several nodes and shards")
+    report_commands = report.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
+    merge = report_commands.add_parser(
+        "merge", help="one coverage table: per gate and test, which node ran, skipped or failed it")
+    merge.add_argument("reports", nargs="+", metavar="REPORT.json", help="files written by pytest --dsakit-report")
+    merge.add_argument("--must-run", default="", metavar="CODE,...",
+                       help="fail (exit 1) when a test behind these gates ran on no node (added to the "
+                       "reports' own --dsakit-must-run codes)")
+    merge.add_argument("--json", metavar="PATH", help="write the merged coverage as JSON")
+    merge.add_argument("--markdown", metavar="PATH", help="write a PR comment as markdown")
+    merge.set_defaults(handler=_report_merge)
 
 
 def _build_parser() -> argparse.ArgumentParser:

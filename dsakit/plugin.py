@@ -45,13 +45,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--dsakit-report",
         default=None,
         metavar="PATH",
-        help="write the skip inventory (device, SGLang version, skips per gate with test ids) as JSON",
+        help="write the run's report as JSON: the node (device, SGLang release, host label, "
+        "pytest-split shard), every test's outcome and gates, skips per gate (`dsakit report merge` "
+        "merges nodes and shards)",
+    )
+    group.addoption(
+        "--dsakit-host-label",
+        default=None,
+        metavar="LABEL",
+        help="this node's name in --dsakit-report (default: $DSAKIT_HOST_LABEL, else the hostname)",
     )
     group.addoption(
         "--dsakit-must-run",
         default="",
         metavar="CODE,...",
-        help="fail the run when any test behind these gate codes was skipped",
+        help="fail the run when any test behind these gate codes was skipped (per shard: tests of "
+        "other shards are not skipped; `dsakit report merge` checks they ran on some node)",
     )
 
     # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)

@@ -170,3 +170,35 @@ def test_real_trees_end_to_end(tmp_path: Path) -> None:
         cwd=root, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same fingerprint in both runs" in done.stdout and "regression 0" in done.stdout
+
+
+def test_markdown_puts_regressions_first_and_groups_skips_by_code(pytester: pytest.Pytester) -> None:
+    base = _tree(pytester.path / "0.0.1", BASE)
+    pr = _tree(pytester.path / "0.0.2", PR)
+    pytester.makepyfile(test_suite="""
+        import pytest
+        from sglang import behaviour as b
+
+        def test_same():
+            b.same()
+
+        def test_regress():
+            assert b.regress() == 1
+
+        def test_gated():
+            if b.FEATURE:
+                pytest.skip("[fa3] needs SM 9.x; the torch path covers it")
+
+        def test_uncoded():
+            pytest.skip("no reason code here")
+    """)
+    done = _compare(pytester, "--base", str(base), "--pr", str(pr), "--markdown", "pr.md", "--", "test_suite.py")
+    assert done.returncode == 1, done.stdout + done.stderr
+    md = (pytester.path / "pr.md").read_text()
+    assert md.startswith("## dsakit compare: PR vs base\n")
+    assert md.index("### Regressions (1)") < md.index("### Pre-existing failures (1)") < md.index("### Skips by reason code (2)")
+    assert "| `test_suite.py::test_regress` | PR | `RuntimeError: the PR broke it @ behaviour.py` |" in md
+    assert "### Fixed" not in md  # empty sections after the first are left out
+    assert "| `test_suite.py::test_same` | base and PR | `KeyError: \"missing key 'x'\" @ behaviour.py` |" in md
+    assert "| `fa3` | 1 | PR run (SGLang 0.0.2) | base run (1 of 1) | needs SM 9.x; the torch path covers it |" in md
+    assert "| `uncoded` | 1 | PR run (SGLang 0.0.2) | not covered on any node | no reason code here |" in md

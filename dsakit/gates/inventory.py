@@ -1,14 +1,17 @@
-"""The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips).
+"""The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips), with counts.
 
-Owns: recording skips from test reports, the xdist hand-over (workeroutput merged in
-`pytest_testnodedown`), the "dsakit skip inventory" section, the `--dsakit-report` JSON,
-`--dsakit-must-run` and the header line. Never imports torch or SGLang.
+Owns: recording skips and declared gates, the xdist hand-over (workeroutput, merged in
+`pytest_testnodedown`), the "dsakit skip inventory" section, the `--dsakit-report` JSON (format
+`REPORT_FORMAT`: node identity, every test's outcome and gates, skips per gate), `--dsakit-must-run`
+and the header line. Never imports torch or SGLang (the device is probed lazily).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,12 @@ from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
 DEVICE_KEY = "dsakit_device"
+HOST_LABEL_ENV = "DSAKIT_HOST_LABEL"
+
+# The `--dsakit-report` file: `format` names it, `format_version` says which fields it has
+# (1: device, sglang, gates, must_run; 2 adds host, shard and per-test outcomes and gates).
+REPORT_KIND = "dsakit-report"
+REPORT_FORMAT = 2
 
 # "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
 # matrix cells, unsupported kernel shapes); codes are lower-case slugs starting with a letter.
@@ -61,6 +70,11 @@ class SkipInventory:
     def __init__(self) -> None:
         self.planned: dict[str, tuple[Reason, ...]] = {}
         self.gates: dict[str, GateSkips] = {}
+        self.declared: dict[str, list[str]] = {}  # test id -> gate codes it asked for, open or closed
+
+    def declare(self, nodeid: str, codes: Iterable[str]) -> None:
+        entry = self.declared.setdefault(nodeid, [])
+        entry.extend(code for code in codes if code not in entry)
 
     def plan(self, nodeid: str, reasons: Iterable[Reason]) -> None:
         """Closed gates known for a test before it runs (collection markers, `require`)."""
@@ -82,17 +96,25 @@ class SkipInventory:
             reasons = (Reason(UNCODED, message.removeprefix("Skipped: ").strip() or "no reason given"),)
         self.add(report.nodeid, reasons)
 
-    def add_planned(self) -> None:
-        """Collect-only runs: count what collection decided would skip."""
-        for nodeid, reasons in self.planned.items():
-            self.add(nodeid, reasons)
+    def add_planned(self, selected: Iterable[str]) -> None:
+        """Collect-only runs: count what collection decided would skip, for the selected tests only
+        (gates are applied before pytest-split deselects another shard's tests)."""
+        for nodeid in selected:
+            if nodeid in self.planned:
+                self.add(nodeid, self.planned[nodeid])
 
     def to_data(self) -> dict[str, Any]:
         return {code: entry.as_dict() for code, entry in self.gates.items()}
 
+    def worker_data(self) -> dict[str, Any]:
+        return {"gates": self.to_data(), "declared": self.declared}
+
     def merge(self, data: dict[str, Any]) -> None:
-        for code, entry in data.items():
+        """A worker's `worker_data()`."""
+        for code, entry in data["gates"].items():
             self.add_tests(code, str(entry["reason"]), [str(t) for t in entry["tests"]])
+        for nodeid, codes in data["declared"].items():
+            self.declare(nodeid, codes)
 
     def add_tests(self, code: str, reason: str, tests: Iterable[str]) -> None:
         entry = self.gates.setdefault(code, GateSkips(code, reason))
@@ -118,6 +140,21 @@ def header_line(device: DeviceModel) -> str:
     return f"dsakit: device {_device_text(device)}; SGLang {_sglang_version() or 'not installed'}"
 
 
+def host_label(option: str | None) -> str:
+    """The node's name in merged reports: `--dsakit-host-label`, else $DSAKIT_HOST_LABEL, else the
+    hostname."""
+    label = (option if option is not None else os.environ.get(HOST_LABEL_ENV, "")).strip()
+    return label or socket.gethostname()
+
+
+def shard_of(config: pytest.Config) -> dict[str, int] | None:
+    """pytest-split's `--group K --splits N` of this run, when it splits."""
+    group, splits = getattr(config.option, "group", None), getattr(config.option, "splits", None)
+    if isinstance(group, int) and isinstance(splits, int):
+        return {"group": group, "splits": splits}
+    return None
+
+
 def _device_text(device: DeviceModel) -> str:
     """The description, marked [real] or (already) [simulated KEY]."""
     return device.describe() if device.simulated else f"{device.describe()} [real]"
@@ -133,13 +170,17 @@ class InventoryReporter:
         device: Callable[[], DeviceModel],
         must_run: tuple[str, ...],
         report_path: str | None,
+        host: str = "",
     ) -> None:
         self.config = config
         self.inventory = inventory
         self.device = device
         self.must_run = must_run
         self.report_path = report_path
+        self.host = host
         self.failures: dict[str, list[str]] = {}
+        self.outcomes: dict[str, dict[str, Any]] = {}  # test id -> outcome record (controller side)
+        self.selected: list[str] = []
 
     @property
     def is_worker(self) -> bool:
@@ -149,19 +190,30 @@ class InventoryReporter:
         return header_line(self.device())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # On the xdist controller the workers' reports arrive here too (they carry `node`);
-        # their inventory comes whole through workeroutput instead.
+        if self.report_path and not self.is_worker:
+            # every test's outcome, from this process's reports and (on the xdist controller)
+            # the workers' reports that arrive here
+            from dsakit.node.pr_vs_base_recorder import next_outcome
+
+            record = next_outcome(self.outcomes.get(report.nodeid), report)
+            if record is not None:
+                self.outcomes[report.nodeid] = record
+        # On the xdist controller the workers' reports carry `node`; their inventory comes whole
+        # through workeroutput instead.
         if getattr(report, "node", None) is not None:
             return
         self.inventory.record(report)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.selected = [item.nodeid for item in session.items]
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
-            self.config.workeroutput[WORKER_KEY] = self.inventory.to_data()  # type: ignore[attr-defined]
+            self.config.workeroutput[WORKER_KEY] = self.inventory.worker_data()  # type: ignore[attr-defined]
             return
         if self.config.option.collectonly:
-            self.inventory.add_planned()
+            self.inventory.add_planned(self.selected)
         self.failures = self.inventory.skipped_behind(self.must_run)
         if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -171,12 +223,34 @@ class InventoryReporter:
     def as_json(self) -> dict[str, Any]:
         device = self.device()
         return {
+            "format": REPORT_KIND,
+            "format_version": REPORT_FORMAT,
+            "host": self.host,
+            "shard": shard_of(self.config),
             "device": device.as_dict(),
             "sglang": _sglang_version(),
             "collect_only": bool(self.config.option.collectonly),
             "gates": self.inventory.to_data(),
             "must_run": {"codes": list(self.must_run), "failed": self.failures},
+            "tests": self.tests_json(),
         }
+
+    def tests_json(self) -> dict[str, dict[str, Any]]:
+        """Per test id: outcome, the gates it declared, skip reasons (codes) or failure signature."""
+        from dsakit.node.pr_vs_base import FAILING, signature
+
+        tests: dict[str, dict[str, Any]] = {}
+        for nodeid, record in self.outcomes.items():
+            entry: dict[str, Any] = {"outcome": record["outcome"],
+                                     "gates": list(self.inventory.declared.get(nodeid, ()))}
+            if record["outcome"] == "skipped":
+                reasons = self.inventory.planned.get(nodeid) or reasons_from_message(record["reason"])
+                entry["reasons"] = [r.as_dict() for r in reasons] or [
+                    Reason(UNCODED, record["reason"].strip() or "no reason given").as_dict()]
+            elif record["outcome"] in FAILING:
+                entry["signature"] = signature(record)
+            tests[nodeid] = entry
+        return tests
 
     def write_report(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

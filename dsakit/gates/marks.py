@@ -17,7 +17,7 @@ from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validat
 from dsakit.errors import UsageError
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.reasons import Reason
-from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
+from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
 
 MARKER = "dsakit_requires"
 
@@ -66,9 +66,11 @@ def require(*codes: str) -> None:
     """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open."""
     session = active_session()
     reasons = closed_reasons(codes, session.device)
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    if current:
+        session.inventory.declare(current.rsplit(" (", 1)[0], validate_codes(codes))
     if not reasons:
         return
-    current = os.environ.get("PYTEST_CURRENT_TEST", "")
     if current:
         session.inventory.plan(current.rsplit(" (", 1)[0], reasons)
     _skip(format_reasons(reasons))
@@ -97,7 +99,8 @@ def configure(config: pytest.Config) -> dict[str, object]:
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
-        config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report")
+        config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report"),
+        host_label(config.getoption("dsakit_host_label")),
     )
     hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):
@@ -130,6 +133,7 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
             codes = validate_codes(raw)
         except UsageError as error:
             raise pytest.UsageError(f"{item.nodeid}: {error}") from None
+        session.inventory.declare(item.nodeid, codes)
         verdict = verdicts.get(codes)
         if verdict is None:
             verdict = verdicts[codes] = (never_open_explanation(codes), closed_reasons(codes, session.device))

@@ -2,7 +2,8 @@
 
 Owns: the overlay that puts a tree in front of the installed SGLang, one run per tree (through
 `dsakit.node.pr_vs_base_recorder`), error signatures, the classification of each test, the
-fingerprint check, the table, the JSON and the exit code. Never imports torch or SGLang here.
+fingerprint check, the table, the JSON, the PR comment (`--markdown`, rendered by
+`dsakit.node.markdown`) and the exit code. Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
@@ -17,10 +18,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.pytest_invocation import plugin_args
+from dsakit.reasons import Reason
+
+if TYPE_CHECKING:
+    from dsakit.node.markdown import Comment
 
 FAILING = ("failed", "error", "crashed", "xpassed")
 CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-change", "added",
@@ -261,9 +266,47 @@ def format_table(base: Run, pr: Run, changes: list[Change], mismatch: list[str])
     return lines
 
 
+def comment(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> Comment:
+    """The PR comment: regressions first, then failures that changed or stayed (with signatures),
+    fixes, and the PR run's skips by reason code (covered when the base run ran the test)."""
+    from dsakit.gates.inventory import UNCODED, reasons_from_message
+    from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup
+
+    counts = {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES}
+    where = {"regression": "PR", "failing-differently": "base and PR", "pre-existing": "base and PR",
+             "fixed": "base (passes in the PR)"}
+    titles = {"regression": "Regressions", "failing-differently": "Failing differently",
+              "pre-existing": "Pre-existing failures", "fixed": "Fixed"}
+    sections = [FailureSection(titles[kind], tuple(FailureRow(c.nodeid, where[kind], c.detail)
+                                                  for c in changes if c.kind == kind))
+                for kind in ("regression", "failing-differently", "pre-existing", "fixed")]
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for nodeid, outcome in pr.tests.items():
+        if outcome["outcome"] != "skipped":
+            continue
+        message = _skip_reason(outcome)
+        for reason in reasons_from_message(message) or [Reason(UNCODED, message or "no reason given")]:
+            groups.setdefault(reason.code, (reason.message, []))[1].append(nodeid)
+    skips = []
+    for code, (message, tests) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[0])):
+        ran_in_base = [t for t in tests if base.tests.get(t, {}).get("outcome") not in (None, "skipped")]
+        uncovered = tuple(t for t in tests if t not in ran_in_base)
+        covered = f"base run ({len(ran_in_base)} of {len(tests)})" if ran_in_base else NOT_COVERED
+        skips.append(SkipGroup(code, message, len(tests), f"PR run (SGLang {pr.sglang.get('version')})",
+                               covered, uncovered))
+    summary = [
+        f"base: SGLang {base.sglang.get('version')} (`{base.src}`), PR: SGLang {pr.sglang.get('version')} (`{pr.src}`)",
+        f"device {base.env.get('device')}; "
+        + ("environment MISMATCH: " + "; ".join(mismatch) if mismatch else "same environment fingerprint"),
+        ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES),
+        *(f"{run.label} run did not finish: {run.crashed}" for run in (base, pr) if run.crashed),
+    ]
+    return Comment("dsakit compare: PR vs base", summary, sections, skips)
+
+
 def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_path: str | None = None,
                 allow_env_mismatch: bool = False, keep: str | None = None,
-                timeout: float | None = None) -> int:
+                timeout: float | None = None, markdown_path: str | None = None) -> int:
     for src in (base_src, pr_src):
         package_dir(src)  # UsageError now, before any run, for a path that is not a tree
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
@@ -284,6 +327,10 @@ def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_
         }
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if markdown_path:
+        from dsakit.node.markdown import write
+
+        write(comment(base, pr, changes, mismatch), markdown_path)
     print(f"(logs and per-test records: {workdir})")
     if mismatch and not allow_env_mismatch:
         print("dsakit compare: refused: the two runs do not share the environment fingerprint "

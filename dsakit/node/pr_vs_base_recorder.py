@@ -71,6 +71,31 @@ def _failure(report: pytest.TestReport) -> dict[str, Any]:
     return {"message": message, "frame": frame}
 
 
+def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> dict[str, Any] | None:
+    """A test's outcome record after one more phase report (`current`: the record so far), or None
+    when the phase changes nothing. Also the per-test outcome of `--dsakit-report`."""
+    detail: dict[str, Any] = {}
+    if hasattr(report, "wasxfail"):
+        outcome = "xfailed" if report.skipped else "xpassed"
+        detail = {"reason": str(report.wasxfail)}
+    elif report.skipped:
+        outcome = "skipped"
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        detail = {"reason": str(reason).removeprefix("Skipped: ")}
+    elif report.failed:
+        outcome = "failed" if report.when == "call" else "error"
+        detail = _failure(report)
+    elif report.when == "call":
+        outcome = "passed"
+    else:
+        return None
+    if current is not None and current["outcome"] in ("failed", "error"):
+        return None  # a teardown pass never hides an earlier failure
+    return {"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
+            "duration": round(report.duration, 4), **detail}
+
+
 class Recorder:
     def __init__(self, config: pytest.Config, path: Path) -> None:
         self.config = config
@@ -90,26 +115,10 @@ class Recorder:
         self._write({"kind": "start", "nodeid": nodeid})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        current = self.outcomes.get(report.nodeid)
-        outcome = None
-        detail: dict[str, Any] = {}
-        if hasattr(report, "wasxfail"):
-            outcome = "xfailed" if report.skipped else "xpassed"
-            detail = {"reason": str(report.wasxfail)}
-        elif report.skipped:
-            outcome = "skipped"
-            longrepr = report.longrepr
-            reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-            detail = {"reason": str(reason).removeprefix("Skipped: ")}
-        elif report.failed:
-            outcome = "failed" if report.when == "call" else "error"
-            detail = _failure(report)
-        elif report.when == "call":
-            outcome = "passed"
-        if outcome is None or (current is not None and current["outcome"] in ("failed", "error")):
-            return  # a teardown pass never hides an earlier failure
-        record = {"kind": "test", "nodeid": report.nodeid, "outcome": outcome, "when": report.when,
-                  "duration": round(report.duration, 4), **detail}
+        record = next_outcome(self.outcomes.get(report.nodeid), report)
+        if record is None:
+            return
+        record = {"kind": "test", **record}
         self.outcomes[report.nodeid] = record
         self._write(record)
 

@@ -1,0 +1,427 @@
+"""`dsakit report merge REPORT.json...`: one coverage table across nodes and shards.
+
+Owns: reading and validating `--dsakit-report` files (older formats and collect-only runs are
+refused, exit 2), shards grouped into nodes, per gate and test which node ran, skipped or failed
+it, what ran on no node, the fleet-wide must-run check, the text, the JSON and the exit code (1: a
+test failed somewhere or a must-run gate ran nowhere). Never imports torch or SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsakit.errors import UsageError
+from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND, UNCODED
+from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
+from dsakit.node.pr_vs_base import FAILING
+
+_HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
+# the worse outcome wins when one node reports a test twice (overlapping runs)
+_RANK = {"skipped": 0, "passed": 1, "xfailed": 1, "xpassed": 2, "failed": 3, "error": 3}
+
+
+# ---------------------------------------------------------------- reading reports
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """One `--dsakit-report` file: one pytest run (one shard) on one node."""
+
+    path: str
+    host: str
+    device: str  # the device description, "[real]" or "[simulated KEY]"
+    device_key: str
+    sglang: str
+    shard: tuple[int, int] | None  # (group, splits)
+    tests: dict[str, dict[str, Any]]
+    must_run: tuple[str, ...]
+
+
+def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
+    value = data.get(key)
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise UsageError(f"{path}: field {key!r} should be {names}, found {type(value).__name__}: "
+                         f"the file is damaged or not a dsakit report; {_HOW}")
+    return value
+
+
+def load_report(path: str) -> NodeReport:
+    """A validated report; UsageError naming the file and what is wrong otherwise."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such report file; {_HOW}")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: not JSON ({error}); {_HOW}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a dsakit report (a JSON {type(data).__name__}, not an object); {_HOW}")
+    version = data.get("format_version")
+    if data.get("format") != REPORT_KIND:
+        if version is None and {"device", "gates", "must_run"} <= data.keys():
+            raise UsageError(
+                f"{path}: a dsakit report of format 1 (an older dsakit: skips only, no host, shard or "
+                f"per-test outcomes), so what ran there cannot be known; rerun that node with this "
+                f"dsakit (report format {REPORT_FORMAT})")
+        raise UsageError(f"{path}: not a dsakit report (no \"format\": \"{REPORT_KIND}\"); {_HOW}")
+    if version != REPORT_FORMAT:
+        newer = isinstance(version, int) and version > REPORT_FORMAT
+        raise UsageError(
+            f"{path}: report format {version!r}, this dsakit reads format {REPORT_FORMAT}; "
+            + ("merge with the newer dsakit that wrote it" if newer else "rerun that node with this dsakit"))
+    if data.get("collect_only"):
+        raise UsageError(f"{path}: a --collect-only report says what would skip, not what ran; "
+                         "merge reports of runs")
+    device = _field(data, "device", dict, path)
+    description = _field(device, "description", str, path)
+    shard = data.get("shard")
+    if shard is not None:
+        shard_data = _field(data, "shard", dict, path)
+        shard = (_field(shard_data, "group", int, path), _field(shard_data, "splits", int, path))
+    tests = _field(data, "tests", dict, path)
+    for nodeid, entry in tests.items():
+        if not isinstance(entry, dict) or entry.get("outcome") not in _RANK:
+            raise UsageError(f"{path}: test {nodeid!r} has no known outcome ({sorted(_RANK)}); "
+                             f"the file is damaged; {_HOW}")
+    return NodeReport(
+        path=path,
+        host=_field(data, "host", str, path),
+        device=description + ("" if device.get("simulated") else " [real]"),
+        device_key=str(device.get("key", "?")) + (" simulated" if device.get("simulated") else ""),
+        sglang=str(data.get("sglang") or "not installed"),
+        shard=shard,
+        tests=tests,
+        must_run=tuple(str(c) for c in _field(data, "must_run", dict, path).get("codes", [])),
+    )
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@dataclass
+class Node:
+    """The reports of one node identity (host label, device, SGLang release): its shards."""
+
+    host: str
+    device: str
+    device_key: str
+    sglang: str
+    reports: list[NodeReport] = field(default_factory=list)
+    label: str = ""  # the column name (host label, made unique when one host ran several devices)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def splits(self) -> int | None:
+        return self.reports[0].shard[1] if self.reports[0].shard else None
+
+    @property
+    def shards_text(self) -> str:
+        if self.splits is None:
+            return "whole run"
+        groups = sorted(r.shard[0] for r in self.reports if r.shard)
+        return f"{','.join(map(str, groups))} of {self.splits}"
+
+    @property
+    def missing_shards(self) -> list[int]:
+        if self.splits is None:
+            return []
+        have = {r.shard[0] for r in self.reports if r.shard}
+        return [g for g in range(1, self.splits + 1) if g not in have]
+
+
+def _check_shards(node: Node) -> None:
+    paths = ", ".join(r.path for r in node.reports)
+    shards = [r.shard for r in node.reports]
+    if len(node.reports) > 1 and None in shards:
+        raise UsageError(
+            f"several reports of node {node.host!r} ({node.device}, SGLang {node.sglang}) and not all "
+            f"are pytest-split shards: {paths}; give each run its own --dsakit-host-label")
+    if len({s[1] for s in shards if s}) > 1:
+        raise UsageError(f"node {node.host!r} was split in different ways (--splits): {paths}; "
+                         "merge shards of one split")
+    groups = [s[0] for s in shards if s]
+    for group in sorted(set(groups)):
+        if groups.count(group) > 1:
+            twice = ", ".join(r.path for r in node.reports if r.shard and r.shard[0] == group)
+            raise UsageError(f"node {node.host!r}: shard {group} of {node.splits} reported twice ({twice}); "
+                             "pass each shard's report once")
+
+
+def group_nodes(reports: Iterable[NodeReport]) -> list[Node]:
+    nodes: dict[tuple[str, str, str], Node] = {}
+    for report in reports:
+        key = (report.host, report.device, report.sglang)
+        node = nodes.setdefault(key, Node(report.host, report.device, report.device_key, report.sglang))
+        node.reports.append(report)
+    result = list(nodes.values())
+    hosts = [n.host for n in result]
+    for node in result:
+        _check_shards(node)
+        node.label = node.host
+        if hosts.count(node.host) > 1:
+            node.label = f"{node.host} ({node.device_key})"
+        for report in node.reports:
+            for nodeid, entry in report.tests.items():
+                current = node.tests.get(nodeid)
+                if current is None or _RANK[entry["outcome"]] > _RANK[current["outcome"]]:
+                    node.tests[nodeid] = entry
+    labels = [n.label for n in result]
+    for node in result:
+        if labels.count(node.label) > 1:
+            node.label = f"{node.label} SGLang {node.sglang}"
+    return result
+
+
+# ---------------------------------------------------------------- coverage
+
+
+def _ran(entry: dict[str, Any] | None) -> bool:
+    return entry is not None and entry["outcome"] != "skipped"
+
+
+def _reasons(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    reasons = entry.get("reasons") or [{"code": UNCODED, "message": "no reason given"}]
+    return [(str(r.get("code", UNCODED)), str(r.get("message", ""))) for r in reasons]
+
+
+@dataclass
+class Merged:
+    nodes: list[Node]
+    must_run: tuple[str, ...]
+
+    @property
+    def test_ids(self) -> list[str]:
+        return sorted({t for n in self.nodes for t in n.tests})
+
+    def ran_on(self, nodeid: str) -> list[str]:
+        return [n.label for n in self.nodes if _ran(n.tests.get(nodeid))]
+
+    def gate_codes(self) -> list[str]:
+        return sorted({c for n in self.nodes for e in n.tests.values() for c in e.get("gates", ())})
+
+    def gate_cell(self, code: str, node: Node) -> dict[str, int]:
+        counts = {"ran": 0, "skipped": 0, "failed": 0}
+        for entry in node.tests.values():
+            if code in entry.get("gates", ()):
+                counts["ran" if _ran(entry) else "skipped"] += 1
+                counts["failed"] += entry["outcome"] in FAILING
+        return counts
+
+    def gate_ran_on(self, code: str) -> list[str]:
+        return [n.label for n in self.nodes if self.gate_cell(code, n)["ran"]]
+
+    def must_run_failures(self) -> dict[str, str]:
+        """Must-run gate code -> why it counts as not run on any node."""
+        declared = set(self.gate_codes())
+        failures: dict[str, str] = {}
+        for code in self.must_run:
+            if code not in declared:
+                failures[code] = "no test in any report declares this gate"
+            elif not self.gate_ran_on(code):
+                failures[code] = "every test behind it was skipped on every node"
+        return failures
+
+    def failures(self) -> list[FailureRow]:
+        rows: list[FailureRow] = []
+        for nodeid in self.test_ids:
+            by_signature: dict[str, list[str]] = {}
+            for node in self.nodes:
+                entry = node.tests.get(nodeid)
+                if entry is not None and entry["outcome"] in FAILING:
+                    by_signature.setdefault(str(entry.get("signature", entry["outcome"])), []).append(node.label)
+            passed = [n.label for n in self.nodes if nodeid in n.tests and n.tests[nodeid]["outcome"] == "passed"]
+            for sig, where in by_signature.items():
+                text = ", ".join(where) + (" only" if passed else "")
+                rows.append(FailureRow(nodeid, text + (f" (passed on {', '.join(passed)})" if passed else ""), sig))
+        return rows
+
+    def not_run_anywhere(self) -> list[str]:
+        return [t for t in self.test_ids if not self.ran_on(t)]
+
+    def skip_groups(self) -> list[SkipGroup]:
+        groups: dict[str, dict[str, Any]] = {}
+        for node in self.nodes:
+            for nodeid, entry in node.tests.items():
+                if entry["outcome"] != "skipped":
+                    continue
+                for code, message in _reasons(entry):
+                    group = groups.setdefault(code, {"reason": message, "entries": 0, "nodes": [], "tests": []})
+                    group["entries"] += 1
+                    if node.label not in group["nodes"]:
+                        group["nodes"].append(node.label)
+                    if nodeid not in group["tests"]:
+                        group["tests"].append(nodeid)
+        result: list[SkipGroup] = []
+        for code, group in sorted(groups.items(), key=lambda kv: (-kv[1]["entries"], kv[0])):
+            tests: list[str] = sorted(group["tests"])
+            covering = [n.label for n in self.nodes if any(_ran(n.tests.get(t)) for t in tests)]
+            uncovered = tuple(t for t in tests if not self.ran_on(t))
+            if not covering:
+                covered = NOT_COVERED
+            elif uncovered:
+                covered = f"{', '.join(covering)} ({len(tests) - len(uncovered)} of {len(tests)} tests; the rest {NOT_COVERED})"
+            else:
+                covered = ", ".join(covering)
+            result.append(SkipGroup(code, group["reason"], group["entries"], ", ".join(group["nodes"]),
+                                    covered, uncovered))
+        return result
+
+    def exit_code(self) -> int:
+        return 1 if self.failures() or self.must_run_failures() else 0
+
+
+# ---------------------------------------------------------------- output
+
+
+def _gate_text(counts: dict[str, int]) -> str:
+    if not counts["ran"] and not counts["skipped"]:
+        return "-"
+    parts = [f"ran {counts['ran']}"] if counts["ran"] else []
+    if counts["failed"]:
+        parts.append(f"failed {counts['failed']}")
+    if counts["skipped"]:
+        parts.append(f"skipped {counts['skipped']}")
+    return ", ".join(parts)
+
+
+def _node_rows(merged: Merged) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for node in merged.nodes:
+        outcomes = [e["outcome"] for e in node.tests.values()]
+        counts = ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes), key=lambda o: -_RANK[o]))
+        missing = f"; MISSING shard {', '.join(map(str, node.missing_shards))}" if node.missing_shards else ""
+        rows.append((node.label, node.device, node.sglang, node.shards_text + missing, counts or "no tests"))
+    return rows
+
+
+def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    must = merged.must_run_failures()
+    for code in sorted(set(merged.gate_codes()) | set(merged.must_run)):
+        ran = merged.gate_ran_on(code)
+        status = "ran on " + ", ".join(ran) if ran else "RAN ON NO NODE"
+        if code in must:
+            status += " (must-run: FAILED)"
+        elif code in merged.must_run:
+            status += " (must-run)"
+        rows.append((code, *(_gate_text(merged.gate_cell(code, n)) for n in merged.nodes), status))
+    return rows
+
+
+def _releases_note(merged: Merged) -> str:
+    releases: dict[str, list[str]] = {}
+    for node in merged.nodes:
+        releases.setdefault(node.sglang, []).append(node.label)
+    if len(releases) < 2:
+        return ""
+    return ("SGLang releases differ between nodes: "
+            + "; ".join(f"{r} on {', '.join(labels)}" for r, labels in sorted(releases.items()))
+            + " (each node's outcomes are for its own release; the SGLang column says which)")
+
+
+def comment(merged: Merged) -> Comment:
+    must = merged.must_run_failures()
+    summary = [f"{len(merged.nodes)} node(s), {sum(len(n.reports) for n in merged.nodes)} report(s), "
+               f"{len(merged.test_ids)} test ids; {len(merged.failures())} failure(s); "
+               f"{len(merged.not_run_anywhere())} test(s) ran on no node"]
+    note = _releases_note(merged)
+    if note:
+        summary.append(note)
+    for node in merged.nodes:
+        if node.missing_shards:
+            summary.append(f"{node.label}: shard {', '.join(map(str, node.missing_shards))} of {node.splits} "
+                           "has no report: its tests are counted as not run")
+    nowhere = [code for code in merged.gate_codes() if not merged.gate_ran_on(code)]
+    if nowhere:
+        summary.append("gates that ran on no node: " + ", ".join(f"`{code}`" for code in nowhere))
+    for code, why in must.items():
+        summary.append(f"must-run gate `{code}` ran on no node: {why}")
+    return Comment(
+        title="dsakit fleet coverage",
+        summary=summary,
+        failures=[FailureSection("Failures", tuple(merged.failures()),
+                                 "A failure on some nodes only says where it passed.")],
+        skips=merged.skip_groups(),
+        tables=[
+            Table("Nodes", ("node", "device", "SGLang", "shards", "tests"), tuple(_node_rows(merged))),
+            Table("Gates (tests behind each gate, per node)",
+                  ("gate", *(n.label for n in merged.nodes), "fleet"), tuple(_gate_rows(merged))),
+        ],
+    )
+
+
+def as_json(merged: Merged) -> dict[str, Any]:
+    return {
+        "nodes": [{"label": n.label, "host": n.host, "device": n.device, "sglang": n.sglang,
+                   "shards": n.shards_text, "missing_shards": n.missing_shards,
+                   "reports": [r.path for r in n.reports]} for n in merged.nodes],
+        "gates": {code: {"nodes": {n.label: merged.gate_cell(code, n) for n in merged.nodes},
+                         "ran_on": merged.gate_ran_on(code)} for code in merged.gate_codes()},
+        "tests": {t: {n.label: n.tests[t]["outcome"] for n in merged.nodes if t in n.tests}
+                  for t in merged.test_ids},
+        "failures": [{"test": r.test, "where": r.where, "signature": r.signature} for r in merged.failures()],
+        "not_run_anywhere": merged.not_run_anywhere(),
+        "skips": [{"code": g.code, "reason": g.reason, "skipped": g.skipped, "skipped_on": g.skipped_on,
+                   "covered_on": g.covered_on, "uncovered": list(g.uncovered)} for g in merged.skip_groups()],
+        "must_run": {"codes": list(merged.must_run), "failed": merged.must_run_failures()},
+        "exit": merged.exit_code(),
+    }
+
+
+def format_text(merged: Merged) -> list[str]:
+    def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+        widths = [min(max(len(str(r[i])) for r in [header, *rows]), 70) for i in range(len(header) - 1)]
+        return ["  ".join(str(c)[:70].ljust(w) for c, w in zip(row, widths)) + "  " + str(row[-1])
+                for row in [header, *rows]]
+
+    view = comment(merged)
+    lines = ["dsakit report merge: " + view.summary[0], *view.summary[1:], ""]
+    for t in view.tables:
+        lines += [t.title + ":", *table(t.header, t.rows), ""]
+    failures = view.failures[0].rows
+    lines.append(f"failures ({len(failures)}):")
+    lines += [f"  {r.test}  on {r.where}: {r.signature[:160]}" for r in failures] or ["  none"]
+    lines.append("")
+    lines.append("skips by reason code:")
+    for g in view.skips:
+        lines.append(f"  [{g.code}] {g.skipped} skipped on {g.skipped_on}; covered on: {g.covered_on}")
+        lines += [f"      ran on no node: {t}" for t in g.uncovered[:5]]
+        if len(g.uncovered) > 5:
+            lines.append(f"      ... and {len(g.uncovered) - 5} more (--json or --markdown list them)")
+    return lines
+
+
+def merge(paths: Sequence[str], must_run: Sequence[str] = ()) -> Merged:
+    """The reports merged; must-run gates: `must_run` (validated here) and every report's own."""
+    from dsakit.gates.table import validate_codes
+
+    codes = validate_codes(must_run) if must_run else ()
+    reports = [load_report(p) for p in paths]
+    return Merged(group_nodes(reports), tuple(dict.fromkeys([*codes, *(c for r in reports for c in r.must_run)])))
+
+
+def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str | None = None,
+                     markdown_path: str | None = None) -> int:
+    from dsakit.gates.table import split_codes
+    from dsakit.node import markdown
+
+    merged = merge(paths, split_codes(must_run))
+    print("\n".join(format_text(merged)))
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(as_json(merged), indent=2) + "\n", encoding="utf-8")
+    if markdown_path:
+        markdown.write(comment(merged), markdown_path)
+    code = merged.exit_code()
+    if code:
+        why = [f"must-run gate {c} ran on no node ({w})" for c, w in merged.must_run_failures().items()]
+        if merged.failures():
+            why.append(f"{len(merged.failures())} test failure(s)")
+        print("dsakit report merge: FAILED: " + "; ".join(why), file=sys.stderr)
+    return code

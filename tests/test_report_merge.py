@@ -1,0 +1,206 @@
+"""`dsakit report merge`: shards and nodes in one coverage table, what ran on no node, the fleet-wide
+must-run check, failures with where they happen, the markdown, and refused inputs (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsakit.pytest_invocation import plugin_args
+
+import pytest_split  # noqa: F401  - a pinned test requirement: fail loudly without it
+
+PLUGIN = tuple(plugin_args())
+pytestmark = pytest.mark.usefixtures("no_kernel_modules")
+
+SUITE = """
+import pytest
+import dsakit
+from dsakit.gates.marks import active_session
+
+def test_plain():
+    pass
+
+@dsakit.gate("fa3")
+@pytest.mark.parametrize("n", range(2))
+def test_fa3(n):
+    pass
+
+def test_cuda_inside():
+    dsakit.require("cuda")
+
+def test_b300_only():
+    if active_session().device.key == "sm103":
+        raise RuntimeError("selection differs at row 0x1f on B300")
+"""
+
+
+def _run(pytester: pytest.Pytester, name: str, *args: str) -> Path:
+    report = pytester.path / f"{name}.json"
+    pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--dsakit-report={report}", *args)
+    assert report.is_file()
+    return report
+
+
+def _merge(pytester: pytest.Pytester, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dsakit", "report", "merge", *map(str, args)],
+                          cwd=pytester.path, capture_output=True, text=True, check=False)
+
+
+def _shards(pytester: pytest.Pytester, *extra: str) -> list[Path]:
+    return [_run(pytester, f"h200-g{g}", "--dsakit-device=sm90", "--dsakit-host-label=h200", "--splits=2",
+                 f"--group={g}", "-k", "not b300", *extra) for g in (1, 2)]
+
+
+def test_two_shards_merge_into_one_node(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    shards = _shards(pytester)
+    done = _merge(pytester, *shards, "--json", "merged.json")
+    assert done.returncode == 0, done.stdout + done.stderr  # nothing failed, no must-run gate
+    data: dict[str, Any] = json.loads((pytester.path / "merged.json").read_text())
+    assert [(n["label"], n["shards"], n["missing_shards"]) for n in data["nodes"]] == [("h200", "1,2 of 2", [])]
+    tests = data["tests"]
+    assert sorted(tests) == ["test_suite.py::test_cuda_inside", "test_suite.py::test_fa3[0]",
+                             "test_suite.py::test_fa3[1]", "test_suite.py::test_plain"]
+    assert tests["test_suite.py::test_cuda_inside"] == {"h200": "passed"}
+    assert data["gates"]["cuda"]["ran_on"] == ["h200"] and data["gates"]["fa3"]["ran_on"] == []
+    assert data["not_run_anywhere"] == ["test_suite.py::test_fa3[0]", "test_suite.py::test_fa3[1]"]
+    assert "h200  " in done.stdout and "1,2 of 2" in done.stdout
+    assert "RAN ON NO NODE" in done.stdout  # fa3: reported, but not a must-run gate here
+
+
+def test_missing_shard_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    done = _merge(pytester, _shards(pytester)[1])
+    assert "MISSING shard 1" in done.stdout
+
+
+def test_simulated_sm103_and_cpu_runs_share_one_table(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=ci", "-k", "not b300")
+    cpu = _run(pytester, "cpu", "--dsakit-device=cpu", "--dsakit-host-label=ci", "-k", "not b300")
+    done = _merge(pytester, b300, cpu, "--markdown", "merged.md", "--json", "merged.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((pytester.path / "merged.json").read_text())
+    # one host label, two devices: two columns
+    assert [n["label"] for n in data["nodes"]] == ["ci (sm103 simulated)", "ci (cpu simulated)"]
+    assert data["tests"]["test_suite.py::test_cuda_inside"] == {"ci (sm103 simulated)": "passed",
+                                                               "ci (cpu simulated)": "skipped"}
+    md = (pytester.path / "merged.md").read_text()
+    assert "| `cuda` | 1 | ci (cpu simulated) | ci (sm103 simulated) |" in md  # skipped on cpu, covered on sm103
+    assert "| `fa3` | 4 | ci (sm103 simulated), ci (cpu simulated) | not covered on any node |" in md
+    assert "<details><summary>Tests that ran on no node (2)</summary>" in md
+    assert "- `fa3` (2): `test_suite.py::test_fa3[0]`, `test_suite.py::test_fa3[1]`" in md
+    assert "| cuda | ran 1 | skipped 1 | ran on ci (sm103 simulated) |" in md
+
+
+def test_a_must_run_gate_that_ran_on_no_node_fails_the_merge(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    # shard 1 holds no fa3 test, so its own --dsakit-must-run passes; shard 2 skips them on this box
+    shards = _shards(pytester, "--dsakit-must-run=fa3")
+    cpu = _run(pytester, "cpu", "--dsakit-device=cpu", "--dsakit-host-label=cpu", "-k", "not b300")
+    done = _merge(pytester, *shards, cpu, "--markdown", "merged.md")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "fa3   skipped 2  skipped 2  RAN ON NO NODE (must-run: FAILED)" in done.stdout
+    assert "must-run gate fa3 ran on no node (every test behind it was skipped on every node)" in done.stderr
+    md = (pytester.path / "merged.md").read_text()
+    assert "- must-run gate `fa3` ran on no node: every test behind it was skipped on every node" in md
+    # the reports' own must-run codes count fleet-wide: shard 1 alone still asks for fa3
+    done = _merge(pytester, shards[0], cpu)
+    assert done.returncode == 1 and done.stderr.count("must-run gate fa3 ran on no node") == 1
+    # a must-run gate that ran somewhere passes; one that no test declares fails
+    h200 = _run(pytester, "h200", "--dsakit-device=sm90", "--dsakit-host-label=h200", "-k", "not b300")
+    assert _merge(pytester, h200, cpu, "--must-run", "cuda").returncode == 0
+    done = _merge(pytester, h200, cpu, "--must-run", "flashmla-sparse")
+    assert done.returncode == 1 and "no test in any report declares this gate" in done.stderr
+
+
+def test_a_failure_on_one_node_fails_the_merge_and_says_where(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=b300")
+    h200 = _run(pytester, "h200", "--dsakit-device=sm90", "--dsakit-host-label=h200")
+    done = _merge(pytester, h200, b300, "--markdown", "merged.md", "--json", "merged.json")
+    assert done.returncode == 1
+    failures = json.loads((pytester.path / "merged.json").read_text())["failures"]
+    assert failures == [{"test": "test_suite.py::test_b300_only", "where": "b300 only (passed on h200)",
+                         "signature": "RuntimeError: selection differs at row 0x? on B300 @ test_suite.py"}]
+    md = (pytester.path / "merged.md").read_text()
+    assert md.index("### Failures (1)") < md.index("### Skips by reason code")  # failures first
+    assert "1 test failure(s)" in done.stderr
+
+
+def test_other_sglang_releases_merge_with_a_column(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    cpu = _run(pytester, "cpu", "--dsakit-device=cpu", "--dsakit-host-label=ci", "-k", "not b300")
+    node = _run(pytester, "node", "--dsakit-device=sm90", "--dsakit-host-label=h200", "-k", "not b300")
+    data = json.loads(node.read_text())
+    data["sglang"] = "0.5.17"
+    node.write_text(json.dumps(data))
+    done = _merge(pytester, cpu, node)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SGLang releases differ between nodes: 0.5.17 on h200; " in done.stdout
+    assert any(line.startswith("h200 ") and " 0.5.17 " in line for line in done.stdout.splitlines())
+
+
+def _report(pytester: pytest.Pytester) -> dict[str, Any]:
+    pytester.makepyfile(test_suite="def test_x():\n    pass\n")
+    return dict(json.loads(_run(pytester, "good", "--dsakit-device=cpu", "--dsakit-host-label=n").read_text()))
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "nowhere.json: no such report file; pass the JSON files written by `pytest --dsakit-report PATH`"),
+    ("{not json", "bad.json: not JSON (Expecting property name"),
+    ("[1, 2]", "bad.json: not a dsakit report (a JSON list, not an object)"),
+    ({"junit": 1}, "bad.json: not a dsakit report (no \"format\": \"dsakit-report\")"),
+    ({"device": {}, "sglang": "0.5.23", "gates": {}, "must_run": {}},
+     "bad.json: a dsakit report of format 1 (an older dsakit: skips only, no host, shard or per-test outcomes)"),
+    ("format3", "bad.json: report format 3, this dsakit reads format 2; merge with the newer dsakit that wrote it"),
+    ("collect", "bad.json: a --collect-only report says what would skip, not what ran"),
+    ("damaged", "bad.json: field 'tests' should be dict, found list"),
+])
+def test_bad_input_is_a_usage_error(pytester: pytest.Pytester, content: Any, message: str) -> None:
+    good = _report(pytester)
+    name = "nowhere.json" if content is None else "bad.json"
+    if content == "format3":
+        content = {**good, "format_version": 3}
+    elif content == "collect":
+        content = {**good, "collect_only": True}
+    elif content == "damaged":
+        content = {**good, "tests": []}
+    if content is not None:
+        (pytester.path / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    done = _merge(pytester, name)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith("dsakit: error: " + message), done.stderr
+
+
+def test_conflicting_shards_and_codes_are_usage_errors(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    g1 = _run(pytester, "g1", "--dsakit-device=sm90", "--dsakit-host-label=h200", "--splits=2", "--group=1")
+    copy = pytester.path / "g1-again.json"
+    copy.write_text(g1.read_text())
+    done = _merge(pytester, g1, copy)
+    assert done.returncode == 2 and "node 'h200': shard 1 of 2 reported twice" in done.stderr
+    whole = _run(pytester, "whole", "--dsakit-device=sm90", "--dsakit-host-label=h200")
+    done = _merge(pytester, g1, whole)
+    assert done.returncode == 2 and "give each run its own --dsakit-host-label" in done.stderr
+    done = _merge(pytester, g1, "--must-run", "fa4")
+    assert done.returncode == 2 and "unknown dsakit gate 'fa4'" in done.stderr
+    assert _merge(pytester).returncode == 2  # no report at all
+
+
+def test_many_failures_are_summed_up_per_signature() -> None:
+    from dsakit.node.markdown import Comment, FailureRow, FailureSection, render
+
+    rows = [FailureRow(f"t.py::test_{n}", "b300 only (passed on h200)", "RuntimeError: no driver @ x.py") for n in range(11)]
+    rows.append(FailureRow("t.py::test_other", "h200", "KeyError: 'k' @ y.py"))
+    md = render(Comment("fleet", failures=[FailureSection("Failures", tuple(rows))]))
+    head, folded = md.split("<details><summary>every test</summary>")
+    assert "| 11 | b300 only (passed on h200) | `RuntimeError: no driver @ x.py` |" in head
+    assert "| 1 | h200 | `KeyError: 'k' @ y.py` |" in head and "test_0" not in head
+    assert all(f"`t.py::test_{n}`" in folded for n in range(11))
