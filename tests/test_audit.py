@@ -381,6 +381,36 @@ def test_unspecced_magicmock_and_untraced_use(tmp_path: Path) -> None:
     assert fake["assumed_backends"] == ["DeepseekSparseAttnBackend", "DeepseekV4AttnBackend"]
 
 
+def test_module_level_type_runner_and_nested_writes(tmp_path: Path) -> None:
+    _installed()
+    _write(tmp_path, {"test_shared.py": '''
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+        SHARED_RUNNER = type("Runner", (), {"device": "cpu", "model_config": type("MC", (), {})()})()
+
+
+        def test_shared():
+            DeepseekSparseAttnBackend(SHARED_RUNNER)
+
+
+        def test_local():
+            runner = type("Runner", (), {"model_config": type("MC", (), {})()})()
+            runner.model_config.context_len = 4096
+            DeepseekSparseAttnBackend(runner)
+    '''})
+    data = _json(tmp_path, ".", "--device", "sm90")
+    by_name = {m["name"]: m for m in data["mocks"]}
+    shared, local = by_name["SHARED_RUNNER"], by_name["runner"]
+    assert (shared["name"], shared["site"], shared["used_with"]) == (
+        "SHARED_RUNNER", "test_shared.py:3", ["DeepseekSparseAttnBackend"])
+    assert "device" not in [m["path"] for m in shared["missing"]]
+    assert "model_config.context_len" in [m["path"] for m in shared["missing"]]
+    assert local["added_after_construction"] == ["model_config.context_len"]
+    lacking = [m["path"] for m in local["missing"]]
+    assert "model_config.context_len" not in lacking and "model_config.num_attention_heads" in lacking
+    assert "device" in lacking
+
+
 # ---------------------------------------------------------------- usage errors and warnings
 
 

@@ -376,7 +376,10 @@ class SuiteIndex:
             found = self.find_class(name, scope.file)
             if found is not None:
                 return self.class_value(*found, name=name)
-            return MockValue("opaque", "", site, AttrTree.opaque(f"{name} is not a literal mock"))
+            module_level = _module_binding(scope.file, name)
+            if module_level is None or function is None and scope.cls is None:
+                return MockValue("opaque", "", site, AttrTree.opaque(f"{name} is not a literal mock"))
+            value = self.value(module_level, Scope(scope.file), depth + 1)
         if function is not None and value.is_mock:
             value = _with_additions(self, value, [name], scope)
         if value.is_mock and not value.name:
@@ -440,6 +443,14 @@ def _binding(function: _FunctionNode, name: str) -> ast.expr | None:
             for item in node.items:
                 if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == name:
                     return item.context_expr
+    return None
+
+
+def _module_binding(file: SourceFile, name: str) -> ast.expr | None:
+    """A module-level `NAME = value` (a shared runner built once per test file)."""
+    for node in file.tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return node.value
     return None
 
 
