@@ -209,11 +209,13 @@ def _missing(mock: dict[str, Any], path: str) -> dict[str, Any]:
     return found[0]
 
 
-def _line_of(path: Path, needle: str) -> int:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if needle in line:
-            return number
-    raise AssertionError(f"{needle!r} not in {path}")
+def _read_line(path: Path, attribute: str) -> int:
+    """The one line of `path` reading `model_runner.<attribute>` (found by AST, independently of dsakit)."""
+    lines = {node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Attribute) and node.attr == attribute
+             and isinstance(node.value, ast.Name) and node.value.id == "model_runner"}
+    assert len(lines) == 1, f"model_runner.{attribute} read at lines {sorted(lines)} of {path}"
+    return lines.pop()
 
 
 # ---------------------------------------------------------------- the B300 trap
@@ -221,7 +223,7 @@ def _line_of(path: Path, needle: str) -> int:
 
 def test_indexer_style_mock_lacks_max_running_requests_on_sm10x(suite: Path) -> None:
     release = _installed()
-    line = _line_of(release.file(DSA_BACKEND_FILE), "max_batch_size=model_runner.max_running_requests")
+    line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
 
     data = _json(suite, ".", "--device", "sm90,sm100,sm103")
 
@@ -240,7 +242,7 @@ def test_indexer_style_mock_lacks_max_running_requests_on_sm10x(suite: Path) -> 
 
 def test_text_line_names_site_guard_and_devices(suite: Path) -> None:
     release = _installed()
-    line = _line_of(release.file(DSA_BACKEND_FILE), "max_batch_size=model_runner.max_running_requests")
+    line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
 
     result = _audit(suite, "other_suite")
 
@@ -259,7 +261,7 @@ def test_is_draft_worker_is_read_unconditionally_by_topk_resolve(suite: Path) ->
     release = _installed()
     if not release.has("topk-role-split"):
         pytest.skip(f"[sglang:topk-role-split] SGLang {release.version} has no DSATopKBackend.resolve")
-    line = _line_of(release.file(DSA_TOPK_BACKEND_FILE), "if model_runner.is_draft_worker")
+    line = _read_line(release.file(DSA_TOPK_BACKEND_FILE), "is_draft_worker")
 
     data = _json(suite, ".")
 
@@ -485,7 +487,7 @@ def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path) -> No
     if not source:
         pytest.skip("[sglang-0.5.17-tree-missing] set DSAKIT_SGLANG_0517 to an unpacked SGLang 0.5.17 tree")
     release = release_from_tree(source)
-    line = _line_of(release.file(DSA_BACKEND_FILE), "max_batch_size=model_runner.max_running_requests")
+    line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
     data = _json(suite, "other_suite", "--sglang-src", source)
     entry = _missing(_mock(data, "MockModelRunner"), "max_running_requests")
     assert entry["reads"][0]["site"] == f"sglang/{DSA_BACKEND_FILE}:{line}"

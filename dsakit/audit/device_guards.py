@@ -105,11 +105,8 @@ def spelling(node: ast.expr) -> str | None:
 
 
 def _callee_name(func: ast.expr) -> str | None:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
+    """`f` of `f()`, `mod.f()` or `torch.cuda.f()`."""
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
 
 
 def probe_for(node: ast.expr) -> Probe | None:
