@@ -369,6 +369,10 @@ def test_unspecced_magicmock_and_untraced_use(tmp_path: Path) -> None:
 
         def test_param(some_runner):
             DeepseekSparseAttnBackend(some_runner)
+
+
+        def test_dsakit_fixture(target_runner):
+            DeepseekSparseAttnBackend(target_runner)
     '''})
     result = _audit(tmp_path, ".")
     assert result.returncode == 1, result.stdout + result.stderr  # FakeModelRunner, assumed every backend
@@ -377,7 +381,10 @@ def test_unspecced_magicmock_and_untraced_use(tmp_path: Path) -> None:
     assert "MagicMock() without spec provides every attribute" in result.stdout
     assert "DeepseekSparseAttnBackend(some_runner): the runner argument is not a mock the audit can trace" \
         in result.stdout
+    assert "DeepseekSparseAttnBackend(target_runner): dsakit's strict MockModelRunner fixture" in result.stdout
     data = _json(tmp_path, ".")
+    assert [c["argument"] for c in data["strict_mock_calls"]] == ["target_runner"]
+    assert [c["argument"] for c in data["untraced_calls"]] == ["some_runner"]
     fake = _mock(data, "FakeModelRunner")
     assert fake["used_with"] is None
     assert fake["assumed_backends"] == ["DeepseekSparseAttnBackend", "DeepseekV4AttnBackend"]

@@ -91,7 +91,8 @@ def audit(paths: Sequence[str], devices: dict[str, DeviceModel], release: SGLang
             continue
         mocks.append(audit_mock(value, [], flow, release, MODEL_RUNNER_CONTRACT, devices))
     mocks.sort(key=lambda m: _site_order(m.mock.site))
-    return AuditResult(release, list(devices), [f.display for f in files], mocks, usage.untraced, warnings)
+    return AuditResult(release, list(devices), [f.display for f in files], mocks, usage.untraced, warnings,
+                       usage.strict)
 
 
 def _site_order(site: str) -> tuple[str, int]:

@@ -29,6 +29,7 @@ class AuditResult:
     mocks: list[MockFinding]
     untraced: list[BackendCall] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    strict: list[BackendCall] = field(default_factory=list)
 
     @property
     def failing(self) -> list[MockFinding]:
@@ -57,6 +58,8 @@ class AuditResult:
             "mocks": [m.as_dict() for m in self.mocks],
             "untraced_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
                                for c in self.untraced],
+            "strict_mock_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
+                                  for c in self.strict],
             "warnings": self.warnings,
             "probe_table": probe_table(),
         }
@@ -70,9 +73,12 @@ class AuditResult:
         for call in self.untraced:
             lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): the runner argument is not a "
                          "mock the audit can trace (a parameter without a fixture, or a value built elsewhere)")
+        for call in self.strict:
+            lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): dsakit's strict MockModelRunner "
+                         "fixture, built from the contract: nothing to audit")
         for warning in self.warnings:
             lines.append(f"warning: {warning}")
-        if self.untraced or self.warnings:
+        if self.untraced or self.warnings or self.strict:
             lines.append("")
         lines.append(self.summary_line())
         return "\n".join(lines)

@@ -41,6 +41,9 @@ ASSUMED = ("DeepseekSparseAttnBackend", "DeepseekV4AttnBackend")
 
 _BY_CALL = {backend.call: backend for backend in BACKENDS}
 
+DSAKIT_FIXTURES = frozenset({"model_runner", "target_runner", "draft_runner"})
+"""dsakit's own strict-mock fixtures: built from the contract, so there is nothing to audit."""
+
 
 @dataclass(frozen=True)
 class BackendCall:
@@ -57,6 +60,7 @@ class Usage:
 
     used: dict[tuple[str, str], tuple[MockValue, list[BackendCall]]] = field(default_factory=dict)
     untraced: list[BackendCall] = field(default_factory=list)
+    strict: list[BackendCall] = field(default_factory=list)  # handed dsakit's strict MockModelRunner
 
 
 def _backend_of(call: ast.Call, scope: Scope) -> Backend | None:
@@ -98,7 +102,9 @@ def find_usage(index: SuiteIndex) -> Usage:
                 call = BackendCall(backend, f"{file.display}:{node.lineno}", ast.unparse(argument))
                 value = index.value(argument, scope)
                 if not value.is_mock:
-                    usage.untraced.append(call)
+                    strict = (isinstance(argument, ast.Name) and argument.id in DSAKIT_FIXTURES
+                              and index.find_fixture(argument.id, scope) is None)
+                    (usage.strict if strict else usage.untraced).append(call)
                     continue
                 entry = usage.used.setdefault(value.key, (value, []))
                 entry[1].append(call)
