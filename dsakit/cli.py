@@ -28,6 +28,12 @@ def _contract_check(args: argparse.Namespace) -> int:
     return run_contract_check(sglang_src=args.sglang_src, as_json=args.json)
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from dsakit.audit.command import run_audit
+
+    return run_audit(args.paths, device_spec=args.device, sglang_src=args.sglang_src, as_json=args.json)
+
+
 def _capabilities(args: argparse.Namespace) -> int:
     from dsakit.gates.capabilities import run_capabilities
 
@@ -122,6 +128,17 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
+
+    # -- static audit of a downstream suite's mock runners (dsakit.audit)
+    audit = commands.add_parser("audit", help="find mock model runners in a test tree that lack what a "
+                                "DSA / DeepSeek-V4 backend reads, per simulated device")
+    audit.add_argument("paths", nargs="+", metavar="PATH", help="test files or folders to scan (AST only)")
+    audit.add_argument("--device", metavar="NAME,...",
+                       help="simulated devices (sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu; "
+                       "aliases such as b300); default: every one")
+    audit.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
+    audit.add_argument("--json", action="store_true", help="print the report as JSON")
+    audit.set_defaults(handler=_audit)
 
     # -- capability gates (dsakit.gates.capabilities)
     caps = commands.add_parser("capabilities", help="the device model and every gate, open or closed, with reasons")

@@ -50,8 +50,12 @@ def _self_targets(target: ast.expr) -> list[str]:
     return []
 
 
-def _class_assignments(cls: ast.ClassDef) -> dict[str, int]:
-    """name -> first line where the class defines it (class body) or assigns it on self (methods)."""
+def _class_assignments(cls: ast.ClassDef, *, on_self: bool = True) -> dict[str, int]:
+    """name -> first line where the class defines it (class body) or assigns it on self (methods).
+
+    `on_self=False` keeps the class body only: what `dir(cls)` shows, hence what
+    `MagicMock(spec=cls)` allows (instance attributes set in `__init__` are not on the class).
+    """
     found: dict[str, int] = {}
 
     def note(name: str, line: int) -> None:
@@ -61,7 +65,7 @@ def _class_assignments(cls: ast.ClassDef) -> dict[str, int]:
     for item in cls.body:
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             note(item.name, item.lineno)  # methods and properties are attributes too
-            for node in ast.walk(item):
+            for node in ast.walk(item) if on_self else ():
                 targets: list[ast.expr] = []
                 if isinstance(node, ast.Assign):
                     targets = list(node.targets)
@@ -92,12 +96,13 @@ def _in_file_bases(classes: dict[str, ast.ClassDef], name: str) -> list[ast.Clas
     return order
 
 
-@functools.lru_cache(maxsize=8)
-def runner_assignments(release: SGLangRelease) -> dict[str, SourceSite]:
+@functools.lru_cache(maxsize=16)
+def runner_assignments(release: SGLangRelease, *, on_self: bool = True) -> dict[str, SourceSite]:
     """Attributes the real `ModelRunner` assigns or defines, each with its first site.
 
     Covers the `ModelRunner` class and the mixin/base classes defined in the same file (other
     classes of the file, such as `ModelRunnerOutput`, do not count: their fields are not the runner's).
+    `on_self=False`: class-level names only (methods, properties, class attributes).
     """
     path = release.file(MODEL_RUNNER_FILE)
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -105,7 +110,7 @@ def runner_assignments(release: SGLangRelease) -> dict[str, SourceSite]:
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     sites: dict[str, SourceSite] = {}
     for cls in _in_file_bases(classes, "ModelRunner"):
-        for name, line in _class_assignments(cls).items():
+        for name, line in _class_assignments(cls, on_self=on_self).items():
             sites.setdefault(name, SourceSite(relative, line))
     return sites
 
@@ -259,6 +264,7 @@ class _Scanner:
         self.reads: list[RunnerRead] = []
         self.followed: set[tuple[Path, str, tuple[tuple[str, str], ...]]] = set()
         self.direct: set[Path] = set()
+        self.calls: set[RunnerCall] = set()
 
     # ------------------------------------------------------------ modules
 
@@ -562,6 +568,8 @@ class _FunctionScan:
         for name, path in keywords:
             if path is not None and name in keyword_params:
                 bindings[name] = path
+        if bindings:
+            self.scanner.calls.add(RunnerCall(self.module.relative, self.qualname, module.relative, qualname))
         # A runner handed on under its usual name to a file scanned anyway adds nothing new.
         if not bindings or bindings == {RUNNER_NAME: ""} and module.path in self.scanner.direct:
             return
@@ -593,14 +601,53 @@ def _dedupe(reads: list[RunnerRead]) -> list[RunnerRead]:
     return sorted(best.values(), key=lambda r: (r.site.file, r.site.line, r.path, r.soft))
 
 
-def scan_runner_reads(release: SGLangRelease) -> list[RunnerRead]:
-    """Every read of `model_runner.X` in the DSA / DeepSeek-V4 backends and their helpers.
+@dataclass(frozen=True)
+class RunnerCall:
+    """A call that hands a runner value to a function of a scanned file: caller -> callee (qualnames)."""
 
-    Reads `model_runner.a.b`, `self.model_runner.a.b`, local aliases (`cfg = model_runner.a; cfg.b`),
-    `getattr`/`hasattr` (soft when a default is given or for `hasattr`), and follows calls that pass a
-    runner value to a helper under srt/layers/attention/. Raises UsageError when the tree has no DSA
-    backend.
-    """
+    caller_file: str
+    caller: str
+    callee_file: str
+    callee: str
+
+
+@dataclass(frozen=True)
+class RunnerFlow:
+    """The reads of one scan and the calls through which the runner travels between functions."""
+
+    reads: tuple[RunnerRead, ...]
+    calls: frozenset[RunnerCall]
+
+    def reached_from(self, file: str, qualname: str) -> set[tuple[str, str]]:
+        """(file, qualname) of the functions whose body a runner given to `qualname` (or to any
+        method below it when it names a class) can reach, that function(s) included."""
+        frontier = {(c.caller_file, c.caller) for c in self.calls if c.caller_file == file}
+        frontier |= {(r.site.file, r.function) for r in self.reads if r.site.file == file}
+        reached = {(f, q) for f, q in frontier if q == qualname or q.startswith(qualname + ".")}
+        pending = list(reached)
+        while pending:
+            f, q = pending.pop()
+            for call in self.calls:
+                # a closure (`q.<locals>.inner`) runs with its enclosing function's runner
+                if call.caller_file == f and (call.caller == q or call.caller.startswith(q + ".<locals>.")):
+                    target = (call.callee_file, call.callee)
+                    if target not in reached:
+                        reached.add(target)
+                        pending.append(target)
+        return reached
+
+    def reads_from(self, file: str, qualname: str) -> list[RunnerRead]:
+        """The reads a runner given to `qualname` (a function, or a class: all its methods) can reach."""
+        reached = self.reached_from(file, qualname)
+        return [
+            r for r in self.reads
+            if any(r.site.file == f and (r.function == q or r.function.startswith(q + ".<locals>."))
+                   for f, q in reached)
+        ]
+
+
+def scan_runner_flow(release: SGLangRelease) -> RunnerFlow:
+    """`scan_runner_reads` plus the runner-passing calls between the scanned functions."""
     if not release.file(DSA_BACKEND_FILE).is_file():
         raise UsageError(
             f"{release.package_dir} (SGLang {release.version}) has no DSA backend: expected "
@@ -611,4 +658,15 @@ def scan_runner_reads(release: SGLangRelease) -> list[RunnerRead]:
     scanner.direct = set(files)
     for path in files:
         scanner.scan_file(path)
-    return _dedupe(scanner.reads)
+    return RunnerFlow(tuple(_dedupe(scanner.reads)), frozenset(scanner.calls))
+
+
+def scan_runner_reads(release: SGLangRelease) -> list[RunnerRead]:
+    """Every read of `model_runner.X` in the DSA / DeepSeek-V4 backends and their helpers.
+
+    Reads `model_runner.a.b`, `self.model_runner.a.b`, local aliases (`cfg = model_runner.a; cfg.b`),
+    `getattr`/`hasattr` (soft when a default is given or for `hasattr`), and follows calls that pass a
+    runner value to a helper under srt/layers/attention/. Raises UsageError when the tree has no DSA
+    backend.
+    """
+    return list(scan_runner_flow(release).reads)

@@ -1,0 +1,151 @@
+"""The audit's result and how it is shown: the text report and the JSON document.
+
+Owns `AuditResult` (mocks with findings, warnings, untraced backend calls, the exit code) and its
+rendering. Must not scan anything: `dsakit.audit.command` builds the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsakit.audit.device_guards import probe_table
+from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, short_site
+from dsakit.audit.usage import ASSUMED, BackendCall
+from dsakit.upstream.release import SGLangRelease
+
+CONFIG_RULE = (
+    "a read 'fails on' a device when it fires there in the default configuration (configuration "
+    "conditions count as off: flags false, == 'choice' false, is None true); 'only with' names the "
+    "configuration a read needs elsewhere"
+)
+
+
+@dataclass
+class AuditResult:
+    release: SGLangRelease
+    devices: list[str]
+    files: list[str]
+    mocks: list[MockFinding]
+    untraced: list[BackendCall] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    strict: list[BackendCall] = field(default_factory=list)
+
+    @property
+    def failing(self) -> list[MockFinding]:
+        return [m for m in self.mocks if m.failing]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing else 0
+
+    def summary_line(self) -> str:
+        verdict = "FAILED" if self.failing else "OK"
+        return (
+            f"dsakit audit: SGLang {self.release.version}: {len(self.files)} files, {len(self.mocks)} mock "
+            f"runners, {len(self.failing)} lacking an entry read on {', '.join(self.devices)} \u2192 {verdict}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sglang": {"version": self.release.version, "package_dir": str(self.release.package_dir)},
+            "devices": self.devices,
+            "files": self.files,
+            "rule": CONFIG_RULE,
+            "ok": not self.failing,
+            "exit_code": self.exit_code,
+            "summary": self.summary_line(),
+            "mocks": [m.as_dict() for m in self.mocks],
+            "untraced_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
+                               for c in self.untraced],
+            "strict_mock_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
+                                  for c in self.strict],
+            "warnings": self.warnings,
+            "probe_table": probe_table(),
+        }
+
+    def render(self) -> str:
+        lines = [f"SGLang {self.release.version} at {self.release.package_dir}",
+                 f"devices: {', '.join(self.devices)}", f"({CONFIG_RULE})", ""]
+        for mock in self.mocks:
+            lines.extend(_render_mock(mock, self.devices))
+            lines.append("")
+        for call in self.untraced:
+            lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): the runner argument is not a "
+                         "mock the audit can trace (a parameter without a fixture, or a value built elsewhere)")
+        for call in self.strict:
+            lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): dsakit's strict MockModelRunner "
+                         "fixture, built from the contract: nothing to audit")
+        for warning in self.warnings:
+            lines.append(f"warning: {warning}")
+        if self.untraced or self.warnings or self.strict:
+            lines.append("")
+        lines.append(self.summary_line())
+        return "\n".join(lines)
+
+
+def _render_mock(mock: MockFinding, devices: list[str]) -> list[str]:
+    value = mock.mock
+    named = f" '{value.name}'" if value.name and value.name != value.label else ""
+    lines = [f"{value.label}{named} ({value.kind}, {value.site})"]
+    if value.added:
+        lines.append(f"  sets after construction: {', '.join(value.added)}")
+    if mock.use_known:
+        uses = "; ".join(f"{c.backend.name} at {c.site}" for c in mock.calls)
+        lines.append(f"  used with: {uses}")
+    else:
+        lines.append(f"  used with: unknown (assumed every DSA/DSv4 backend: {', '.join(ASSUMED)})")
+    if value.tree.open:
+        lines.append(f"  provides anything below: {value.tree.open}; nothing it lacks can be shown")
+    if not mock.missing:
+        lines.append("  lacks nothing its backends read on the selected devices")
+    for entry in mock.missing:
+        lines.extend(_render_entry(entry, devices, soft=False))
+    for entry in mock.soft:
+        lines.extend(_render_entry(entry, devices, soft=True))
+    return lines
+
+
+def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool) -> list[str]:
+    contract = ""
+    if entry.contract_entry is None:
+        contract = " [not in dsakit's contract]"
+    elif entry.contract_entry != entry.path:
+        contract = f" [contract entry {entry.contract_entry}]"
+    head = "  note (soft read: getattr default / hasattr): " if soft else "  lacks "
+    groups: dict[tuple[str, str], list[ReadFinding]] = {}
+    for read in entry.reads:  # reads with one guard and one outcome share a line
+        groups.setdefault((read.read.guard, _outcome(read, devices)), []).append(read)
+    lines = [_render_group(reads, outcome) for (_, outcome), reads in groups.items()]
+    if len(lines) == 1:
+        return [f"{head}{entry.path}{contract}: {lines[0]}"]
+    return [f"{head}{entry.path}{contract}:", *(f"      {line}" for line in lines)]
+
+
+def _render_group(reads: list[ReadFinding], outcome: str) -> str:
+    sites = ", ".join(dict.fromkeys(short_site(str(r.read.site)) for r in reads))
+    functions = ", ".join(dict.fromkeys(_function(r) for r in reads))
+    guard = reads[0].read.guard
+    return f"{sites} ({functions}) {'when ' + guard if guard else 'unconditionally'} -> {outcome}"
+
+
+def _function(read: ReadFinding) -> str:
+    text = read.read.function
+    if read.read.via:
+        return f"{text}, via {short_site(read.read.via[0].split(' ', 1)[0])}"
+    outer = [b for b in read.backends if not text.startswith(b.split(".")[0] + ".")]
+    if outer and len(outer) == len(read.backends):
+        text += f", reached from {' and '.join(outer)}"
+    return text
+
+
+def _outcome(read: ReadFinding, devices: list[str]) -> str:
+    fails = "falls back" if read.read.soft else "fails"
+    outcomes: list[str] = []
+    if read.fails_on:
+        every = len(read.fails_on) == len(devices) and len(devices) > 1
+        outcomes.append(f"{fails} on {'every device' if every else ', '.join(read.fails_on)}")
+    for condition, where in read.only_with:
+        place = "every device" if len(where) == len(devices) and len(devices) > 1 else ", ".join(where)
+        outcomes.append(f"only with {condition} on {place}")
+    return "; ".join(outcomes)
