@@ -237,7 +237,7 @@ class InventoryReporter:
 
     def tests_json(self) -> dict[str, dict[str, Any]]:
         """Per test id: outcome, the gates it declared, skip reasons (codes) or failure signature."""
-        from dsakit.node.pr_vs_base import FAILING, signature
+        from dsakit.node.pr_vs_base_recorder import FAILING, signature
 
         tests: dict[str, dict[str, Any]] = {}
         for nodeid, record in self.outcomes.items():

@@ -22,34 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pr_vs_base_recorder import FAILING, signature
 from dsakit.reasons import Reason
 
 if TYPE_CHECKING:
     from dsakit.node.markdown import Comment
 
-FAILING = ("failed", "error", "crashed", "xpassed")
 CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-change", "added",
            "removed", "unchanged")
-
-_NORMALISERS = (
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
-    (re.compile(r"\.py:\d+"), ".py"),
-    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
-    (re.compile(r"\bline \d+"), "line ?"),
-    (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
-    (re.compile(r"\s+"), " "),
-)
-
-
-def signature(outcome: dict[str, Any]) -> str:
-    """A failure's identity across runs: message (with its exception type) and crash frame file,
-    without line numbers, addresses, pids or temp paths."""
-    text = str(outcome.get("message", "")).strip().splitlines()[0] if outcome.get("message") else ""
-    for pattern, repl in _NORMALISERS:
-        text = pattern.sub(repl, text)
-    frame = re.sub(r":\d+", "", str(outcome.get("frame", "")))
-    return f"{text.strip()[:200]} @ {frame}" if frame else text.strip()[:200]
-
 
 # ---------------------------------------------------------------- trees
 

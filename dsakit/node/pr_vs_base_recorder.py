@@ -11,10 +11,33 @@ import importlib.metadata
 import importlib.util
 import json
 import platform
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+FAILING = ("failed", "error", "crashed", "xpassed")
+
+_NORMALISERS = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"\.py:\d+"), ".py"),
+    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
+    (re.compile(r"\bline \d+"), "line ?"),
+    (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def signature(outcome: dict[str, Any]) -> str:
+    """A failure's identity across runs: message (with its exception type) and crash frame file,
+    without line numbers, addresses, pids or temp paths."""
+    text = str(outcome.get("message", "")).strip().splitlines()[0] if outcome.get("message") else ""
+    for pattern, repl in _NORMALISERS:
+        text = pattern.sub(repl, text)
+    frame = re.sub(r":\d+", "", str(outcome.get("frame", "")))
+    return f"{text.strip()[:200]} @ {frame}" if frame else text.strip()[:200]
+
 
 KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
                    "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
