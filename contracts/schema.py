@@ -39,10 +39,21 @@ _ROLES_BY_VALUE: dict[str, Role] = {role.value: role for role in Role}
 
 def parse_roles(spec: str | Iterable[str]) -> list[str]:
     names = spec.split(",") if isinstance(spec, str) else list(spec)
-    roles = [Role.parse(n).value for n in names if str(n).strip()]
+    # "target,target" names one role: each role runs once
+    roles = list(dict.fromkeys(Role.parse(n).value for n in names if str(n).strip()))
     if not roles:
         raise UsageError("no role given; expected a comma-separated subset of: target, draft")
     return roles
+
+
+def validate_roles_option(spec: str, *, what: str = "--dsakit-roles") -> list[str]:
+    """`parse_roles` for a pytest option or marker: a bad value is one pytest usage error line."""
+    import pytest
+
+    try:
+        return parse_roles(spec)
+    except UsageError as error:
+        raise pytest.UsageError(f"{what}={spec!r}: {error}") from None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The skip inventory: every skip grouped by its reason code (gate codes, invalid-cell and
 unsupported-shape codes, "uncoded" for bare skips), with counts and what it means.
 
-Owns: recording gated skips from test reports, the xdist hand-over (workers put their inventory
-in `config.workeroutput`, the controller merges it in `pytest_testnodedown`), the terminal section
+Owns: recording gated skips from test reports (on the xdist controller too, from every forwarded
+report, so a crashed worker's skips stay), the xdist hand-over of what reports cannot carry (tests
+behind each gate, via `config.workeroutput`), the terminal section
 "dsakit skip inventory", the `--dsakit-report` JSON file, `--dsakit-must-run` and the report header
 line. Never imports torch or SGLang (the device is probed lazily through `dsakit.gates.device_model`).
 """
@@ -22,6 +23,7 @@ from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
+GATED_KEY = "dsakit_gated_tests"
 DEVICE_KEY = "dsakit_device"
 
 # "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
@@ -63,6 +65,26 @@ class SkipInventory:
     def __init__(self) -> None:
         self.planned: dict[str, tuple[Reason, ...]] = {}
         self.gates: dict[str, GateSkips] = {}
+        # collected tests behind each gate code, open or closed (None on an xdist controller until
+        # a worker reports: the controller does not collect)
+        self.gated: dict[str, int] | None = {}
+        self._gated_ids: dict[str, set[str]] = {}
+
+    def note_gated(self, nodeid: str, codes: Iterable[str]) -> None:
+        """A collected test (or a `require` call) sits behind these gate codes."""
+        for code in codes:
+            ids = self._gated_ids.setdefault(code, set())
+            ids.add(nodeid)
+            if self.gated is None:
+                self.gated = {}
+            self.gated[code] = max(self.gated.get(code, 0), len(ids))
+
+    def merge_gated(self, counts: dict[str, int]) -> None:
+        """A worker's counts: every worker collects the whole selection, so take the largest."""
+        merged = dict(self.gated or {})
+        for code, count in counts.items():
+            merged[code] = max(merged.get(code, 0), int(count))
+        self.gated = merged
 
     def plan(self, nodeid: str, reasons: Iterable[Reason]) -> None:
         """Closed gates known for a test before it runs (collection markers, `require`)."""
@@ -105,6 +127,13 @@ class SkipInventory:
     def skipped_behind(self, codes: Iterable[str]) -> dict[str, list[str]]:
         return {code: list(self.gates[code].tests) for code in codes if code in self.gates}
 
+    def without_tests(self, codes: Iterable[str]) -> list[str]:
+        """Codes no collected test sits behind (nothing for --dsakit-must-run to check); empty when
+        unknown (an xdist run whose workers all died before reporting)."""
+        if self.gated is None:
+            return []
+        return [code for code in codes if code not in self.gates and not self.gated.get(code)]
+
 
 def _sglang_version() -> str | None:
     from dsakit.errors import UsageError
@@ -135,13 +164,17 @@ class InventoryReporter:
         device: Callable[[], DeviceModel],
         must_run: tuple[str, ...],
         report_path: str | None,
+        must_run_strict: bool = False,
     ) -> None:
         self.config = config
         self.inventory = inventory
         self.device = device
         self.must_run = must_run
+        self.must_run_strict = must_run_strict
         self.report_path = report_path
         self.failures: dict[str, list[str]] = {}
+        self.untested: list[str] = []  # must-run codes with no collected test behind them
+        self.report_error: str | None = None
 
     @property
     def is_worker(self) -> bool:
@@ -151,21 +184,24 @@ class InventoryReporter:
         return header_line(self.device())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # On the xdist controller the workers' reports arrive here too (they carry `node`);
-        # their inventory comes whole through workeroutput instead.
-        if getattr(report, "node", None) is not None:
-            return
+        # On the xdist controller every worker report arrives here as it happens (it carries
+        # `node`): recording it here keeps the skips of a worker that dies later, and of a run
+        # interrupted with Ctrl-C, whose workeroutput never arrives.
         self.inventory.record(report)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             self.config.workeroutput[WORKER_KEY] = self.inventory.to_data()  # type: ignore[attr-defined]
+            self.config.workeroutput[GATED_KEY] = dict(self.inventory.gated or {})  # type: ignore[attr-defined]
             return
         if self.config.option.collectonly:
             self.inventory.add_planned()
         self.failures = self.inventory.skipped_behind(self.must_run)
-        if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            self.untested = self.inventory.without_tests(self.must_run)
+        failing = self.failures or (self.untested and self.must_run_strict)
+        if failing and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.report_path:
             self.write_report(Path(self.report_path))
@@ -177,17 +213,24 @@ class InventoryReporter:
             "sglang": _sglang_version(),
             "collect_only": bool(self.config.option.collectonly),
             "gates": self.inventory.to_data(),
-            "must_run": {"codes": list(self.must_run), "failed": self.failures},
+            "must_run": {"codes": list(self.must_run), "failed": self.failures,
+                         "no_test_behind": self.untested, "strict": self.must_run_strict},
         }
 
     def write_report(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Atomic write; a path that turned unwritable since configure is reported in the
+        summary (the run's exit status stays what the tests made it) and leaves no *.tmp."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+            tmp.replace(path)
+        except OSError as error:
+            self.report_error = f"--dsakit-report {path}: not written: {error.strerror or error}"
+            tmp.unlink(missing_ok=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.is_worker or (not self.inventory.gates and not self.must_run):
+        if self.is_worker or (not self.inventory.gates and not self.must_run and not self.report_error):
             return
         device = self.device()
         terminalreporter.section("dsakit skip inventory")
@@ -209,6 +252,15 @@ class InventoryReporter:
                 + ", ".join(tests),
                 red=True,
             )
+        for code in self.untested:
+            verdict = ("fails the run (--dsakit-must-run-strict)" if self.must_run_strict else
+                       "nothing to check; --dsakit-must-run-strict makes this fail the run")
+            terminalreporter.write_line(
+                f"dsakit: --dsakit-must-run {code}: no collected test sits behind gate {code}: {verdict}",
+                red=self.must_run_strict, yellow=not self.must_run_strict,
+            )
+        if self.report_error:
+            terminalreporter.write_line(f"dsakit: {self.report_error}", red=True)
 
 
 class XdistHooks:
@@ -221,7 +273,15 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[DEVICE_KEY] = self.device_name
 
+    def pytest_configure(self, config: pytest.Config) -> None:
+        if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+            self.inventory.gated = None  # a controller collects nothing: unknown until a worker reports
+
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        output = getattr(node, "workeroutput", {})
+        data = output.get(WORKER_KEY)
         if data:
             self.inventory.merge(data)
+        gated = output.get(GATED_KEY)
+        if gated is not None:
+            self.inventory.merge_gated(gated)
