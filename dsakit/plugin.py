@@ -113,6 +113,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     validate_roles_option(config.getoption("--dsakit-roles"))
 
+    # --collect-only --snapshot-update would delete the goldens (dsakit.topk.snapshot)
+    if config.getoption("--snapshot-update", default=False):
+        from dsakit.topk.snapshot import refuse_update_without_runs
+
+        refuse_update_without_runs(config)
+
     for hooks in (marks.configure(config), gpu_pinning.configure(config)):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)

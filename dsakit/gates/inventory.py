@@ -10,6 +10,7 @@ line. Never imports torch or SGLang (the device is probed lazily through `dsakit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -227,7 +228,8 @@ class InventoryReporter:
             tmp.replace(path)
         except OSError as error:
             self.report_error = f"--dsakit-report {path}: not written: {error.strerror or error}"
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # its directory may be what broke
+                tmp.unlink(missing_ok=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker or (not self.inventory.gates and not self.must_run and not self.report_error):
