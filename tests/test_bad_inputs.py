@@ -66,9 +66,9 @@ def _leftovers(tmp: Path) -> list[str]:
     return sorted(p.name for p in (tmp / "tmp").glob("dsakit-*"))
 
 
-def _command(tmp: Path, args: Sequence[str], *, timeout: float = 240) -> Outcome:
+def _command(tmp: Path, args: Sequence[str], *, timeout: float = 240, new_session: bool = False) -> Outcome:
     done = subprocess.run([sys.executable, *args], cwd=tmp, env=_env(tmp), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+                          text=True, timeout=timeout, check=False, start_new_session=new_session)
     return Outcome(f"exit {done.returncode}", done.stdout + done.stderr, _leftovers(tmp))
 
 
@@ -217,14 +217,22 @@ def _bogus_server_arg() -> Any:
 
 
 def _sigint_run(tmp: Path) -> Outcome:
+    """Ctrl-C in a terminal: SIGINT to the whole foreground process group (the xdist controller
+    and every worker) while both workers are busy."""
     _write(tmp, {"test_int.py": GATED + (
+        "\n@pytest.mark.dsakit_requires('cuda')\n"
+        "def test_b_gated():\n"
+        "    pass\n\n"
         "import os, signal, time\n\n"
-        "def test_b_interrupt():\n"
-        "    time.sleep(3)  # the gated skip on the other worker is reported by now\n"
-        "    os.kill(os.getppid(), signal.SIGINT)  # the xdist controller\n"
+        "def test_c_interrupt():\n"
+        "    time.sleep(4)  # the gated skips are reported by now\n"
+        "    os.killpg(os.getpgrp(), signal.SIGINT)\n"
+        "    time.sleep(30)\n\n"
+        "def test_d_busy():\n"
         "    time.sleep(30)\n")})
+    # its own session: the process group signalled is the pytest run's, not this test's
     return _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--dsakit-device=cpu",
-                          "-n", "2", "test_int.py"], timeout=120)
+                          "-n", "2", "test_int.py"], timeout=120, new_session=True)
 
 
 # ---------------------------------------------------------------- the table
@@ -382,9 +390,9 @@ CASES: list[Case] = [
     Case("xdist-lock-dir-removed", "11", "pytest -n 2 (TMPDIR checked afterwards)",
          pytest_run("-n", "2", files=PASSING),
          "exit 0", ("1 passed",), extra=_no_leftovers),
-    Case("sigint-under-xdist-keeps-inventory", "11", "pytest -n 2, Ctrl-C (SIGINT to the controller)",
+    Case("sigint-under-xdist-keeps-inventory", "11", "pytest -n 2, Ctrl-C (SIGINT to the process group, both workers busy)",
          _sigint_run,
-         "exit 2", ("dsakit skip inventory", "1 skipped  [cuda]"), absent=()),
+         "exit 2", ("dsakit skip inventory", "2 skipped  [cuda]", "KeyboardInterrupt"), absent=()),
     # 3 -- assert_topk_valid (and survivor 2: an index equal to the length)
     Case("topk-float64-close-scores", "3", "assert_topk_valid([[0]], float64 [[2**25, 2**25+1]], [2], 1)",
          api(_topk([[0]], [[2.0**25, 2.0**25 + 1]], [2], 1, dtype="float64")),
