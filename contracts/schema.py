@@ -46,14 +46,18 @@ def parse_roles(spec: str | Iterable[str]) -> list[str]:
     return roles
 
 
-def validate_roles_option(spec: str, *, what: str = "--dsakit-roles") -> list[str]:
-    """`parse_roles` for a pytest option or marker: a bad value is one pytest usage error line."""
+def validate_roles_option(spec: str, *, what: str = "--dsakit-roles", collecting: bool = False) -> list[str]:
+    """`parse_roles` for a pytest option (a usage error) or, while `collecting`, a marker (that
+    file's collection error): one line naming the value, no traceback."""
     import pytest
 
     try:
         return parse_roles(spec)
     except UsageError as error:
-        raise pytest.UsageError(f"{what}={spec!r}: {error}") from None
+        message = f"{what}={spec!r}: {error}"
+    if collecting:
+        pytest.fail(message, pytrace=False)
+    raise pytest.UsageError(message)
 
 
 @dataclass(frozen=True)

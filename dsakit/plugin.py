@@ -181,14 +181,13 @@ def draft_runner() -> MockModelRunner:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_runner_role" in metafunc.fixturenames:
-        from dsakit.contracts.schema import parse_roles
-
-        from dsakit.contracts.schema import validate_roles_option
+        from dsakit.contracts.schema import parse_roles, validate_roles_option
 
         roles = parse_roles(metafunc.config.getoption("--dsakit-roles"))
         marker = metafunc.definition.get_closest_marker("dsakit_role")
         if marker is not None:
-            roles = validate_roles_option(marker.args[0], what=f"{metafunc.definition.nodeid}: dsakit_role")
+            roles = validate_roles_option(marker.args[0], what=f"{metafunc.definition.nodeid}: dsakit_role",
+                                          collecting=True)
         metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
     if "topk_cell" in metafunc.fixturenames:
         from dsakit.topk.matrix import parametrize

@@ -357,6 +357,11 @@ CASES: list[Case] = [
     Case("roles-unknown-no-runner-test", "10", "pytest --dsakit-roles=foo (no model_runner test)",
          pytest_run("--dsakit-roles=foo", files=PASSING),
          "exit 4", ("--dsakit-roles='foo': unknown role 'foo'",)),
+    Case("roles-unknown-in-marker", "10", "@pytest.mark.dsakit_role('foo') on a model_runner test",
+         pytest_run(files={"test_mr.py": "import pytest\n\n@pytest.mark.dsakit_role('foo')\n"
+                                         "def test_mr(model_runner):\n    pass\n"}),
+         "exit 2", ("test_mr.py::test_mr: dsakit_role='foo': unknown role 'foo'; expected one of: target, draft",),
+         absent=("Traceback", "pluggy/_")),  # no pluggy frames
     Case("roles-duplicate", "10", "pytest --dsakit-roles=target,target",
          pytest_run("--dsakit-roles=target,target", files={"test_mr.py": "def test_mr(model_runner):\n    pass\n"}),
          "exit 0", ("1 passed",)),
