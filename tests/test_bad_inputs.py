@@ -34,7 +34,7 @@ class Outcome:
         """The first line that says something, for the before/after table."""
         lines = [ln.strip() for ln in self.text.splitlines() if ln.strip()]
         useful = [ln for ln in lines if re.search(r"error|ERROR|FAILED|refused|dsakit|Error|passed|"
-                                                  r"skipped|damaged|\[", ln)]
+                                                  r"skipped|cannot be read|\[", ln)]
         return (useful or lines or [""])[-1][:160]
 
 
@@ -376,11 +376,11 @@ CASES: list[Case] = [
          "exit 4", ("--snapshot-update with --collect-only would delete every golden",), extra=_golden_kept),
     Case("golden-truncated", "6", "pytest test_sel.py (golden cut before its '# ---')",
          _golden(lambda lines: lines[:-2]),
-         "exit 1", ("golden file", "is damaged: line", "is cut off before its closing '# ---'",
+         "exit 1", ("golden file", "cannot be read: line", "is cut off before its closing '# ---'",
                     "--snapshot-update")),
     Case("golden-garbled", "6", "pytest test_sel.py (a golden line replaced by junk)",
          _golden(lambda lines: [*lines[:3], "@@ garbage @@", *lines[4:]]),
-         "exit 1", ("is damaged: line 4: '@@ garbage @@' is neither a record marker",)),
+         "exit 1", ("cannot be read: line 4: '@@ garbage @@' is neither a record marker",)),
     # 7 -- dsakit warm after -k
     Case("warm-k-nomatch", "7", "dsakit warm --json test_jit.py -- -k nomatch",
          dsakit("warm", "--json", "test_jit.py", "--", "-k", "nomatch", files={"test_jit.py": """

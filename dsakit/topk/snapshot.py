@@ -425,7 +425,7 @@ def golden_damage(path: str | Path) -> str | None:
         return "the file is empty"
     if lines[0] != header:
         if lines[0].startswith("# serializer version: ") and len(lines) > 1:
-            return (f"line 1: {lines[0][2:]!r}, an older format; this dsakit reads and writes "
+            return (f"line 1: {lines[0][2:]!r} is an older format; this dsakit reads and writes "
                     f"{SelectionSerializer.VERSION}")
         return f"line 1: {lines[0][:60]!r} is not the header {header!r} (the file is truncated or garbled)"
     name: str | None = None
@@ -454,7 +454,7 @@ def golden_damage(path: str | Path) -> str | None:
 
 
 def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str:
-    return (f"golden file {path} is damaged: {damage}. Regenerate it on CPU (the reference path "
+    return (f"golden file {path} cannot be read: {damage}. Regenerate it on CPU (the reference path "
             f"writes goldens): python -m pytest {test_file} --snapshot-update; or restore it from git "
             f"(git checkout -- {path})")
 
