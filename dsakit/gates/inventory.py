@@ -73,12 +73,12 @@ class SkipInventory:
 
     def note_gated(self, nodeid: str, codes: Iterable[str]) -> None:
         """A collected test (or a `require` call) sits behind these gate codes."""
+        gated = self.gated if self.gated is not None else {}
         for code in codes:
             ids = self._gated_ids.setdefault(code, set())
             ids.add(nodeid)
-            if self.gated is None:
-                self.gated = {}
-            self.gated[code] = max(self.gated.get(code, 0), len(ids))
+            gated[code] = len(ids)
+        self.gated = gated
 
     def merge_gated(self, counts: dict[str, int]) -> None:
         """A worker's counts: every worker collects the whole selection, so take the largest."""

@@ -152,7 +152,7 @@ def syntax_error(path: Path) -> str | None:
     return None
 
 
-def test_files(arguments: Sequence[str]) -> list[Path]:
+def expand_test_files(arguments: Sequence[str]) -> list[Path]:
     """The files to rerun: each FILE as given, each directory expanded to its `test_*.py` /
     `*_test.py` files (sorted, recursively); UsageError for a path that is neither."""
     paths: list[Path] = []
@@ -367,7 +367,7 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
 
     if timeout is not None and not timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    paths = test_files(files)
+    paths = expand_test_files(files)
     out_dir = writable_dir(junit_dir or "dsakit-rerun-junit", "--junitxml")
     device = resolve_device(device_name)
     gpus = len(discover(device_name).ids) if device.is_gpu else 0
