@@ -213,6 +213,14 @@ def _bogus_server_arg() -> Any:
     return MockModelRunner().server_args.bogus_arg
 
 
+def _copy_nested_node() -> Any:
+    import copy
+
+    from dsakit.mocks.model_runner import MockModelRunner
+
+    return copy.copy(MockModelRunner().server_args)
+
+
 # -- SIGINT under -n 2 (item 11)
 
 
@@ -425,6 +433,9 @@ CASES: list[Case] = [
     Case("mock-pickle", "9", "pickle.loads(pickle.dumps(MockModelRunner(role='draft', ...)))",
          api(_mock_copies("pickle")),
          "ok", ("<strict model_runner role=draft> max_running_requests=4",)),
+    Case("mock-copy-nested-node", "9", "copy.copy(MockModelRunner().server_args)", api(_copy_nested_node),
+         "TypeError", ("cannot copy or pickle <strict model_runner.server_args role=target> on its own",
+                       "copy the runner")),
 ]
 
 
