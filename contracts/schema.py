@@ -39,10 +39,25 @@ _ROLES_BY_VALUE: dict[str, Role] = {role.value: role for role in Role}
 
 def parse_roles(spec: str | Iterable[str]) -> list[str]:
     names = spec.split(",") if isinstance(spec, str) else list(spec)
-    roles = [Role.parse(n).value for n in names if str(n).strip()]
+    # "target,target" names one role: each role runs once
+    roles = list(dict.fromkeys(Role.parse(n).value for n in names if str(n).strip()))
     if not roles:
         raise UsageError("no role given; expected a comma-separated subset of: target, draft")
     return roles
+
+
+def validate_roles_option(spec: str, *, what: str = "--dsakit-roles", collecting: bool = False) -> list[str]:
+    """`parse_roles` for a pytest option (a usage error) or, while `collecting`, a marker (that
+    file's collection error): one line naming the value, no traceback."""
+    import pytest
+
+    try:
+        return parse_roles(spec)
+    except UsageError as error:
+        message = f"{what}={spec!r}: {error}"
+    if collecting:
+        pytest.fail(message, pytrace=False)
+    raise pytest.UsageError(message)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError (exit 2, one line) instead of printing usage and exiting."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        # main() prints "dsakit: error: ", so only the subcommand words ("compare: ") go here
+        command = self.prog.partition(" ")[2]
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 def _contract_check(args: argparse.Namespace) -> int:

@@ -62,6 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="fail the run when any test behind these gate codes was skipped (per shard: tests of "
         "other shards are not skipped; `dsakit report merge` checks they ran on some node)",
     )
+    group.addoption(
+        "--dsakit-must-run-strict",
+        action="store_true",
+        default=False,
+        help="also fail the run when no collected test sits behind a --dsakit-must-run gate "
+        "(default: say so in the skip inventory and pass)",
+    )
 
     # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
     group.addoption(
@@ -109,6 +116,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
     from dsakit.gates import marks
     from dsakit.node import gpu_pinning
+
+    # --dsakit-roles is checked once here, also in runs where no test asks for `model_runner`
+    from dsakit.contracts.schema import validate_roles_option
+
+    validate_roles_option(config.getoption("--dsakit-roles"))
+
+    # --collect-only --snapshot-update would delete the goldens (dsakit.topk.snapshot)
+    if config.getoption("--snapshot-update", default=False):
+        from dsakit.topk.snapshot import refuse_update_without_runs
+
+        refuse_update_without_runs(config)
 
     for hooks in (marks.configure(config), gpu_pinning.configure(config)):
         for name, plugin in hooks.items():
@@ -172,12 +190,13 @@ def draft_runner() -> MockModelRunner:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_runner_role" in metafunc.fixturenames:
-        from dsakit.contracts.schema import parse_roles
+        from dsakit.contracts.schema import parse_roles, validate_roles_option
 
         roles = parse_roles(metafunc.config.getoption("--dsakit-roles"))
         marker = metafunc.definition.get_closest_marker("dsakit_role")
         if marker is not None:
-            roles = parse_roles(marker.args[0])
+            roles = validate_roles_option(marker.args[0], what=f"{metafunc.definition.nodeid}: dsakit_role",
+                                          collecting=True)
         metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
     if "topk_cell" in metafunc.fixturenames:
         from dsakit.topk.matrix import parametrize

@@ -33,7 +33,9 @@ class MockModelRunner(StrictNode):
     the runner through pays for none of it.
     """
 
-    __slots__ = ()
+    # what it was built from (role, overrides, omit) and the writes made since, by path: a copy
+    # or an unpickled runner is rebuilt from them (`__reduce__`)
+    __slots__ = ("_dsakit_args", "_dsakit_writes")
 
     def __init__(
         self,
@@ -59,3 +61,19 @@ class MockModelRunner(StrictNode):
         for key, value in keyword_overrides.items():
             merged[key.replace("__", ".")] = value
         super().__init__(MODEL_RUNNER_CONTRACT, "", parsed_role, None, merged, omitted)
+        object.__setattr__(self, "_dsakit_args", (parsed_role.value, merged, omitted))
+        object.__setattr__(self, "_dsakit_writes", {})
+
+    def _dsakit_written(self, path: str, value: Any) -> None:
+        self._dsakit_writes[path] = value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """copy.copy / copy.deepcopy / pickle: an equal strict mock, rebuilt from the role, the
+        overrides and `omit`, with the writes made since applied as overrides (deepcopy copies
+        them; copy.copy shares them). Contract defaults not yet read are built afresh."""
+        role, overrides, omitted = self._dsakit_args
+        return (_rebuild, (role, {**overrides, **self._dsakit_writes}, tuple(sorted(omitted))))
+
+
+def _rebuild(role: str, overrides: dict[str, Any], omit: tuple[str, ...]) -> MockModelRunner:
+    return MockModelRunner(role, omit=omit, overrides=overrides)

@@ -198,7 +198,7 @@ class StrictNode:
         site = _site(frame)
         role = self._dsakit_role.value
         read_log.record(read_log.ContractRead(kind, role, path, site))
-        real = runner_site(path.split(".", 1)[0])
+        real = runner_site(path)
         if kind == read_log.OMITTED:
             entry = self._dsakit_contract.get(path)
             readers = "; ".join(entry.readers) if entry and entry.readers else "see the contract"
@@ -277,6 +277,16 @@ class StrictNode:
         if values is None:
             values = self._dsakit_materialize()
         values[name] = value
+        root = self._dsakit_root if self._dsakit_root is not None else self
+        root._dsakit_written(self._full(name), value)
+
+    def _dsakit_written(self, path: str, value: Any) -> None:
+        """A write below this root (MockModelRunner keeps them, so a copy carries them)."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"cannot copy or pickle {self!r} on its own: it belongs to a MockModelRunner; copy the "
+            "runner (copy.deepcopy(runner), pickle.dumps(runner)) and read the attribute from the copy")
 
     def __delattr__(self, name: str) -> None:
         raise UsageError(f"cannot delete model_runner.{self._full(name)}: build the mock with omit=(...) instead")

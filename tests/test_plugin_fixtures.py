@@ -41,8 +41,9 @@ def test_roles_option_narrows_the_matrix(pytester: pytest.Pytester) -> None:
 def test_unknown_role_is_a_clear_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
     result = pytester.runpytest("--dsakit-roles=target,verifier")
-    assert result.ret != 0
-    result.stdout.fnmatch_lines(["*unknown role 'verifier'; expected one of: target, draft*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # refused at configure, before collection
+    result.stderr.fnmatch_lines(["ERROR: --dsakit-roles='target,verifier': unknown role 'verifier'; "
+                                 "expected one of: target, draft"])
 
 
 def test_contract_violations_are_summarised_at_the_end(pytester: pytest.Pytester) -> None:

@@ -93,7 +93,8 @@ def test_must_run_fails_only_the_shard_that_skipped_the_gate(pytester: pytest.Py
     first, one = _shard(pytester, 1, "--dsakit-must-run=fa3")
     second, two = _shard(pytester, 2, "--dsakit-must-run=fa3", "-k", "not broken")
     assert first.ret == pytest.ExitCode.OK  # its fa3 tests are in shard 2: deselected, not skipped
-    assert one["must_run"] == {"codes": ["fa3"], "failed": {}}
+    # not skipped, but no test of this shard sits behind fa3: said, and fatal only when strict
+    assert one["must_run"] == {"codes": ["fa3"], "failed": {}, "no_test_behind": ["fa3"], "strict": False}
     assert second.ret == pytest.ExitCode.TESTS_FAILED
     assert sorted(two["must_run"]["failed"]["fa3"]) == [f"test_suite.py::test_fa3[{n}]" for n in range(3)]
 

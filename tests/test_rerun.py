@@ -82,7 +82,7 @@ def test_only_matching_skips_files_for_other_runners(pytester: pytest.Pytester) 
 
 def test_missing_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
     done = _rerun(pytester, "nope.py")
-    assert done.returncode == 2 and "no such test file: nope.py" in done.stderr
+    assert done.returncode == 2 and "no such test file or directory: nope.py" in done.stderr
 
 
 def test_registrations_and_node_match(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_report_json(pytester: pytest.Pytester) -> None:
     assert {code: entry["count"] for code, entry in data["gates"].items()} == {"fa3": 3, "cuda": 1, "module:aiter": 1, "uncoded": 1}
     assert data["gates"]["cuda"]["tests"] == ["test_report_json.py::test_cuda_and_module"]
     assert "AMD reports capability 9.0" in data["gates"]["fa3"]["reason"]
-    assert data["must_run"] == {"codes": [], "failed": {}}
+    assert data["must_run"] == {"codes": [], "failed": {}, "no_test_behind": [], "strict": False}
 
 
 def test_must_run_fails_when_its_tests_skipped(pytester: pytest.Pytester) -> None:
@@ -161,3 +161,33 @@ def test_a_skip_with_several_reasons_counts_under_each_code() -> None:
 
     message = format_reasons([Reason("no-role-split", "a; b"), Reason("torch-needs-unfused", "c")])
     assert [r.code for r in reasons_from_message(f"Skipped: {message}")] == ["no-role-split", "torch-needs-unfused"]
+
+
+def test_controller_records_forwarded_worker_reports() -> None:
+    """xdist forwards every worker report to the controller as it happens; recording them there
+    keeps the skips of a worker that dies (os._exit, a CUDA abort) before its workeroutput."""
+    from types import SimpleNamespace
+
+    from dsakit.gates.device_model import resolve_device
+    from dsakit.gates.inventory import InventoryReporter, SkipInventory
+
+    inventory = SkipInventory()
+    reporter = InventoryReporter(SimpleNamespace(), inventory, lambda: resolve_device("cpu"), (), None)  # type: ignore[arg-type]
+    report = pytest.TestReport("t.py::test_a", ("t.py", 1, "test_a"), {}, "skipped",
+                               ("t.py", 1, "Skipped: [cuda] needs an NVIDIA GPU"), "setup")
+    report.node = object()  # type: ignore[attr-defined]  # as xdist's controller sees it
+    reporter.pytest_runtest_logreport(report)
+    assert inventory.skipped_behind(["cuda"]) == {"cuda": ["t.py::test_a"]}
+
+
+def test_must_run_names_gates_no_test_sits_behind(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("import dsakit\n\n@dsakit.gate('cuda')\ndef test_cuda():\n    pass\n")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90", "--dsakit-must-run=cuda,cuda-graphs")
+    assert result.ret == 0  # cuda's test ran (open on SM 9.0); nothing sits behind cuda-graphs
+    result.stdout.fnmatch_lines(["dsakit: --dsakit-must-run cuda-graphs: no collected test sits behind gate "
+                                 "cuda-graphs: nothing to check; --dsakit-must-run-strict makes this fail the run"])
+    assert "--dsakit-must-run cuda:" not in result.stdout.str()
+    strict = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90", "--dsakit-must-run=cuda,cuda-graphs",
+                                "--dsakit-must-run-strict")
+    assert strict.ret == pytest.ExitCode.TESTS_FAILED
+    strict.stdout.fnmatch_lines(["*no collected test sits behind gate cuda-graphs: fails the run*"])

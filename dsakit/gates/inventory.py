@@ -1,13 +1,14 @@
 """The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips), with counts.
 
-Owns: recording skips and declared gates, the xdist hand-over (workeroutput, merged in
-`pytest_testnodedown`), the "dsakit skip inventory" section, the `--dsakit-report` JSON (format
-`REPORT_FORMAT`: node identity, every test's outcome and gates, skips per gate), `--dsakit-must-run`
-and the header line. Never imports torch or SGLang (the device is probed lazily).
+Owns: recording skips (on the xdist controller too, from every forwarded report, so a crashed
+worker's skips stay) and declared gates, the xdist hand-over, the "dsakit skip inventory" section,
+the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's outcome and gates),
+`--dsakit-must-run` and the header line. Never imports torch or SGLang (the device lazily).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -70,11 +71,22 @@ class SkipInventory:
     def __init__(self) -> None:
         self.planned: dict[str, tuple[Reason, ...]] = {}
         self.gates: dict[str, GateSkips] = {}
-        self.declared: dict[str, list[str]] = {}  # test id -> gate codes it asked for, open or closed
+        # test id -> gate codes it declared, open or closed; unknown (None) on an xdist controller
+        # until a worker hands its collection over (the controller collects nothing)
+        self.declared: dict[str, list[str]] | None = {}
 
     def declare(self, nodeid: str, codes: Iterable[str]) -> None:
-        entry = self.declared.setdefault(nodeid, [])
+        """A collected test (or a `require` call) sits behind these gate codes."""
+        declared = self.declared if self.declared is not None else {}
+        entry = declared.setdefault(nodeid, [])
         entry.extend(code for code in codes if code not in entry)
+        self.declared = declared
+
+    def keep_declared(self, selected: Iterable[str]) -> None:
+        """After deselection (-k, -m, pytest-split): only the selected tests sit behind gates."""
+        if self.declared is not None:
+            keep = set(selected)
+            self.declared = {nodeid: codes for nodeid, codes in self.declared.items() if nodeid in keep}
 
     def plan(self, nodeid: str, reasons: Iterable[Reason]) -> None:
         """Closed gates known for a test before it runs (collection markers, `require`)."""
@@ -107,7 +119,7 @@ class SkipInventory:
         return {code: entry.as_dict() for code, entry in self.gates.items()}
 
     def worker_data(self) -> dict[str, Any]:
-        return {"gates": self.to_data(), "declared": self.declared}
+        return {"gates": self.to_data(), "declared": self.declared or {}}
 
     def merge(self, data: dict[str, Any]) -> None:
         """A worker's `worker_data()`."""
@@ -125,19 +137,13 @@ class SkipInventory:
     def skipped_behind(self, codes: Iterable[str]) -> dict[str, list[str]]:
         return {code: list(self.gates[code].tests) for code in codes if code in self.gates}
 
-
-def _sglang_version() -> str | None:
-    from dsakit.errors import UsageError
-    from dsakit.upstream.release import installed_release
-
-    try:
-        return installed_release().version
-    except UsageError:
-        return None
-
-
-def header_line(device: DeviceModel) -> str:
-    return f"dsakit: device {_device_text(device)}; SGLang {_sglang_version() or 'not installed'}"
+    def without_tests(self, codes: Iterable[str]) -> list[str]:
+        """Codes no collected test sits behind (nothing for --dsakit-must-run to check); empty when
+        unknown (an xdist run whose workers all died before reporting)."""
+        if self.declared is None:
+            return []
+        behind = {code for codes in self.declared.values() for code in codes}
+        return [code for code in codes if code not in self.gates and code not in behind]
 
 
 def host_label(option: str | None) -> str:
@@ -160,6 +166,20 @@ def _device_text(device: DeviceModel) -> str:
     return device.describe() if device.simulated else f"{device.describe()} [real]"
 
 
+def _sglang_version() -> str | None:
+    from dsakit.errors import UsageError
+    from dsakit.upstream.release import installed_release
+
+    try:
+        return installed_release().version
+    except UsageError:
+        return None
+
+
+def header_line(device: DeviceModel) -> str:
+    return f"dsakit: device {_device_text(device)}; SGLang {_sglang_version() or 'not installed'}"
+
+
 class InventoryReporter:
     """Per-run hooks (registered from the plugin's pytest_configure)."""
 
@@ -171,14 +191,18 @@ class InventoryReporter:
         must_run: tuple[str, ...],
         report_path: str | None,
         host: str = "",
+        must_run_strict: bool = False,
     ) -> None:
         self.config = config
         self.inventory = inventory
         self.device = device
         self.must_run = must_run
+        self.must_run_strict = must_run_strict
         self.report_path = report_path
         self.host = host
         self.failures: dict[str, list[str]] = {}
+        self.untested: list[str] = []  # must-run codes with no collected test behind them
+        self.report_error: str | None = None
         self.outcomes: dict[str, dict[str, Any]] = {}  # test id -> outcome record (controller side)
         self.selected: list[str] = []
 
@@ -190,22 +214,21 @@ class InventoryReporter:
         return header_line(self.device())
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # On the xdist controller every worker report arrives here as it happens (it carries
+        # `node`): recording it here keeps the skips of a worker that dies later, and of a run
+        # interrupted with Ctrl-C, whose workeroutput never arrives.
+        self.inventory.record(report)
         if self.report_path and not self.is_worker:
-            # every test's outcome, from this process's reports and (on the xdist controller)
-            # the workers' reports that arrive here
+            # every test's outcome, from this process's reports and the workers' that arrive here
             from dsakit.node.pr_vs_base_recorder import next_outcome
 
             record = next_outcome(self.outcomes.get(report.nodeid), report)
             if record is not None:
                 self.outcomes[report.nodeid] = record
-        # On the xdist controller the workers' reports carry `node`; their inventory comes whole
-        # through workeroutput instead.
-        if getattr(report, "node", None) is not None:
-            return
-        self.inventory.record(report)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected = [item.nodeid for item in session.items]
+        self.inventory.keep_declared(self.selected)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -215,7 +238,10 @@ class InventoryReporter:
         if self.config.option.collectonly:
             self.inventory.add_planned(self.selected)
         self.failures = self.inventory.skipped_behind(self.must_run)
-        if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            self.untested = self.inventory.without_tests(self.must_run)
+        failing = self.failures or (self.untested and self.must_run_strict)
+        if failing and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.report_path:
             self.write_report(Path(self.report_path))
@@ -231,7 +257,8 @@ class InventoryReporter:
             "sglang": _sglang_version(),
             "collect_only": bool(self.config.option.collectonly),
             "gates": self.inventory.to_data(),
-            "must_run": {"codes": list(self.must_run), "failed": self.failures},
+            "must_run": {"codes": list(self.must_run), "failed": self.failures,
+                         "no_test_behind": self.untested, "strict": self.must_run_strict},
             "tests": self.tests_json(),
         }
 
@@ -242,7 +269,7 @@ class InventoryReporter:
         tests: dict[str, dict[str, Any]] = {}
         for nodeid, record in self.outcomes.items():
             entry: dict[str, Any] = {"outcome": record["outcome"],
-                                     "gates": list(self.inventory.declared.get(nodeid, ()))}
+                                     "gates": list((self.inventory.declared or {}).get(nodeid, ()))}
             if record["outcome"] == "skipped":
                 reasons = self.inventory.planned.get(nodeid) or reasons_from_message(record["reason"])
                 entry["reasons"] = [r.as_dict() for r in reasons] or [
@@ -253,13 +280,20 @@ class InventoryReporter:
         return tests
 
     def write_report(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Atomic write; a path that turned unwritable since configure is reported in the
+        summary (the run's exit status stays what the tests made it) and leaves no *.tmp."""
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+            tmp.replace(path)
+        except OSError as error:
+            self.report_error = f"--dsakit-report {path}: not written: {error.strerror or error}"
+            with contextlib.suppress(OSError):  # its directory may be what broke
+                tmp.unlink(missing_ok=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.is_worker or (not self.inventory.gates and not self.must_run):
+        if self.is_worker or (not self.inventory.gates and not self.must_run and not self.report_error):
             return
         device = self.device()
         terminalreporter.section("dsakit skip inventory")
@@ -281,6 +315,15 @@ class InventoryReporter:
                 + ", ".join(tests),
                 red=True,
             )
+        for code in self.untested:
+            verdict = ("fails the run (--dsakit-must-run-strict)" if self.must_run_strict else
+                       "nothing to check; --dsakit-must-run-strict makes this fail the run")
+            terminalreporter.write_line(
+                f"dsakit: --dsakit-must-run {code}: no collected test sits behind gate {code}: {verdict}",
+                red=self.must_run_strict, yellow=not self.must_run_strict,
+            )
+        if self.report_error:
+            terminalreporter.write_line(f"dsakit: {self.report_error}", red=True)
 
 
 class XdistHooks:
@@ -293,7 +336,12 @@ class XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[DEVICE_KEY] = self.device_name
 
+    def pytest_configure(self, config: pytest.Config) -> None:
+        if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+            self.inventory.declared = None  # a controller collects nothing: unknown until a worker reports
+
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        output = getattr(node, "workeroutput", {})
+        data = output.get(WORKER_KEY)
         if data:
             self.inventory.merge(data)

@@ -16,6 +16,7 @@ import pytest
 from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
+from dsakit.output_paths import writable_file
 from dsakit.reasons import Reason
 from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
 
@@ -93,14 +94,18 @@ def configure(config: pytest.Config) -> dict[str, object]:
         else:
             name = validate_device_name(config.getoption("dsakit_device"))
         must_run = validate_codes(split_codes(config.getoption("dsakit_must_run") or ""))
+        report_path = config.getoption("dsakit_report")
+        if report_path and workerinput is None:
+            writable_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
     session = GateSession(name, allow_torch=bool(config.getoption("dsakit_probe_torch")))
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
-        config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report"),
+        config, session.inventory, lambda: session.device, must_run, report_path,
         host_label(config.getoption("dsakit_host_label")),
+        must_run_strict=bool(config.getoption("dsakit_must_run_strict")),
     )
     hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):

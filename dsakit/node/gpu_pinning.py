@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -286,6 +287,7 @@ def multi_gpu_skip(need: int, available: int) -> Reason | None:
 
 _PLAN_KEY = pytest.StashKey["dict[tuple[str, ...], PinPlan]"]()
 _INVENTORY_KEY = pytest.StashKey[GpuInventory]()
+_LOCK_DIR_KEY = pytest.StashKey[str]()  # the run's node-lock directory, removed at unconfigure
 
 
 def workers_per_gpu(config: pytest.Config) -> int:
@@ -311,7 +313,9 @@ def controller_plan(config: pytest.Config, workers: Sequence[str]) -> PinPlan:
     plans = config.stash.setdefault(_PLAN_KEY, {})
     key = tuple(workers)
     if key not in plans:
-        lock_dir = next((p.pins[w].lock_dir for p in plans.values() for w in p.pins), "") or new_lock_dir()
+        lock_dir = config.stash.get(_LOCK_DIR_KEY, "")
+        if not lock_dir:
+            lock_dir = config.stash[_LOCK_DIR_KEY] = new_lock_dir()
         plans[key] = plan(inventory(config), workers, workers_per_gpu(config), lock_dir)
     return plans[key]
 
@@ -355,6 +359,12 @@ class XdistPinning:
                 spec.env[THREADS_ENV] = str(threads)
         for reason in result.warnings:
             config.issue_config_time_warning(DsakitPinningWarning(str(reason)), stacklevel=2)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        # the workers are gone by now; their lock files go with the directory
+        lock_dir = config.stash.get(_LOCK_DIR_KEY, "")
+        if lock_dir:
+            shutil.rmtree(lock_dir, ignore_errors=True)
 
     def pytest_configure_node(self, node: Any) -> None:
         workers = [str(spec.id) for spec in node.nodemanager.specs] if hasattr(node, "nodemanager") else []

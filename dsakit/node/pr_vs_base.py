@@ -3,7 +3,8 @@
 Owns: the overlay that puts a tree in front of the installed SGLang, one run per tree (through
 `dsakit.node.pr_vs_base_recorder`), error signatures, the classification of each test, the
 fingerprint check, the table, the JSON, the PR comment (`--markdown`, rendered by
-`dsakit.node.markdown`) and the exit code. Never imports torch or SGLang here.
+`dsakit.node.markdown`) and the exit code (1 when something regressed or the PR broke collection; 2 for usage
+errors, refused fingerprints and runs that compared nothing). Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
+from dsakit.output_paths import writable_dir, writable_file
 from dsakit.pytest_invocation import plugin_args
 from dsakit.node.pr_vs_base_recorder import FAILING, signature
 from dsakit.reasons import Reason
@@ -284,26 +287,63 @@ def comment(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> C
     return Comment("dsakit compare: PR vs base", summary, sections, skips)
 
 
+# pytest's own exit codes (pytest.ExitCode) that mean a run compared nothing
+_UNUSABLE = {2: "was interrupted (collection errors or Ctrl-C)", 3: "hit a pytest internal error",
+             4: "was a pytest usage error (a missing path or a bad option)",
+             5: "collected no tests"}
+
+
+def unusable_runs(base: Run, pr: Run) -> tuple[list[str], bool]:
+    """Sentences for runs whose pytest exit code means nothing was compared, and whether the PR
+    alone is at fault (its collection broke while the base's did not: a regression, exit 1)."""
+    lines = [f"the {run.label} run ({run.src}) {_UNUSABLE[run.returncode]} (pytest exit {run.returncode})"
+             for run in (base, pr) if run.crashed is None and run.returncode in _UNUSABLE]
+    pr_only = bool(lines) and base.returncode not in _UNUSABLE and pr.returncode in (2, 3)
+    return lines, pr_only
+
+
 def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_path: str | None = None,
                 allow_env_mismatch: bool = False, keep: str | None = None,
                 timeout: float | None = None, markdown_path: str | None = None) -> int:
     for src in (base_src, pr_src):
         package_dir(src)  # UsageError now, before any run, for a path that is not a tree
+    if json_path:
+        writable_file(json_path, "--json")
+    if markdown_path:
+        writable_file(markdown_path, "--markdown")
+    if keep:
+        writable_dir(keep, "--keep")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        return _compare_in(workdir, base_src, pr_src, pytest_args, json_path=json_path,
+                           allow_env_mismatch=allow_env_mismatch, keep=bool(keep), timeout=timeout,
+                           markdown_path=markdown_path)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence[str], *,
+                json_path: str | None, allow_env_mismatch: bool, keep: bool,
+                timeout: float | None, markdown_path: str | None) -> int:
     base = run_selection("base", base_src, pytest_args, workdir, timeout=timeout)
     pr = run_selection("pr", pr_src, pytest_args, workdir, timeout=timeout)
     mismatch = fingerprint_mismatch(base, pr)
     changes = classify(base.tests, pr.tests)
     print("\n".join(format_table(base, pr, changes, mismatch)))
+    unusable, pr_only = unusable_runs(base, pr)
     if json_path:
         data = {
             "base": {"src": base_src, "sglang": base.sglang, "exit": base.returncode, "crashed": base.crashed},
             "pr": {"src": pr_src, "sglang": pr.sglang, "exit": pr.returncode, "crashed": pr.crashed},
             "environment": base.env, "environment_mismatch": mismatch, "pytest_args": list(pytest_args),
             "counts": {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES},
+            "unusable_runs": unusable,
             "tests": [c.as_dict() for c in changes],
-            "logs": str(workdir),
+            "logs": str(workdir) if keep else None,
         }
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -311,7 +351,20 @@ def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_
         from dsakit.node.markdown import write
 
         write(comment(base, pr, changes, mismatch), markdown_path)
-    print(f"(logs and per-test records: {workdir})")
+    if keep:
+        print(f"(logs and per-test records: {workdir})")
+    if unusable:
+        for line in unusable:
+            print(f"dsakit compare: {line}", file=sys.stderr)
+        for run in (base, pr):
+            if run.returncode in _UNUSABLE:
+                print(f"--- last output of the {run.label} run:\n{run.output_tail}", file=sys.stderr)
+        if pr_only:
+            print("dsakit compare: the PR breaks the selection: a regression", file=sys.stderr)
+            return 1
+        print("dsakit compare: nothing was compared; fix the selection (pytest args after --) or "
+              "the trees and run again", file=sys.stderr)
+        return 2
     if mismatch and not allow_env_mismatch:
         print("dsakit compare: refused: the two runs do not share the environment fingerprint "
               "(pass --allow-env-mismatch to classify anyway)", file=sys.stderr)

@@ -20,6 +20,7 @@ from typing import Any
 
 from dsakit.gates.device_model import DeviceModel
 from dsakit.errors import UsageError
+from dsakit.output_paths import writable_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
@@ -106,8 +107,10 @@ def ci_registrations(path: Path) -> list[CiRegistration]:
     """Top-level `register_*_ci(...)` calls of a test file, read with the AST (never imported)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError) as error:
+    except OSError as error:
         raise UsageError(f"cannot read {path}: {error}") from None
+    except SyntaxError:
+        return []  # the run reports it as this file's failure (`syntax_error` adds the note)
     found: list[CiRegistration] = []
     for stmt in tree.body:
         if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
@@ -132,6 +135,36 @@ def ci_registrations(path: Path) -> list[CiRegistration]:
             stmt.lineno,
         ))
     return found
+
+
+def syntax_error(path: Path) -> str | None:
+    """Where a file does not parse ("line 3: invalid syntax"), None when it parses."""
+    try:
+        ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as error:
+        return f"line {error.lineno}: {error.msg}"
+    except (OSError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def expand_test_files(arguments: Sequence[str]) -> list[Path]:
+    """The files to rerun: each FILE as given, each directory expanded to its `test_*.py` /
+    `*_test.py` files (sorted, recursively); UsageError for a path that is neither."""
+    paths: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found = sorted({*path.rglob("test_*.py"), *path.rglob("*_test.py")})
+            if not found:
+                raise UsageError(f"directory {argument} holds no test_*.py or *_test.py file; pass test "
+                                 "files or a directory that holds some")
+            paths += found
+        elif path.is_file():
+            paths.append(path)
+        else:
+            raise UsageError(f"no such test file or directory: {argument}")
+    return list(dict.fromkeys(paths))
 
 
 def runs_as_script(path: Path) -> bool:
@@ -175,8 +208,14 @@ class FileResult:
     junit: str = ""
 
     @property
+    def counted(self) -> int:
+        return sum(self.counts.values())
+
+    @property
     def passed(self) -> bool:
-        return self.returncode == 0
+        # exit 0 with no test counted is a process that left early (os._exit(0), sys.exit(0) at
+        # import) or ran nothing: not a pass
+        return self.returncode == 0 and self.counted > 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "command": self.command, "returncode": self.returncode,
@@ -275,19 +314,29 @@ def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *
         result.mismatch = []  # some registration matches this node
     result.notes = [n for n in (r.model_note(device) for r in registrations) if n]
     result.notes += [f"disabled in CI: {r.disabled}" for r in registrations if r.disabled]
-    if not registrations:
+    broken = syntax_error(path)
+    if broken:
+        result.notes.append(f"the file does not parse ({broken}): this file fails, the others still run")
+    elif not registrations:
         result.notes.append("no register_*_ci(...) call at module level: not in SGLang CI")
     if script:
         result.counts, result.cases = _unittest_counts(output)
-        _write_unittest_junit(junit, result)
     else:
         result.counts = _junit_counts(junit)
+    if code == 0 and not result.counted:
+        result.notes.append("exit 0 but no test was counted: the process ended before reporting "
+                            "(os._exit? a sys.exit at import?) or ran no test")
+    if script or not junit.is_file():
+        # pytest writes its XML at session end: a timeout or an early exit leaves none
+        _write_unittest_junit(junit, result)
     (junit_dir / f"{name}.log").write_text(output, encoding="utf-8")
     return result
 
 
 def format_block(result: FileResult, *, show_output: bool = False) -> list[str]:
-    status = "PASSED" if result.passed else ("TIMEOUT" if result.returncode == 124 else "FAILED")
+    status = "PASSED" if result.passed else ("TIMEOUT" if result.returncode == 124 else
+                                             "FAILED (no test counted)" if result.returncode == 0
+                                             else "FAILED")
     counts = ", ".join(f"{v} {k}" for k, v in result.counts.items() if v) or "no test counts"
     lines = [f"==== dsakit rerun-test: {result.path} ===="]
     for reg in result.registrations:
@@ -312,15 +361,14 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     from dsakit.gates.device_model import resolve_device
     from dsakit.node.gpu_pinning import discover
 
-    paths = [Path(f) for f in files]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        raise UsageError(f"no such test file: {', '.join(missing)}")
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    paths = expand_test_files(files)
+    out_dir = writable_dir(junit_dir or "dsakit-rerun-junit", "--junitxml")
     device = resolve_device(device_name)
     gpus = len(discover(device_name).ids) if device.is_gpu else 0
     if device.is_gpu and not gpus:
         gpus = device.device_count
-    out_dir = Path(junit_dir or "dsakit-rerun-junit")
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"dsakit rerun-test: {len(paths)} file(s) on {device.describe()} ({gpus} GPU(s)); JUnit XML in {out_dir}")
     results: list[FileResult] = []

@@ -179,7 +179,10 @@ class _Needs:
         self.collected = 0
         self.error: str | None = None
 
-    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+    def pytest_collection_finish(self, session: Any) -> None:
+        # session.items is the final selection: after -k / -m / --deselect (a modifyitems hook
+        # here could run before them and warm for tests pytest then drops)
+        items: list[Any] = list(session.items)
         self.collected = len(items)
         for name in ALWAYS_TARGETS if items else ():
             self.tests[name] = [item.nodeid for item in items]

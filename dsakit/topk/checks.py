@@ -73,7 +73,7 @@ def _fmt_pairs(pairs: tuple[tuple[int, float], ...]) -> str:
 @dataclass
 class _Prepared:
     idx: Any  # (rows, kk) int64 cpu
-    scores: Any  # (rows, width) float32 cpu
+    scores: Any  # (rows, width) cpu: float32 / float64 / int64, never a lossy cast
     lengths: list[int]
     starts: list[int]
 
@@ -82,23 +82,49 @@ class _Prepared:
         return self.scores[row, start:start + max(self.lengths[row], 0)]
 
 
+def _exact_scores(scores: Any) -> Any:
+    """Scores on CPU in a dtype that keeps every distinct value distinct: fp16/bf16 widen to
+    float32, float64 stays, integers become int64 (a float32 cast merges 2**25 and 2**25+1)."""
+    import torch
+
+    sc = torch.as_tensor(scores).detach().to("cpu")
+    if sc.is_floating_point():
+        return sc if sc.dtype == torch.float64 else sc.to(torch.float32)
+    return sc.to(torch.int64)
+
+
 def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepared:
     import torch
 
-    idx = torch.as_tensor(indices).detach().to("cpu", torch.int64)
-    sc = torch.as_tensor(scores).detach().to("cpu", torch.float32)
-    lens = [int(x) for x in torch.as_tensor(lengths).detach().cpu().tolist()]
+    from dsakit.errors import UsageError
+    from dsakit.topk.launch import validate_lengths
+
+    raw_idx = torch.as_tensor(indices).detach()
+    if raw_idx.is_floating_point() or raw_idx.is_complex() or raw_idx.dtype == torch.bool:
+        raise UsageError(
+            f"top-k indices must have an integer dtype (positions, -1 for padding), got "
+            f"{raw_idx.dtype}: a fractional index such as 1.5 is not a position. Pass the kernel's "
+            f"int32/int64 output, not a float copy of it")
+    idx = raw_idx.to("cpu", torch.int64)
+    sc = _exact_scores(scores)
+    validate_lengths(lengths)
+    lens = [int(x) for x in torch.as_tensor(lengths).detach().cpu().flatten().tolist()]
     if row_starts is None:
         starts = [0] * len(lens)
     else:
         starts = [int(x) for x in torch.as_tensor(row_starts).detach().cpu().tolist()]
     if idx.dim() != 2 or sc.dim() != 2 or not (idx.shape[0] == sc.shape[0] == len(lens) == len(starts)):
-        from dsakit.errors import UsageError
-
         raise UsageError(
             f"top-k check needs indices (rows, k), scores (rows, width), lengths (rows,): got "
             f"indices {tuple(idx.shape)}, scores {tuple(sc.shape)}, {len(lens)} lengths, "
             f"{len(starts)} row starts")
+    width = int(sc.shape[1])
+    for row, (start, length) in enumerate(zip(starts, lens)):
+        if start < 0 or start + length > width:
+            raise UsageError(
+                f"top-k row {row}: window [start {start}, start + length {start + length}) does not "
+                f"fit the score row of width {width}; a row's start + length must be within "
+                f"0..{width} (pass lengths/row_starts that match the scores tensor)")
     return _Prepared(idx, sc, lens, starts)
 
 
@@ -360,7 +386,7 @@ def candidate_overflow(buffer: CandidateBuffer, scores: Any, lengths: Any, topk:
     `bits_per_row` overrides `buffer.bits` where the kernel picks its key width per row."""
     import torch
 
-    prep = _prepare(torch.zeros((len(torch.as_tensor(lengths).flatten()), 1)), scores, lengths,
+    prep = _prepare(torch.zeros((len(torch.as_tensor(lengths).flatten()), 1), dtype=torch.int64), scores, lengths,
                     row_starts)
     out = []
     for row, length in enumerate(prep.lengths):

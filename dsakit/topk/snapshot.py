@@ -404,6 +404,68 @@ def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validate
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- damaged golden files
+
+_RECORD_KEYS = ("case", "shape", "lengths", "scores")  # every summary has these lines
+
+
+def golden_damage(path: str | Path) -> str | None:
+    """What is wrong with a golden file, by line ("line 9: record ... is cut off"), or None when
+    it reads as a well-formed file of this format. syrupy itself only says "needs to be
+    regenerated" or finds nothing; this names the file's damage."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"byte {error.start}: not UTF-8 text (the file is garbled)"
+    lines = text.splitlines()
+    header = f"# serializer version: {SelectionSerializer.VERSION}"
+    if not lines:
+        return "the file is empty"
+    if lines[0] != header:
+        if lines[0].startswith("# serializer version: ") and len(lines) > 1:
+            return (f"line 1: {lines[0][2:]!r} is an older format; this dsakit reads and writes "
+                    f"{SelectionSerializer.VERSION}")
+        return f"line 1: {lines[0][:60]!r} is not the header {header!r} (the file is truncated or garbled)"
+    name: str | None = None
+    keys: set[str] = set()
+    start = 0
+    for number, line in enumerate(lines[1:], start=2):
+        if line.startswith("# name: "):
+            if name is not None:
+                return f"line {number}: record {name!r} (line {start}) has no closing '# ---'"
+            name, keys, start = line[len("# name: "):].strip(), set(), number
+        elif line == "# ---":
+            if name is None:
+                return f"line {number}: '# ---' without a '# name:' record before it"
+            missing = [k for k in _RECORD_KEYS if k not in keys]
+            if missing:
+                return f"line {start}: record {name!r} lacks its {', '.join(missing)} line(s)"
+            name = None
+        elif line.startswith("  ") and name is not None:
+            keys.add(line.strip().partition(":")[0])
+        else:
+            return f"line {number}: {line[:60]!r} is neither a record marker nor an indented summary line"
+    if name is not None:
+        return (f"line {len(lines)}: record {name!r} (line {start}) is cut off before its closing "
+                "'# ---' (the file is truncated)")
+    return None
+
+
+def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str:
+    return (f"golden file {path} cannot be read: {damage}. Regenerate it on CPU (the reference path "
+            f"writes goldens): python -m pytest {test_file} --snapshot-update; or restore it from git "
+            f"(git checkout -- {path})")
+
+
+def refuse_update_without_runs(config: pytest.Config) -> None:
+    """`--snapshot-update` with `--collect-only`: no test runs, so syrupy would delete every golden
+    as unused. Refused before anything is touched."""
+    if config.getoption("--snapshot-update", default=False) and config.option.collectonly:
+        raise pytest.UsageError(
+            "--snapshot-update with --collect-only would delete every golden (no test runs, so all "
+            "read as unused); drop --collect-only to regenerate goldens, or --snapshot-update to list tests")
+
+
 # ---------------------------------------------------------------- the fixture object
 
 
@@ -428,6 +490,8 @@ class SelectionSnapshot:
                                    nan_slot_filler=nan_slot_filler)
         summary = summarize_selection(case_id, positions, scores, lengths, k, row_starts=row_starts,
                                       nan_rows=report.nan_rows, identity=identity)
+        if not self.updating:
+            self._refuse_damaged(case_id)
         if self.updating and not reference:
             self._compare_without_writing(case_id, summary)
             return
@@ -441,6 +505,14 @@ class SelectionSnapshot:
                               row_starts=case.row_starts, reference=reference,
                               nan_slot_filler=nan_slot_filler,
                               identity=f"recipe={case.recipe} seed={case.seed} shape={case.shape}")
+
+    def _refuse_damaged(self, case_id: str) -> None:
+        __tracebackhide__ = True
+        loc = self._snapshot.test_location
+        location = self._snapshot.extension.get_location(test_location=loc, index=case_id)
+        damage = golden_damage(location) if Path(location).is_file() else None
+        if damage:
+            raise AssertionError(damaged_golden_message(location, damage, loc.filepath))
 
     def _stored(self, case_id: str) -> tuple[str | None, bool]:
         """(the stored golden text or None, whether the file is of an older format)."""

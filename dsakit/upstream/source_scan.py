@@ -115,6 +115,47 @@ def runner_assignments(release: SGLangRelease, *, on_self: bool = True) -> dict[
     return sites
 
 
+SERVER_ARGS_FILES = ("srt/server_args.py", "srt/arg_groups/fields")
+"""Where ServerArgs fields are declared: the class body (0.5.17) or its field namespaces (0.5.23)."""
+
+
+@functools.lru_cache(maxsize=8)
+def server_args_fields(release: SGLangRelease) -> dict[str, SourceSite]:
+    """ServerArgs fields (annotated class-body names) with their declaring line: the `ServerArgs`
+    class of server_args.py and every class of arg_groups/fields/*.py, whichever the release has."""
+    main, fields_dir = (release.package_dir / part for part in SERVER_ARGS_FILES)
+    files = [main] if main.is_file() else []
+    files += sorted(fields_dir.glob("*.py")) if fields_dir.is_dir() else []
+    found: dict[str, SourceSite] = {}
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for cls in tree.body:
+            if not isinstance(cls, ast.ClassDef) or (path == main and cls.name != "ServerArgs"):
+                continue
+            for item in cls.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    found.setdefault(item.target.id, SourceSite(_relative(release, path), item.lineno))
+    return found
+
+
+def _field_site(release: SGLangRelease, head_site: SourceSite, attribute: str) -> str:
+    """A dotted attribute below what the runner sets: the field's own declaration where dsakit
+    scans it (ServerArgs), never the line that sets the parent object."""
+    head, _, rest = attribute.partition(".")
+    field = rest.split(".", 1)[0]
+    if head != "server_args":
+        return f"ModelRunner sets {head} at {head_site}; where {head}.{field} is set is not scanned"
+    fields = server_args_fields(release)
+    if not fields:
+        return (f"ModelRunner sets server_args at {head_site}; this tree holds no ServerArgs source "
+                f"({' or '.join(SERVER_ARGS_FILES)}), so server_args.{field} is not checked")
+    declared = fields.get(field)
+    if declared is None:
+        return (f"not a ServerArgs field: SGLang {release.version} declares no server_args.{field} "
+                f"(ModelRunner sets server_args itself at {head_site})")
+    return f"{declared} (ServerArgs field {field}; ModelRunner sets server_args at {head_site})"
+
+
 def runner_site(attribute: str, release: SGLangRelease | None = None) -> str:
     """Where the real ModelRunner sets `attribute` (its first dotted part), as a phrase for messages.
 
@@ -127,6 +168,8 @@ def runner_site(attribute: str, release: SGLangRelease | None = None) -> str:
 
             release = installed_release()
         site = runner_assignments(release).get(name)
+        if site is not None and name != attribute:
+            return _field_site(release, site, attribute)
     except UsageError:
         return "unknown (SGLang is not installed here, so the real ModelRunner cannot be scanned)"
     except (OSError, SyntaxError, UnicodeDecodeError) as error:
