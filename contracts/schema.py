@@ -72,6 +72,9 @@ class ContractEntry:
     optional None is allowed besides the declared type
     readers  who reads it, with the condition when the read is conditional
     note     why the default is what it is, or what the real runner does
+    set_by   where the real ModelRunner sets it (declared by a downstream suite's extension;
+             dsakit's own entries are checked against the runner's source instead)
+    declared_in  "" for dsakit's contract, else the pyproject.toml that declares the entry
     """
 
     path: str
@@ -82,6 +85,8 @@ class ContractEntry:
     readers: tuple[str, ...] = ()
     note: str = ""
     same_for_roles: bool = True
+    set_by: str = ""
+    declared_in: str = ""
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

@@ -25,7 +25,8 @@ class _Parser(argparse.ArgumentParser):
 def _contract_check(args: argparse.Namespace) -> int:
     from dsakit.upstream.contract_check import run_contract_check
 
-    return run_contract_check(sglang_src=args.sglang_src, as_json=args.json)
+    return run_contract_check(sglang_src=args.sglang_src, as_json=args.json, backend_src=args.backend_src,
+                              project=args.project)
 
 
 def _capabilities(args: argparse.Namespace) -> int:
@@ -89,8 +90,17 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     compare.set_defaults(handler=_compare)
 
 
+def _version() -> str:
+    """`dsakit --version`: the version and where the package was imported from (a wheel in
+    site-packages or a checkout on PYTHONPATH)."""
+    import dsakit
+
+    return f"dsakit {dsakit.__version__} (distribution pytest-dsakit) at {os.path.dirname(dsakit.__file__ or '')}"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     contract = commands.add_parser("contract", help="the model-runner role contract")
@@ -99,6 +109,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "check", help="statically compare backend reads, the real ModelRunner and the contract"
     )
     check.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
+    check.add_argument("--backend-src", metavar="DIR",
+                       help="scan your own backend's source (a folder or .py file) instead of SGLang's "
+                       "backends, against the contract plus your [tool.dsakit.contract] entries")
+    check.add_argument("--project", metavar="DIR",
+                       help="where your pyproject.toml with [tool.dsakit.contract] is (default: the "
+                       "nearest one at or above the current directory)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
 

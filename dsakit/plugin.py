@@ -98,6 +98,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and
     # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
+    # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml), validated
+    # now: every mock of this run is built from dsakit's contract plus them
+    from dsakit import contract_extension
+
+    contract_extension.configure(config)
+
     from dsakit.gates import marks
     from dsakit.node import gpu_pinning
 
@@ -135,9 +141,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    from dsakit import contract_extension
     from dsakit.gates.marks import unconfigure
 
     unconfigure(config)
+    contract_extension.unconfigure(config)
 
 
 # ---------------------------------------------------------------- model-runner fixtures
