@@ -20,58 +20,11 @@ if TYPE_CHECKING:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
-    group.addoption(
-        "--dsakit-roles",
-        default="target,draft",
-        help="roles the `model_runner` fixture is parametrized over (comma-separated: target, draft)",
-    )
+    """Every `--dsakit-*` flag and its `dsakit_*` ini key (the table: dsakit.options; precedence:
+    command line > environment variable > ini key > default)."""
+    from dsakit.options import register
 
-    # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
-    group.addoption(
-        "--dsakit-device",
-        default=None,
-        metavar="NAME",
-        help="simulate a device for the capability gates (sm90, sm100, sm103, sm120, gfx90a, gfx942, "
-        "gfx950, cpu; or 'real', the default; env DSAKIT_DEVICE). Module gates still look at this machine",
-    )
-    group.addoption(
-        "--dsakit-probe-torch",
-        action="store_true",
-        default=False,
-        help="let the real-device probe fall back to torch.cuda when NVML, nvidia-smi and rocminfo find nothing",
-    )
-    group.addoption(
-        "--dsakit-report",
-        default=None,
-        metavar="PATH",
-        help="write the skip inventory (device, SGLang version, skips per gate with test ids) as JSON",
-    )
-    group.addoption(
-        "--dsakit-must-run",
-        default="",
-        metavar="CODE,...",
-        help="fail the run when any test behind these gate codes was skipped",
-    )
-
-    # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
-    group.addoption(
-        "--dsakit-workers-per-gpu",
-        type=int,
-        default=1,
-        metavar="N",
-        help="xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). Each worker gets "
-        "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
-    )
-
-    # -- target/draft top-k backend matrix (dsakit.topk.matrix)
-    group.addoption(
-        "--dsakit-topk-subset",
-        default=None,
-        choices=("full", "per-role", "pairwise"),
-        help="top-k backend matrix subset for every `topk_cell` test of this run (overrides the "
-        "dsakit_topk_matrix marker; default: the marker's, else pairwise)",
-    )
+    register(parser)
 
 
 # Every marker dsakit knows, registered here and nowhere else (names are read by the modules
@@ -173,7 +126,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_runner_role" in metafunc.fixturenames:
         from dsakit.contracts.schema import parse_roles
 
-        roles = parse_roles(metafunc.config.getoption("--dsakit-roles"))
+        from dsakit.options import value
+
+        roles = parse_roles(value(metafunc.config, "dsakit_roles"))
         marker = metafunc.definition.get_closest_marker("dsakit_role")
         if marker is not None:
             roles = parse_roles(marker.args[0])

@@ -15,6 +15,7 @@ import pytest
 
 from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
+from dsakit.options import value as option_value
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.reasons import Reason
 from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons
@@ -89,15 +90,15 @@ def configure(config: pytest.Config) -> dict[str, object]:
         if workerinput is not None and DEVICE_KEY in workerinput:
             name = str(workerinput[DEVICE_KEY])
         else:
-            name = validate_device_name(config.getoption("dsakit_device"))
-        must_run = validate_codes(split_codes(config.getoption("dsakit_must_run") or ""))
+            name = validate_device_name(option_value(config, "dsakit_device"))
+        must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run") or ""))
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
-    session = GateSession(name, allow_torch=bool(config.getoption("dsakit_probe_torch")))
+    session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_probe_torch")))
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
-        config, session.inventory, lambda: session.device, must_run, config.getoption("dsakit_report")
+        config, session.inventory, lambda: session.device, must_run, option_value(config, "dsakit_report")
     )
     hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):

@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from dsakit.errors import UsageError
+from dsakit.options import value as option_value
 from dsakit.reasons import Reason
 
 GPU_COUNT_ENV = "DSAKIT_GPU_COUNT"
@@ -294,7 +295,7 @@ _INVENTORY_KEY = pytest.StashKey[GpuInventory]()
 
 
 def workers_per_gpu(config: pytest.Config) -> int:
-    value = int(config.getoption("dsakit_workers_per_gpu"))
+    value = int(option_value(config, "dsakit_workers_per_gpu"))
     if value < 0:
         raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {value}")
     return value
@@ -305,7 +306,7 @@ def inventory(config: pytest.Config) -> GpuInventory:
     found = config.stash.get(_INVENTORY_KEY, None)
     if found is None:
         try:
-            found = discover(config.getoption("dsakit_device"))
+            found = discover(option_value(config, "dsakit_device"))
         except UsageError as error:
             raise pytest.UsageError(str(error)) from None
         config.stash[_INVENTORY_KEY] = found
