@@ -112,3 +112,10 @@ def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
     if option.kind == "path" and config.inipath is not None:
         return str(config.inipath.parent / raw)
     return raw
+
+
+def check_all(config: pytest.Config) -> None:
+    """pytest_configure: a bad env or ini value is a usage error before collection, even for an
+    option this run would never read."""
+    for option in OPTIONS:
+        value(config, option.dest)

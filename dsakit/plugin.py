@@ -49,6 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
 
+    from dsakit.options import check_all
+
+    check_all(config)  # bad ini / env values fail now, not when first read
+
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and
     # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
     # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml), validated
