@@ -175,15 +175,22 @@ pytest.register_assert_rewrite("dsakit.topk.checks", "dsakit.topk.snapshot")
 @pytest.fixture
 def selection_snapshot(request: pytest.FixtureRequest) -> Any:
     """Golden top-k selections keyed by case (`dsakit.topk.snapshot.SelectionSnapshot`):
-    `selection_snapshot.assert_case(case, positions, reference=...)`. Needs syrupy."""
+    `selection_snapshot.assert_case(case, positions)`; `reference=True` marks the path whose own
+    selection is written as the golden under --snapshot-update (without one, a missing golden is
+    written from dsakit's reference top-k). Needs the `snapshot` extra (syrupy 7, numpy)."""
+    from dsakit.topk.snapshot_requirements import missing_snapshot_requirements
+
+    missing = missing_snapshot_requirements()
     try:
-        snapshot = request.getfixturevalue("snapshot")
+        snapshot = None if missing else request.getfixturevalue("snapshot")
     except pytest.FixtureLookupError:
+        missing = "syrupy's `snapshot` fixture (is syrupy disabled with -p no:syrupy?)"
+    if missing or snapshot is None:
         from dsakit.errors import UsageError
 
         raise UsageError(
-            "selection_snapshot needs syrupy (the `snapshot` fixture): pip install 'syrupy>=7' "
-            "(dsakit[test]); on an offline node install its wheel") from None
+            f"selection_snapshot needs {missing}: pip install 'pytest-dsakit[snapshot]' (syrupy>=7, "
+            "numpy); on an offline node install those wheels") from None
     from dsakit.topk.snapshot import SelectionSnapshot
 
     return SelectionSnapshot(snapshot)
