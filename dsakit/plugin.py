@@ -64,7 +64,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from dsakit.gates import marks
     from dsakit.node import gpu_pinning
 
-    for hooks in (marks.configure(config), gpu_pinning.configure(config)):
+    hooks_by_name: dict[str, object] = {}
+    if config.pluginmanager.hasplugin("xdist"):  # the contract-reads summary from every worker
+        from dsakit.mocks.read_log import XdistReadLog
+
+        hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
+    for hooks in (marks.configure(config), gpu_pinning.configure(config), hooks_by_name):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 

@@ -22,6 +22,7 @@ from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
+MUST_RUN_STAT = "failed --dsakit-must-run"  # the key in pytest's final summary line
 DEVICE_KEY = "dsakit_device"
 
 # "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
@@ -167,6 +168,11 @@ class InventoryReporter:
         self.failures = self.inventory.skipped_behind(self.must_run)
         if self.failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.failures and terminal is not None:
+            # counted in pytest's final line ("... 1 failed --dsakit-must-run in 3.2s"), which the
+            # terminal reporter writes after this trylast hook
+            terminal.stats.setdefault(MUST_RUN_STAT, []).extend(self.failures)
         if self.report_path:
             self.write_report(Path(self.report_path))
 

@@ -64,7 +64,9 @@ def gate(*codes: str) -> pytest.MarkDecorator:
 
 
 def require(*codes: str) -> None:
-    """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open."""
+    """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open.
+    The skip is reported at the caller's line (-rs), not here."""
+    __tracebackhide__ = True
     session = active_session()
     reasons = closed_reasons(codes, session.device)
     if not reasons:
@@ -76,6 +78,7 @@ def require(*codes: str) -> None:
 
 
 def _skip(message: str) -> NoReturn:
+    __tracebackhide__ = True  # pytest reports a skip at the last frame that is not hidden
     pytest.skip(message)
 
 
