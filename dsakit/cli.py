@@ -90,17 +90,20 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     compare.set_defaults(handler=_compare)
 
 
-def _version() -> str:
-    """`dsakit --version`: the version and where the package was imported from (a wheel in
-    site-packages or a checkout on PYTHONPATH)."""
-    import dsakit
+class _VersionAction(argparse.Action):
+    """`dsakit --version`: the version and where the package is imported from (a wheel in
+    site-packages or a checkout on PYTHONPATH), on one unwrapped line; exits 0."""
 
-    return f"dsakit {dsakit.__version__} (distribution pytest-dsakit) at {os.path.dirname(dsakit.__file__ or '')}"
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import dsakit
+
+        print(f"dsakit {dsakit.__version__} (distribution pytest-dsakit) at {os.path.dirname(dsakit.__file__ or '')}")
+        parser.exit(0)
 
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and where dsakit is imported from")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     contract = commands.add_parser("contract", help="the model-runner role contract")
