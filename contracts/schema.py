@@ -194,3 +194,30 @@ class Contract:
 
     def top_level(self) -> dict[str, ContractEntry]:
         return self.children("")
+
+
+# ---------------------------------------------------------------- documentation
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(contract: Contract) -> str:
+    """The contract as a Markdown table (the README's, and `dsakit contract table`): attribute,
+    type, per-role defaults, who reads it, and for a suite's own entries where it is declared."""
+    lines = ["| `model_runner.` attribute | type | target default | draft default | read by |",
+             "|---|---|---|---|---|"]
+    for entry in contract:
+        kind = entry.type + (" or None" if entry.optional else "")
+        if entry.type == NAMESPACE:
+            target = draft = "(strict object)"
+        else:
+            target = f"`{entry.target!r}`"
+            draft = "same" if entry.same_for_roles else f"`{entry.draft!r}`"
+        readers = "; ".join(entry.readers) or "-"
+        if entry.declared_in:
+            readers += f" (declared in {entry.declared_in}; set by {entry.set_by})"
+        cells = (f"`{entry.path}`", kind, target, draft, readers)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)

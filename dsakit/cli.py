@@ -29,6 +29,16 @@ def _contract_check(args: argparse.Namespace) -> int:
                               project=args.project)
 
 
+def _contract_table(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dsakit.contract_extension import effective_contract
+    from dsakit.contracts.schema import markdown_table
+
+    print(markdown_table(effective_contract(Path(args.project) if args.project else Path.cwd())))
+    return 0
+
+
 def _capabilities(args: argparse.Namespace) -> int:
     from dsakit.gates.capabilities import run_capabilities
 
@@ -120,6 +130,11 @@ def _build_parser() -> argparse.ArgumentParser:
                        "nearest one at or above the current directory)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
+    table = contract_commands.add_parser(
+        "table", help="print the contract (plus your [tool.dsakit.contract] entries) as a Markdown table")
+    table.add_argument("--project", metavar="DIR",
+                       help="where your pyproject.toml is (default: the nearest at or above the current directory)")
+    table.set_defaults(handler=_contract_table)
 
     # -- capability gates (dsakit.gates.capabilities)
     caps = commands.add_parser("capabilities", help="the device model and every gate, open or closed, with reasons")

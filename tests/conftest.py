@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
+collect_ignore = ["downstream_project"]
+
 
 @pytest.fixture
 def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
