@@ -126,7 +126,8 @@ def pyproject_of(rootdir: Path) -> Path | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _contract_of(pyproject: Path | None, mtime: float) -> Contract:
+def _contract_of(pyproject: Path | None, stamp: tuple[int, int]) -> Contract:
+    """The contract of one pyproject.toml version (`stamp`: mtime in ns and size)."""
     if pyproject is None:
         return MODEL_RUNNER_CONTRACT
     table = _load_toml(pyproject).get("tool", {}).get("dsakit", {}).get("contract")
@@ -154,8 +155,8 @@ def effective_contract(config_or_rootdir: pytest.Config | Path | str | None = No
         inipath = config_or_rootdir.inipath
         pyproject = (inipath if inipath is not None and inipath.name == "pyproject.toml"
                      else pyproject_of(config_or_rootdir.rootpath))
-    mtime = pyproject.stat().st_mtime if pyproject is not None else 0.0
-    return _contract_of(pyproject, mtime)
+    stat = pyproject.stat() if pyproject is not None else None
+    return _contract_of(pyproject, (stat.st_mtime_ns, stat.st_size) if stat is not None else (0, 0))
 
 
 # ---------------------------------------------------------------- the active run's contract

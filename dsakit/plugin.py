@@ -150,7 +150,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def model_runner(model_runner_role: str) -> MockModelRunner:
-    """A strict MockModelRunner, parametrized over the roles (target, draft)."""
+    """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
+    (ids `role=target`, `role=draft`). `model_runner_role` is that parametrize argument, not a
+    fixture: name it in a test's arguments to know the role."""
     return _runner(model_runner_role)
 
 

@@ -20,14 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
-        check=True,
-    )
-    (built,) = out.glob("*.whl")
-    return built
+def wheel(built_wheel: Path) -> Path:
+    return built_wheel
 
 
 def _metadata(wheel: Path) -> Message:
