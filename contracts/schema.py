@@ -87,6 +87,9 @@ class ContractEntry:
     optional None is allowed besides the declared type
     readers  who reads it, with the condition when the read is conditional
     note     why the default is what it is, or what the real runner does
+    set_by   where the real ModelRunner sets it (declared by a downstream suite's extension;
+             dsakit's own entries are checked against the runner's source instead)
+    declared_in  "" for dsakit's contract, else the pyproject.toml that declares the entry
     """
 
     path: str
@@ -97,6 +100,8 @@ class ContractEntry:
     readers: tuple[str, ...] = ()
     note: str = ""
     same_for_roles: bool = True
+    set_by: str = ""
+    declared_in: str = ""
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:
@@ -204,3 +209,30 @@ class Contract:
 
     def top_level(self) -> dict[str, ContractEntry]:
         return self.children("")
+
+
+# ---------------------------------------------------------------- documentation
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(contract: Contract) -> str:
+    """The contract as a Markdown table (the README's, and `dsakit contract table`): attribute,
+    type, per-role defaults, who reads it, and for a suite's own entries where it is declared."""
+    lines = ["| `model_runner.` attribute | type | target default | draft default | read by |",
+             "|---|---|---|---|---|"]
+    for entry in contract:
+        kind = entry.type + (" or None" if entry.optional else "")
+        if entry.type == NAMESPACE:
+            target = draft = "(strict object)"
+        else:
+            target = f"`{entry.target!r}`"
+            draft = "same" if entry.same_for_roles else f"`{entry.draft!r}`"
+        readers = "; ".join(entry.readers) or "-"
+        if entry.declared_in:
+            readers += f" (declared in {entry.declared_in}; set by {entry.set_by})"
+        cells = (f"`{entry.path}`", kind, target, draft, readers)
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)

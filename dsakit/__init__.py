@@ -9,9 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
-
-
+__version__ = "0.1.0"  # the distribution pytest-dsakit reads it (pyproject: dynamic version)
 
 # public name -> module that owns it
 _EXPORTS: dict[str, str] = {
@@ -24,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "ContractEntry": "dsakit.contracts.schema",
     "Role": "dsakit.contracts.schema",
     "MODEL_RUNNER_CONTRACT": "dsakit.contracts.model_runner_contract",
+    "effective_contract": "dsakit.contract_extension",
     "MockModelRunner": "dsakit.mocks.model_runner",
     "contract_reads": "dsakit.mocks.read_log",
     # capability gates

@@ -27,7 +27,18 @@ class _Parser(argparse.ArgumentParser):
 def _contract_check(args: argparse.Namespace) -> int:
     from dsakit.upstream.contract_check import run_contract_check
 
-    return run_contract_check(sglang_src=args.sglang_src, as_json=args.json)
+    return run_contract_check(sglang_src=args.sglang_src, as_json=args.json, backend_src=args.backend_src,
+                              project=args.project)
+
+
+def _contract_table(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dsakit.contract_extension import effective_contract
+    from dsakit.contracts.schema import markdown_table
+
+    print(markdown_table(effective_contract(Path(args.project) if args.project else Path.cwd())))
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -118,8 +129,20 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     merge.set_defaults(handler=_report_merge)
 
 
+class _VersionAction(argparse.Action):
+    """`dsakit --version`: the version and where the package is imported from (a wheel in
+    site-packages or a checkout on PYTHONPATH), on one unwrapped line; exits 0."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import dsakit
+
+        print(f"dsakit {dsakit.__version__} (distribution pytest-dsakit) at {os.path.dirname(dsakit.__file__ or '')}")
+        parser.exit(0)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and where dsakit is imported from")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     contract = commands.add_parser("contract", help="the model-runner role contract")
@@ -128,8 +151,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "check", help="statically compare backend reads, the real ModelRunner and the contract"
     )
     check.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
+    check.add_argument("--backend-src", metavar="DIR",
+                       help="scan your own backend's source (a folder or .py file) instead of SGLang's "
+                       "backends, against the contract plus your [tool.dsakit.contract] entries")
+    check.add_argument("--project", metavar="DIR",
+                       help="where your pyproject.toml with [tool.dsakit.contract] is (default: the "
+                       "nearest one at or above the current directory)")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(handler=_contract_check)
+    table = contract_commands.add_parser(
+        "table", help="print the contract (plus your [tool.dsakit.contract] entries) as a Markdown table")
+    table.add_argument("--project", metavar="DIR",
+                       help="where your pyproject.toml is (default: the nearest at or above the current directory)")
+    table.set_defaults(handler=_contract_table)
 
     # -- static audit of a downstream suite's mock runners (dsakit.audit)
     audit = commands.add_parser("audit", help="find mock model runners in a test tree that lack what a "

@@ -20,74 +20,11 @@ if TYPE_CHECKING:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
-    group.addoption(
-        "--dsakit-roles",
-        default="target,draft",
-        help="roles the `model_runner` fixture is parametrized over (comma-separated: target, draft)",
-    )
+    """Every `--dsakit-*` flag and its `dsakit_*` ini key (the table: dsakit.options; precedence:
+    command line > environment variable > ini key > default)."""
+    from dsakit.options import register
 
-    # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
-    group.addoption(
-        "--dsakit-device",
-        default=None,
-        metavar="NAME",
-        help="simulate a device for the capability gates (sm90, sm100, sm103, sm120, gfx90a, gfx942, "
-        "gfx950, cpu; or 'real', the default; env DSAKIT_DEVICE). Module gates still look at this machine",
-    )
-    group.addoption(
-        "--dsakit-probe-torch",
-        action="store_true",
-        default=False,
-        help="let the real-device probe fall back to torch.cuda when NVML, nvidia-smi and rocminfo find nothing",
-    )
-    group.addoption(
-        "--dsakit-report",
-        default=None,
-        metavar="PATH",
-        help="write the run's report as JSON: the node (device, SGLang release, host label, "
-        "pytest-split shard), every test's outcome and gates, skips per gate (`dsakit report merge` "
-        "merges nodes and shards)",
-    )
-    group.addoption(
-        "--dsakit-host-label",
-        default=None,
-        metavar="LABEL",
-        help="this node's name in --dsakit-report (default: $DSAKIT_HOST_LABEL, else the hostname)",
-    )
-    group.addoption(
-        "--dsakit-must-run",
-        default="",
-        metavar="CODE,...",
-        help="fail the run when any test behind these gate codes was skipped (per shard: tests of "
-        "other shards are not skipped; `dsakit report merge` checks they ran on some node)",
-    )
-    group.addoption(
-        "--dsakit-must-run-strict",
-        action="store_true",
-        default=False,
-        help="also fail the run when no collected test sits behind a --dsakit-must-run gate "
-        "(default: say so in the skip inventory and pass)",
-    )
-
-    # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
-    group.addoption(
-        "--dsakit-workers-per-gpu",
-        type=int,
-        default=1,
-        metavar="N",
-        help="xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). Each worker gets "
-        "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
-    )
-
-    # -- target/draft top-k backend matrix (dsakit.topk.matrix)
-    group.addoption(
-        "--dsakit-topk-subset",
-        default=None,
-        choices=("full", "per-role", "pairwise"),
-        help="top-k backend matrix subset for every `topk_cell` test of this run (overrides the "
-        "dsakit_topk_matrix marker; default: the marker's, else pairwise)",
-    )
+    register(parser)
 
 
 # Every marker dsakit knows, registered here and nowhere else (names are read by the modules
@@ -112,15 +49,26 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
 
+    from dsakit.options import check_all
+
+    check_all(config)  # bad ini / env values fail now, not when first read
+
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and
     # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
+    # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml), validated
+    # now: every mock of this run is built from dsakit's contract plus them
+    from dsakit import contract_extension
+
+    contract_extension.configure(config)
+
     from dsakit.gates import marks
     from dsakit.node import gpu_pinning
 
     # --dsakit-roles is checked once here, also in runs where no test asks for `model_runner`
     from dsakit.contracts.schema import validate_roles_option
+    from dsakit.options import value
 
-    validate_roles_option(config.getoption("--dsakit-roles"))
+    validate_roles_option(value(config, "dsakit_roles"))
 
     # --collect-only --snapshot-update would delete the goldens (dsakit.topk.snapshot)
     if config.getoption("--snapshot-update", default=False):
@@ -128,7 +76,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
         refuse_update_without_runs(config)
 
-    for hooks in (marks.configure(config), gpu_pinning.configure(config)):
+    hooks_by_name: dict[str, object] = {}
+    if config.pluginmanager.hasplugin("xdist"):  # the contract-reads summary from every worker
+        from dsakit.mocks.read_log import XdistReadLog
+
+        hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
+    for hooks in (marks.configure(config), gpu_pinning.configure(config), hooks_by_name):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 
@@ -162,9 +115,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    from dsakit import contract_extension
     from dsakit.gates.marks import unconfigure
 
     unconfigure(config)
+    contract_extension.unconfigure(config)
 
 
 # ---------------------------------------------------------------- model-runner fixtures
@@ -192,7 +147,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_runner_role" in metafunc.fixturenames:
         from dsakit.contracts.schema import parse_roles, validate_roles_option
 
-        roles = parse_roles(metafunc.config.getoption("--dsakit-roles"))
+        from dsakit.options import value
+
+        roles = parse_roles(value(metafunc.config, "dsakit_roles"))
         marker = metafunc.definition.get_closest_marker("dsakit_role")
         if marker is not None:
             roles = validate_roles_option(marker.args[0], what=f"{metafunc.definition.nodeid}: dsakit_role",
@@ -206,7 +163,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def model_runner(model_runner_role: str) -> MockModelRunner:
-    """A strict MockModelRunner, parametrized over the roles (target, draft)."""
+    """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
+    (ids `role=target`, `role=draft`). `model_runner_role` is that parametrize argument, not a
+    fixture: name it in a test's arguments to know the role."""
     return _runner(model_runner_role)
 
 
@@ -236,15 +195,22 @@ pytest.register_assert_rewrite("dsakit.topk.checks", "dsakit.topk.snapshot")
 @pytest.fixture
 def selection_snapshot(request: pytest.FixtureRequest) -> Any:
     """Golden top-k selections keyed by case (`dsakit.topk.snapshot.SelectionSnapshot`):
-    `selection_snapshot.assert_case(case, positions, reference=...)`. Needs syrupy."""
+    `selection_snapshot.assert_case(case, positions)`; `reference=True` marks the path whose own
+    selection is written as the golden under --snapshot-update (without one, a missing golden is
+    written from dsakit's reference top-k). Needs the `snapshot` extra (syrupy 7, numpy)."""
+    from dsakit.topk.snapshot_requirements import missing_snapshot_requirements
+
+    missing = missing_snapshot_requirements()
     try:
-        snapshot = request.getfixturevalue("snapshot")
+        snapshot = None if missing else request.getfixturevalue("snapshot")
     except pytest.FixtureLookupError:
+        missing = "syrupy's `snapshot` fixture (is syrupy disabled with -p no:syrupy?)"
+    if missing or snapshot is None:
         from dsakit.errors import UsageError
 
         raise UsageError(
-            "selection_snapshot needs syrupy (the `snapshot` fixture): pip install 'syrupy>=7' "
-            "(dsakit[test]); on an offline node install its wheel") from None
+            f"selection_snapshot needs {missing}: pip install 'pytest-dsakit[snapshot]' (syrupy>=7, "
+            "numpy); on an offline node install those wheels") from None
     from dsakit.topk.snapshot import SelectionSnapshot
 
     return SelectionSnapshot(snapshot)

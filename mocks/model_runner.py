@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
-from dsakit.contracts.schema import Role
+from dsakit.contract_extension import active_contract
+from dsakit.contracts.schema import Contract, Role
 from dsakit.errors import UsageError
 from dsakit.mocks.strict_node import StrictNode
 
@@ -24,9 +24,12 @@ class MockModelRunner(StrictNode):
     MockModelRunner(role="draft", max_running_requests=8, model_config__context_len=4096)
     MockModelRunner(overrides={"server_args.dsa_decode_backend": "trtllm"})
     MockModelRunner(omit=["max_running_requests"])   # reproduce a drifted hand-written mock
+    MockModelRunner(contract=dsakit.effective_contract(path))   # another suite's extended contract
 
     Nested overrides use "__" in keywords or "." in `overrides` keys; each is checked against the
     declared type. `omit` removes declared attributes: reading one raises ContractViolation.
+    `contract` defaults to the running pytest session's: dsakit's role contract plus the suite's
+    `[tool.dsakit.contract]` entries (`dsakit.effective_contract`).
 
     Construction validates the role, `omit` and every override (bad ones raise UsageError here);
     the attribute tree itself is built level by level on first access, so a test that only passes
@@ -43,24 +46,27 @@ class MockModelRunner(StrictNode):
         *,
         omit: Iterable[str] = (),
         overrides: dict[str, Any] | None = None,
+        contract: Contract | None = None,
         **keyword_overrides: Any,
     ) -> None:
         parsed_role = Role.parse(role)
+        if contract is None:
+            contract = active_contract()
         omitted = _NOTHING_OMITTED
         if omit or isinstance(omit, str):  # omit="" is still refused below
             if isinstance(omit, str):
                 omit = [omit]
             omitted = frozenset(omit)
             for path in omitted:
-                if path not in MODEL_RUNNER_CONTRACT:
+                if path not in contract:
                     raise UsageError(
                         f"cannot omit {path!r}: not declared by the role contract; declared top-level "
-                        f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
+                        f"attributes: {', '.join(sorted(contract.top_level()))}"
                     )
         merged = dict(overrides) if overrides else {}
         for key, value in keyword_overrides.items():
             merged[key.replace("__", ".")] = value
-        super().__init__(MODEL_RUNNER_CONTRACT, "", parsed_role, None, merged, omitted)
+        super().__init__(contract, "", parsed_role, None, merged, omitted)
         object.__setattr__(self, "_dsakit_args", (parsed_role.value, merged, omitted))
         object.__setattr__(self, "_dsakit_writes", {})
 

@@ -2,13 +2,15 @@
 
 Owns what the report lists at the end of a run: soft reads (`getattr(runner, name, default)` /
 `hasattr` of an undeclared attribute, legitimate but worth knowing) and violations (hard reads or
-writes outside the contract, reads of omitted attributes). Never imports torch or SGLang.
+writes outside the contract, reads of omitted attributes), and its xdist hand-over (workers put
+their log in `workeroutput`, the controller merges it). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import Any
 
 SOFT = "soft-read"
 UNDECLARED = "undeclared-read"
@@ -50,3 +52,22 @@ def format_summary() -> list[str]:
         times = f" x{count}" if count > 1 else ""
         lines.append(f"{read.kind}: model_runner.{read.path} ({read.role}) at {read.site}{times}")
     return lines
+
+
+WORKER_KEY = "dsakit_contract_reads"
+
+
+class XdistReadLog:
+    """xdist-only hooks (registered by the plugin when xdist is loaded): the "dsakit contract
+    reads" summary of a `-n N` run lists every worker's reads, as a serial run would."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def pytest_sessionfinish(self) -> None:
+        if hasattr(self.config, "workeroutput"):
+            self.config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
+
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
+            record(ContractRead(**data))

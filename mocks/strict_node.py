@@ -50,6 +50,18 @@ def _is_soft_read(frame: Any, name: str) -> bool:
     return re.search(_SOFT_READ.format(name=re.escape(name)), line) is not None
 
 
+def _how_to_declare(path: str, real: str) -> str:
+    from dsakit.contract_extension import declaration_example
+
+    set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"
+    return (
+        "If your backend really reads it, declare it in your suite's pyproject.toml so every mock "
+        "provides it (type, per-role default, where the real runner sets it):\n"
+        + declaration_example(path, set_by)
+        + "\nthen `dsakit contract check --backend-src DIR` checks your backend's reads against it."
+    )
+
+
 class _Unset:
     def __repr__(self) -> str:
         return "<unset>"
@@ -210,14 +222,13 @@ class StrictNode:
         elif kind == read_log.WRITE:
             message = (
                 f"cannot set model_runner.{path} (role={role}) at {site}: not in the dsakit role contract "
-                f"(the real ModelRunner: {real}). Declare it in contracts/model_runner_contract.py."
+                f"(the real ModelRunner: {real}). {_how_to_declare(path, real)}"
             )
             code = "contract-undeclared-write"
         else:
             message = (
                 f"model_runner.{path} is not in the dsakit role contract (role={role}): read at {site}; "
-                f"the real ModelRunner: {real}. Declare it in contracts/model_runner_contract.py with its "
-                f"type, per-role default and reader so every mock provides it."
+                f"the real ModelRunner: {real}. {_how_to_declare(path, real)}"
             )
             code = "contract-undeclared-read"
         return ContractViolation(message, attribute=path, code=code, reading_site=site)

@@ -16,6 +16,8 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.dsakit-stamp 2>/dev/null)" != "$
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/cpu-torch.txt
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements/cpu-sglang-0.5.23.txt
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/test.txt
+  # the distribution was called `dsakit` before 0.1.0 was published as pytest-dsakit: drop a stale one
+  .venv/bin/python -m pip uninstall -q -y --disable-pip-version-check dsakit >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
   stamp_of > .venv/.dsakit-stamp
 fi

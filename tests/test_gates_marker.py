@@ -113,6 +113,19 @@ def test_skip_reasons_in_short_summary(pytester: pytest.Pytester) -> None:
     ])
 
 
+def test_require_skips_are_reported_at_the_calling_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(GATED)
+    result = pytester.runpytest(*PLUGIN, "-rs", "--dsakit-device=cpu")
+    lines = (pytester.path / "test_require_skips_are_reported_at_the_calling_line.py").read_text().splitlines()
+    fixture_line = lines.index("def test_require_in_fixture(amd):") + 1  # pytest: a fixture's skip is the test's
+    test_line = lines.index('    dsakit.require("cuda-graphs")') + 1
+    result.stdout.fnmatch_lines([
+        f"SKIPPED [[]1[]] test_require_skips_are_reported_at_the_calling_line.py:{fixture_line}: [[]gfx in*",
+        f"SKIPPED [[]1[]] test_require_skips_are_reported_at_the_calling_line.py:{test_line}: [[]cuda-graphs[]]*",
+    ])
+    assert "marks.py" not in result.stdout.str()
+
+
 def test_unknown_code_in_gate_is_a_collection_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import dsakit\n\n@dsakit.gate('fa4')\ndef test_x():\n    pass\n")
     result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90")

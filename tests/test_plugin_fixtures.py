@@ -56,3 +56,21 @@ def test_contract_violations_are_summarised_at_the_end(pytester: pytest.Pytester
     result = pytester.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*dsakit contract reads*", "soft-read: model_runner.optional_knob (target) at *"])
+
+
+def test_contract_reads_summary_collects_every_xdist_worker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("n", range(4))
+        def test_reads(target_runner, n):
+            assert getattr(target_runner, f"optional_knob_{n}", 3) == 3
+        """
+    )
+    # a subprocess: an in-process controller would merge the workers' reads into this process's log
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*dsakit contract reads*"])
+    for n in range(4):
+        result.stdout.fnmatch_lines([f"*-read: model_runner.optional_knob_{n} (target) at *"])

@@ -102,6 +102,7 @@ def test_must_run_fails_when_its_tests_skipped(pytester: pytest.Pytester) -> Non
         "dsakit: --dsakit-must-run rocm: 2 test(s) behind gate rocm skipped: *test_needs_amd[[]0[]], *test_needs_amd[[]1[]]",
         "dsakit: --dsakit-must-run fa3: 3 test(s) behind gate fa3 skipped: *",
     ])
+    assert "2 --dsakit-must-run gate(s) failed in" in result.stdout.lines[-1]  # pytest's final line
 
 
 def test_must_run_passes_when_gates_open(pytester: pytest.Pytester) -> None:

@@ -24,6 +24,10 @@ from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
+# the key in pytest's final summary line ("1 passed, 2 --dsakit-must-run gate(s) failed in 3s"); it
+# starts with "--" so that tools parsing "N word" outcomes (pytester, CI log scrapers) do not count
+# it as failed tests
+MUST_RUN_STAT = "--dsakit-must-run gate(s) failed"
 DEVICE_KEY = "dsakit_device"
 HOST_LABEL_ENV = "DSAKIT_HOST_LABEL"
 
@@ -243,6 +247,11 @@ class InventoryReporter:
         failing = self.failures or (self.untested and self.must_run_strict)
         if failing and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.failures and terminal is not None:
+            # counted in pytest's final line, which the terminal reporter writes after this
+            # trylast hook
+            terminal.stats.setdefault(MUST_RUN_STAT, []).extend(self.failures)
         if self.report_path:
             self.write_report(Path(self.report_path))
 

@@ -15,6 +15,7 @@ import pytest
 
 from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
+from dsakit.options import value as option_value
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.output_paths import writable_file
 from dsakit.reasons import Reason
@@ -64,7 +65,9 @@ def gate(*codes: str) -> pytest.MarkDecorator:
 
 
 def require(*codes: str) -> None:
-    """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open."""
+    """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open.
+    The skip is reported at the caller's line (-rs), not here."""
+    __tracebackhide__ = True
     session = active_session()
     reasons = closed_reasons(codes, session.device)
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
@@ -78,6 +81,7 @@ def require(*codes: str) -> None:
 
 
 def _skip(message: str) -> NoReturn:
+    __tracebackhide__ = True  # pytest reports a skip at the last frame that is not hidden
     pytest.skip(message)
 
 
@@ -92,20 +96,20 @@ def configure(config: pytest.Config) -> dict[str, object]:
         if workerinput is not None and DEVICE_KEY in workerinput:
             name = str(workerinput[DEVICE_KEY])
         else:
-            name = validate_device_name(config.getoption("dsakit_device"))
-        must_run = validate_codes(split_codes(config.getoption("dsakit_must_run") or ""))
-        report_path = config.getoption("dsakit_report")
+            name = validate_device_name(option_value(config, "dsakit_device"))
+        must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run") or ""))
+        report_path = option_value(config, "dsakit_report")
         if report_path and workerinput is None:
             writable_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
-    session = GateSession(name, allow_torch=bool(config.getoption("dsakit_probe_torch")))
+    session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_probe_torch")))
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
         config, session.inventory, lambda: session.device, must_run, report_path,
-        host_label(config.getoption("dsakit_host_label")),
-        must_run_strict=bool(config.getoption("dsakit_must_run_strict")),
+        host_label(option_value(config, "dsakit_host_label")),
+        must_run_strict=bool(option_value(config, "dsakit_must_run_strict")),
     )
     hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from dsakit.errors import UsageError
+from dsakit.options import value as option_value
 from dsakit.reasons import Reason
 
 GPU_COUNT_ENV = "DSAKIT_GPU_COUNT"
@@ -291,7 +292,7 @@ _LOCK_DIR_KEY = pytest.StashKey[str]()  # the run's node-lock directory, removed
 
 
 def workers_per_gpu(config: pytest.Config) -> int:
-    value = int(config.getoption("dsakit_workers_per_gpu"))
+    value = int(option_value(config, "dsakit_workers_per_gpu"))
     if value < 0:
         raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {value}")
     return value
@@ -302,7 +303,7 @@ def inventory(config: pytest.Config) -> GpuInventory:
     found = config.stash.get(_INVENTORY_KEY, None)
     if found is None:
         try:
-            found = discover(config.getoption("dsakit_device"))
+            found = discover(option_value(config, "dsakit_device"))
         except UsageError as error:
             raise pytest.UsageError(str(error)) from None
         config.stash[_INVENTORY_KEY] = found

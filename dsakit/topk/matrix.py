@@ -17,6 +17,7 @@ import pytest
 
 from dsakit.contracts.schema import Role
 from dsakit.errors import UsageError
+from dsakit.options import value as option_value
 from dsakit.reasons import Reason
 from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags, topk_flags
 from dsakit.topk.rules import ROLES, Expectation, TopkConfig, expect
@@ -337,9 +338,9 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     if marker is not None and marker.args:
         options.setdefault("subset", marker.args[0])
     try:
-        subset = metafunc.config.getoption("dsakit_topk_subset") or options.get("subset") or DEFAULT_SUBSET
+        subset = option_value(metafunc.config, "dsakit_topk_subset") or options.get("subset") or DEFAULT_SUBSET
         roles = [r for r in options.get("roles", ROLES)
-                 if r in parse_roles(metafunc.config.getoption("dsakit_roles"))]
+                 if r in parse_roles(option_value(metafunc.config, "dsakit_roles"))]
         invalid = options.get("invalid", "skip")
         cells = topk_cells(subset, roles=roles, invalid=invalid)
     except UsageError as error:

@@ -2,8 +2,8 @@
 
 Owns: `SelectionSnapshotExtension` (one amber file per test module), `summarize_selection` (the
 stored text: the input's digest and the selection's backend-independent normal form),
-`explain_mismatch` and the `selection_snapshot` fixture's object. Goldens are written only by the
-reference path. Never imports torch at module level.
+`explain_mismatch` and the `selection_snapshot` fixture's object. Never imports torch at module
+level; goldens come from the reference path or dsakit's reference top-k (`--snapshot-update`).
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ class SelectionSummary(str):
 # (`SelectionSerializer.VERSION`): goldens of an older format read as tainted and must be
 # regenerated (`--snapshot-update`).
 #
-# Goldens are written only by the reference path (`reference=True`); under --snapshot-update other
-# paths compare against the stored golden instead of rewriting it. xdist safety and unused-snapshot
+# Under --snapshot-update a `reference=True` path writes its own selection as the golden; any other
+# path writes a missing golden from dsakit's reference top-k (`dsakit.topk.reference`) of the same
+# input, once its own selection matches it, and compares against an existing golden without
+# rewriting it. So a suite without goldens gets them from one `--snapshot-update` run. xdist safety and unused-snapshot
 # detection come from syrupy's amber machinery (locked read-modify-write under workers). Never
 # imports torch at module level.
 class SelectionSerializer(AmberDataSerializer):
@@ -493,7 +495,11 @@ class SelectionSnapshot:
         if not self.updating:
             self._refuse_damaged(case_id)
         if self.updating and not reference:
-            self._compare_without_writing(case_id, summary)
+            golden, tainted = self._stored(case_id)
+            if golden is None:  # a new (or older-format) golden: written from dsakit's reference
+                self._write_from_reference(case_id, summary, scores, lengths, k, row_starts, identity, tainted)
+            else:
+                self._compare_without_writing(case_id, summary, golden)
             return
         assert self._snapshot(name=case_id) == summary, \
             explain_mismatch(case_id, self._stored(case_id)[0], summary)
@@ -528,16 +534,30 @@ class SelectionSnapshot:
             return None, tainted
         return str(stored.data), False
 
-    def _compare_without_writing(self, case_id: str, summary: str) -> None:
+    def _write_from_reference(self, case_id: str, summary: SelectionSummary, scores: Any, lengths: Any,
+                              k: int, row_starts: Any, identity: str | None, tainted: bool) -> None:
+        """--snapshot-update with no usable golden and no `reference=True` path: the golden is the
+        normal form of dsakit's reference top-k (`dsakit.topk.reference`) of the same input, written
+        only when this path's selection has that normal form too (ties allowed)."""
         __tracebackhide__ = True
-        golden, tainted = self._stored(case_id)
-        if golden is None:
-            why = ("the stored golden is of an older format" if tainted else
-                   f"no golden for {case_id} yet")
-            pytest.skip(f"[no-golden-yet] {why}: goldens are written by the reference path "
-                        f"(torch) under --snapshot-update, at the end of the run; run again without it")
+        from dsakit.topk.reference import reference_topk
+
+        expected = summarize_selection(case_id, reference_topk(scores, lengths, k, row_starts=row_starts),
+                                       scores, lengths, k, row_starts=row_starts, identity=identity)
+        if str(summary) != str(expected):
+            raise AssertionError(
+                explain_mismatch(case_id, expected, summary)
+                + "\n(no golden written: this path's selection differs from dsakit's reference top-k "
+                "of the same input, dsakit.topk.reference; fix the path, or mark the path whose "
+                "selection IS the golden with assert_case(..., reference=True))")
+        what = "older-format golden" if tainted else "golden"
+        assert self._snapshot(name=case_id) == expected, f"{case_id}: writing the {what} failed"
+
+    def _compare_without_writing(self, case_id: str, summary: str, golden: str) -> None:
+        __tracebackhide__ = True
         if golden != summary:
             raise AssertionError(
                 explain_mismatch(case_id, golden, summary)
-                + "\n(not rewritten: only the reference path writes goldens)"
+                + "\n(not rewritten: under --snapshot-update only a reference=True path rewrites "
+                "an existing golden)"
                 + f"\n--- golden\n{golden}\n--- this path\n{summary}")

@@ -1,21 +1,30 @@
 """`dsakit contract check`: the static drift check between backends, the real ModelRunner and the contract.
 
-Owns: comparing the backends' `model_runner.X` reads, the attributes ModelRunner sets and the
-contract (all found without importing anything), the findings as data with stable codes, and
-their table / JSON. Must not import torch or SGLang, nor change the contract.
+Owns: comparing the `model_runner.X` reads of the DSA / DeepSeek-V4 backends (or, with
+`--backend-src`, a downstream suite's own backend), the attributes ModelRunner sets and the
+effective contract (with the suite's `[tool.dsakit.contract]` entries), all found without importing
+anything; the findings as data, their table / JSON. Must not import torch or SGLang.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
+from dsakit.errors import UsageError
 from dsakit.reasons import Reason
 from dsakit.upstream.release import SGLangRelease, installed_release, release_from_tree
-from dsakit.upstream.source_scan import RunnerRead, SourceSite, runner_assignments, scan_runner_reads
+from dsakit.upstream.source_scan import (
+    RunnerRead,
+    SourceSite,
+    runner_assignments,
+    scan_backend_reads,
+    scan_runner_reads,
+)
 
 # Codes: `read-not-in-contract` and `contract-not-set-by-runner` fail the check (exit 1);
 # `conditional-read` and `soft-read` are informational.
@@ -103,6 +112,7 @@ class CheckResult:
     reads: list[RunnerRead]
     assignments: dict[str, SourceSite]
     findings: list[Finding] = field(default_factory=list)
+    backend_src: str | None = None  # a downstream backend scanned instead of SGLang's
 
     @property
     def failures(self) -> list[Finding]:
@@ -133,8 +143,10 @@ class CheckResult:
     def summary_line(self) -> str:
         c = self.counts()
         verdict = "OK" if self.ok else "FAILED"
+        subject = f"backend {self.backend_src} against SGLang {self.release.version}" if self.backend_src \
+            else f"SGLang {self.release.version}"
         return (
-            f"dsakit contract check: SGLang {self.release.version}: {c['contract_entries']} contract entries, "
+            f"dsakit contract check: {subject}: {c['contract_entries']} contract entries, "
             f"{c['reads']} reads in {c['files']} files, {c['missing_from_contract']} missing from contract, "
             f"{c['not_set_by_runner']} not set by runner, {c['conditional']} conditional, {c['soft']} soft "
             f"\u2192 {verdict}"
@@ -256,8 +268,16 @@ def _group(reads: Iterable[RunnerRead]) -> dict[str, list[RunnerRead]]:
     return groups
 
 
+def _declare_hint(path: str, downstream: bool) -> str:
+    if not downstream:
+        return f"add it to {_CONTRACT_FILE} with its type, per-role default and reader"
+    return (f'declare it in your suite\'s pyproject.toml as [tool.dsakit.contract."{path}"] with type, '
+            "target (and draft) default, readers and set_by")
+
+
 def find_drift(
-    contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str
+    contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str,
+    *, downstream: bool = False,
 ) -> list[Finding]:
     """The rules of the check, as findings (failures first, then informational, each sorted)."""
     failures: list[Finding] = []
@@ -272,7 +292,7 @@ def find_drift(
             failures.append(Finding(
                 READ_NOT_IN_CONTRACT, FAILURE, path,
                 f"model_runner.{path} is read at {where} but the role contract does not declare it{under}: "
-                f"add it to {_CONTRACT_FILE} with its type, per-role default and reader",
+                + _declare_hint(path, downstream),
                 sites,
             ))
         for read in group:
@@ -304,28 +324,42 @@ def find_drift(
                 CONTRACT_NOT_SET_BY_RUNNER, FAILURE, entry.path,
                 f"contract entry model_runner.{entry.path} is never assigned or defined by the real "
                 f"ModelRunner (SGLang {version}): a mock providing it hides a backend read that fails on "
-                f"the real runner; rename or remove it in {_CONTRACT_FILE}",
+                f"the real runner; rename or remove it in {entry.declared_in or _CONTRACT_FILE}",
             ))
     return failures + infos
 
 
-def check_release(release: SGLangRelease, contract: Contract | None = None) -> CheckResult:
-    """Run the static check on one SGLang tree (raises UsageError when it has no DSA backend)."""
+def check_release(release: SGLangRelease, contract: Contract | None = None, *,
+                  backend_src: Path | None = None) -> CheckResult:
+    """Run the static check on one SGLang tree (raises UsageError when it has no DSA backend), or,
+    with `backend_src`, on a downstream backend's files against that tree's ModelRunner."""
     if contract is None:
         from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
 
         contract = MODEL_RUNNER_CONTRACT
-    reads = scan_runner_reads(release)
+    reads = scan_runner_reads(release) if backend_src is None else scan_backend_reads(release, backend_src)
     assignments = runner_assignments(release)
-    result = CheckResult(release, contract, reads, assignments)
-    result.findings = find_drift(contract, reads, assignments, release.version)
+    result = CheckResult(release, contract, reads, assignments,
+                         backend_src=str(backend_src) if backend_src is not None else None)
+    result.findings = find_drift(contract, reads, assignments, release.version,
+                                 downstream=backend_src is not None)
     return result
 
 
-def run_contract_check(sglang_src: str | None, as_json: bool) -> int:
-    """`dsakit contract check`: print the table (or JSON); 0 ok, 1 drift found (UsageError → 2)."""
+def run_contract_check(sglang_src: str | None, as_json: bool, *, backend_src: str | None = None,
+                       project: str | None = None) -> int:
+    """`dsakit contract check`: print the table (or JSON); 0 ok, 1 drift found (UsageError → 2).
+    The contract is dsakit's plus the `[tool.dsakit.contract]` entries of the nearest pyproject.toml
+    at or above `project` (default: the current directory)."""
+    from dsakit.contract_extension import effective_contract
+
     release = release_from_tree(sglang_src) if sglang_src else installed_release()
-    result = check_release(release)
+    contract = effective_contract(Path(project) if project else Path.cwd())
+    source = Path(backend_src) if backend_src else None
+    if source is not None and not source.exists():
+        raise UsageError(f"--backend-src {backend_src}: no such file or folder; give your backend's "
+                         "source folder or file")
+    result = check_release(release, contract, backend_src=source)
     if as_json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:

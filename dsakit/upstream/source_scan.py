@@ -1,7 +1,8 @@
 """Static scans of SGLang source (AST only: nothing is imported, no GPU needed).
 
-Owns: where the real `ModelRunner` assigns or defines its attributes, and (see `scan_runner_reads`)
-where backends read `model_runner.X`. Never imports torch or SGLang.
+Owns: where the real `ModelRunner` assigns or defines its attributes, and (see `scan_runner_reads`,
+`scan_backend_reads`) where SGLang's or a downstream suite's backends read `model_runner.X`.
+Never imports torch or SGLang.
 """
 
 from __future__ import annotations
@@ -696,8 +697,30 @@ def scan_runner_flow(release: SGLangRelease) -> RunnerFlow:
             f"{release.package_dir} (SGLang {release.version}) has no DSA backend: expected "
             f"{DSA_BACKEND_FILE}; SGLang 0.5.17 and 0.5.23 have one"
         )
+    return _scan(release, reader_files(release))
+
+
+def backend_files(backend_src: Path) -> list[Path]:
+    """A downstream backend's Python files: one file, or every *.py below a folder."""
+    if backend_src.is_file() and backend_src.suffix == ".py":
+        return [backend_src]
+    files = sorted(backend_src.rglob("*.py")) if backend_src.is_dir() else []
+    if not files:
+        raise UsageError(
+            f"--backend-src {backend_src}: expected a .py file or a folder holding your backend's "
+            "Python files; found none"
+        )
+    return files
+
+
+def scan_backend_reads(release: SGLangRelease, backend_src: Path) -> list[RunnerRead]:
+    """Every read of `model_runner.X` in a downstream suite's own backend (`backend_files`), by the
+    same scanner: calls into SGLang's attention helpers are followed in `release`."""
+    return list(_scan(release, backend_files(backend_src)).reads)
+
+
+def _scan(release: SGLangRelease, files: list[Path]) -> RunnerFlow:
     scanner = _Scanner(release)
-    files = reader_files(release)
     scanner.direct = set(files)
     for path in files:
         scanner.scan_file(path)

@@ -1,0 +1,129 @@
+"""dsakit's run options: each `--dsakit-*` flag with its ini key (`dsakit_*` in pytest.ini /
+`[tool.pytest.ini_options]`) and, where one exists, its environment variable.
+
+Owns the table and the one precedence rule, `value(config, name)`: command line > environment
+variable > ini key > default. The plugin registers the table; every reader asks `value`. Never
+imports torch or SGLang (the plugin loads it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One option: `--dsakit-x` on the command line, `dsakit_x` as an ini key."""
+
+    flag: str
+    help: str
+    default: Any = None
+    kind: str = "str"  # str, bool, int, path
+    choices: tuple[str, ...] = ()
+    env: str | None = None
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def ini(self) -> str:
+        return self.dest
+
+
+OPTIONS: tuple[RunOption, ...] = (
+    RunOption("--dsakit-roles", "roles the `model_runner` fixture is parametrized over (comma-separated: "
+              "target, draft)", default="target,draft", metavar="ROLES"),
+    # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
+    RunOption("--dsakit-device", "simulate a device for the capability gates (sm90, sm100, sm103, sm120, gfx90a, "
+              "gfx942, gfx950, cpu; or 'real', the default). Module gates still look at this machine",
+              env="DSAKIT_DEVICE", metavar="NAME"),
+    RunOption("--dsakit-probe-torch", "let the real-device probe fall back to torch.cuda when NVML, nvidia-smi "
+              "and rocminfo find nothing", default=False, kind="bool"),
+    RunOption("--dsakit-report", "write the run's report as JSON: the node (device, SGLang release, host "
+              "label, pytest-split shard), every test's outcome and gates, skips per gate (`dsakit report "
+              "merge` merges nodes and shards; an ini path is relative to the ini file)", kind="path",
+              metavar="PATH"),
+    RunOption("--dsakit-host-label", "this node's name in --dsakit-report (default: the hostname)",
+              env="DSAKIT_HOST_LABEL", metavar="LABEL"),
+    RunOption("--dsakit-must-run", "fail the run when any test behind these gate codes was skipped (per "
+              "shard: tests of other shards are not skipped; `dsakit report merge` checks they ran on "
+              "some node)", default="", metavar="CODE,..."),
+    RunOption("--dsakit-must-run-strict", "also fail the run when no collected test sits behind a "
+              "--dsakit-must-run gate (default: say so in the skip inventory and pass)", default=False,
+              kind="bool"),
+    # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
+    RunOption("--dsakit-workers-per-gpu", "xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). "
+              "Each worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
+              "GPUs x N", default=1, kind="int", metavar="N"),
+    # -- target/draft top-k backend matrix (dsakit.topk.matrix)
+    RunOption("--dsakit-topk-subset", "top-k backend matrix subset for every `topk_cell` test of this run "
+              "(overrides the dsakit_topk_matrix marker; default: the marker's, else pairwise)",
+              choices=("full", "per-role", "pairwise")),
+)
+_BY_DEST = {option.dest: option for option in OPTIONS}
+PRECEDENCE = "command line > environment variable > ini key > default"
+
+
+def register(parser: pytest.Parser) -> None:
+    """Every option as a flag (default None: "not given", so `value` can fall through) and an ini key."""
+    group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
+    for option in OPTIONS:
+        env = f"; env {option.env}" if option.env else ""
+        shown = f"{option.help} (ini: {option.ini}{env}; default {option.default!r})"
+        if option.kind == "bool":
+            group.addoption(option.flag, action="store_true", default=None, help=shown)
+        else:
+            group.addoption(option.flag, default=None, metavar=option.metavar,
+                            choices=option.choices or None, help=shown,
+                            type=int if option.kind == "int" else None)
+        # type "string" everywhere (converted in `value`): "int"/"bool" ini types differ across pytest 8.x
+        parser.addini(option.ini, f"{option.help} ({PRECEDENCE})", type="string", default=None)
+
+
+def value(config: pytest.Config, dest: str) -> Any:
+    """The option's value by the precedence rule; a bad env or ini value is a pytest usage error
+    naming where it came from."""
+    option = _BY_DEST[dest]
+    given = config.getoption(dest, None)
+    if given is not None:
+        return given
+    if option.env and os.environ.get(option.env):
+        return os.environ[option.env]
+    raw = config.getini(option.ini)
+    if raw is None or raw == "" or raw == []:
+        return option.default
+    return _convert(option, str(raw).strip(), config)
+
+
+def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
+    where = f"ini key {option.ini} = {raw!r} ({config.inipath})"
+    if option.kind == "bool":
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise pytest.UsageError(f"{where}: expected true or false")
+    if option.kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise pytest.UsageError(f"{where}: expected an integer") from None
+    if option.choices and raw not in option.choices:
+        raise pytest.UsageError(f"{where}: expected one of {', '.join(option.choices)}")
+    if option.kind == "path" and config.inipath is not None:
+        return str(config.inipath.parent / raw)
+    return raw
+
+
+def check_all(config: pytest.Config) -> None:
+    """pytest_configure: a bad env or ini value is a usage error before collection, even for an
+    option this run would never read."""
+    for option in OPTIONS:
+        value(config, option.dest)

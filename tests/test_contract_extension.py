@@ -1,0 +1,156 @@
+"""A downstream suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml): the
+fixtures, `MockModelRunner`, the violation message and `dsakit contract check --backend-src`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dsakit
+from dsakit.contract_extension import effective_contract
+from dsakit.errors import UsageError
+from dsakit.mocks import read_log
+
+DECLARED = """
+[tool.dsakit.contract.sliding_window_size]
+type = "int"
+target = 4096
+draft = 128
+readers = ["MyBackend.__init__"]
+set_by = "sglang/srt/model_executor/model_runner.py (ModelRunner.__init__)"
+
+[tool.dsakit.contract."model_config.rope_scaling_kind"]
+type = "str"
+target = "yarn"
+set_by = "ModelConfig"
+
+[tool.dsakit.contract.my_dtype]
+type = "torch.dtype"
+target = "torch.float16"
+set_by = "nowhere yet"
+"""
+
+BACKEND = """
+class MyBackend:
+    def __init__(self, model_runner):
+        self.window = model_runner.sliding_window_size
+        self.context = model_runner.model_config.context_len
+"""
+
+
+def test_declared_entries_reach_fixtures_and_mocks(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(DECLARED)
+    pytester.makepyfile(
+        """
+        import pytest
+        import dsakit
+
+        def test_fixture(model_runner, model_runner_role):
+            expected = 128 if model_runner_role == "draft" else 4096
+            assert model_runner.sliding_window_size == expected
+            assert model_runner.model_config.rope_scaling_kind == "yarn"
+
+        def test_direct_mock_and_override():
+            runner = dsakit.MockModelRunner("target", sliding_window_size=8)
+            assert runner.sliding_window_size == 8
+            with pytest.raises(dsakit.UsageError, match="expected int"):
+                dsakit.MockModelRunner("target", sliding_window_size="wide")
+            runner.sliding_window_size = 16  # a declared write is allowed (and type-checked)
+            assert runner.sliding_window_size == 16
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+
+def test_without_a_declaration_the_violation_says_how_to_declare_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import dsakit
+
+        def test_read(target_runner):
+            with pytest.raises(dsakit.ContractViolation) as raised:
+                target_runner.sliding_window_size
+            message = str(raised.value)
+            assert "[tool.dsakit.contract.\\"sliding_window_size\\"]" in message
+            assert "contracts/model_runner_contract.py" not in message
+            assert "model_runner.py:" in message  # set_by is filled with the real runner's site
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_mocks_outside_the_run_keep_dsakit_contract(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(DECLARED)
+    extended = effective_contract(tmp_path)
+    assert "sliding_window_size" in extended and "sliding_window_size" not in dsakit.MODEL_RUNNER_CONTRACT
+    assert extended.get("sliding_window_size").declared_in == str(tmp_path / "pyproject.toml")
+    runner = dsakit.MockModelRunner("draft", contract=extended)
+    assert runner.sliding_window_size == 128
+    assert str(runner.my_dtype) == "torch.float16"  # a dotted default, resolved on first read
+    with pytest.raises(dsakit.ContractViolation):
+        dsakit.MockModelRunner("draft").sliding_window_size  # noqa: B018
+    read_log.clear()  # the expected violation is not one for this run's summary
+
+
+@pytest.mark.parametrize(("declaration", "expected"), [
+    ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\n', "missing set_by"),
+    ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = "one"\nset_by = "s"\n', "target = 'one' is not a int"),
+    ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\nset_by = "s"\ncolour = 1\n', "unknown key(s) colour"),
+    ('[tool.dsakit.contract.page_size]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "already declared by dsakit"),
+    ('[tool.dsakit.contract."cfg.x"]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "parent model_runner.cfg is not declared"),
+    ('[tool.dsakit.contract.x]\ntype = "int"\nset_by = "s"\n', "target default missing"),
+])
+def test_bad_declarations_are_usage_errors(tmp_path: Path, declaration: str, expected: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(declaration)
+    with pytest.raises(UsageError) as raised:
+        effective_contract(tmp_path)
+    assert expected in str(raised.value) and "pyproject.toml" in str(raised.value)
+
+
+def test_bad_declaration_fails_the_pytest_run_before_collection(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\n')
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*missing set_by*"])
+
+
+def _check(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dsakit", "contract", "check", *args], cwd=project,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_contract_check_scans_the_suites_own_backend(tmp_path: Path) -> None:
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "my_backend.py").write_text(BACKEND)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'downstream'\n")
+    undeclared = _check(tmp_path, "--backend-src", "backend")
+    assert undeclared.returncode == 1, undeclared.stdout + undeclared.stderr
+    assert "[read-not-in-contract] model_runner.sliding_window_size is read at" in undeclared.stdout
+    assert "my_backend.py:4" in undeclared.stdout
+    assert '[tool.dsakit.contract."sliding_window_size"]' in undeclared.stdout
+    # declared (without the entry the real runner never sets): the same backend passes
+    (tmp_path / "pyproject.toml").write_text(DECLARED.split("[tool.dsakit.contract.my_dtype]")[0])
+    declared = _check(tmp_path, "--backend-src", "backend")
+    assert declared.returncode == 0, declared.stdout + declared.stderr
+    assert "backend backend against SGLang" in declared.stdout.splitlines()[-1]
+    assert "2 reads in 1 files, 0 missing from contract" in declared.stdout.splitlines()[-1]
+
+
+def test_contract_check_fails_an_extension_entry_the_real_runner_never_sets(tmp_path: Path) -> None:
+    (tmp_path / "backend.py").write_text(BACKEND)
+    (tmp_path / "pyproject.toml").write_text(DECLARED)
+    result = _check(tmp_path, "--backend-src", "backend.py")
+    assert result.returncode == 1
+    assert (f"[contract-not-set-by-runner] contract entry model_runner.my_dtype is never assigned"
+            in result.stdout) and f"remove it in {tmp_path / 'pyproject.toml'}" in result.stdout
+
+
+def test_contract_check_refuses_a_missing_backend_src(tmp_path: Path) -> None:
+    result = _check(tmp_path, "--backend-src", "nowhere")
+    assert result.returncode == 2
+    assert "--backend-src nowhere: no such file or folder" in result.stderr

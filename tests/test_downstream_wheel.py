@@ -1,0 +1,96 @@
+"""The proof for downstream suites: a separate project (tests/downstream_project: a contract
+extension, ini keys, a conftest, fixtures, gates, must-run, top-k checks, selection_snapshot)
+installs the BUILT WHEEL into a fresh venv and passes with `pytest` and `-n 2`.
+
+The venv sees this interpreter's site-packages through a .pth file (torch, SGLang and the test
+tools are not reinstalled), but `dsakit` must come from the wheel: the checkout is not on its path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parent / "downstream_project"
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> Path:
+    work = tmp_path_factory.mktemp("downstream")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=120)
+    python = work / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # this interpreter's packages (torch, SGLang, pytest, syrupy, numpy, xdist), after the venv's own
+    (Path(site) / "_parent_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # the wheel with its `snapshot` extra; --no-index: every dependency must already be satisfied
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
+                    "--find-links", str(built_wheel.parent), "pytest-dsakit[snapshot]"],
+                   check=True, timeout=300, env=_env())
+    return work
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "DSAKIT_DEVICE") and not k.startswith(("PYTEST_", "COV_"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(venv / "venv" / "bin" / "python"), *args], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_downstream_project_passes_from_the_wheel(venv: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+
+    where = _run(venv, project, "-c", "import dsakit, sys; print(dsakit.__file__)")
+    assert where.stdout.strip().startswith(str(venv / "venv")), where.stdout + where.stderr
+    version = _run(venv, project, "-m", "dsakit", "--version")
+    assert version.stdout.startswith("dsakit 0.1.0 (distribution pytest-dsakit) at " + str(venv / "venv"))
+
+    # the static check scans the project's own backend against the extended contract
+    check = _run(venv, project, "-m", "dsakit", "contract", "check", "--backend-src", "my_backend")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "0 missing from contract" in check.stdout.splitlines()[-1]
+
+    # no goldens yet: one --snapshot-update run writes them and passes; later runs compare
+    update = _run(venv, project, "-m", "pytest", "--snapshot-update")
+    assert update.returncode == 0, update.stdout + update.stderr
+    assert "2 snapshots generated" in update.stdout
+    assert (project / "tests" / "__snapshots__" / "test_my_backend" / "selections.topksel").is_file()
+
+    for extra in ((), ("-n", "2")):
+        run = _run(venv, project, "-m", "pytest", *extra)
+        assert run.returncode == 0, run.stdout + run.stderr
+        final = run.stdout.strip().splitlines()[-1]
+        assert "7 passed, 1 skipped" in final, final
+        assert "dsakit: device NVIDIA B300" in run.stdout or "-n" in extra
+        assert "[fa3]" in run.stdout  # the skip inventory names the gate
+    report = json.loads((project / "dsakit-report.json").read_text())  # ini path: relative to pyproject
+    assert report["must_run"] == {"codes": ["sm~10", "cuda"], "failed": {}, "no_test_behind": [], "strict": False}
+
+
+def test_a_broken_backend_fails_the_downstream_run(venv: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(PROJECT, project)
+    backend = project / "my_backend" / "__init__.py"
+    backend.write_text(backend.read_text().replace("model_runner.page_size", "model_runner.page_sizes"))
+    check = _run(venv, project, "-m", "dsakit", "contract", "check", "--backend-src", "my_backend")
+    assert check.returncode == 1 and "model_runner.page_sizes is read at" in check.stdout
+    run = _run(venv, project, "-m", "pytest", "-q", "-k", "not goldens")
+    assert run.returncode == 1
+    assert "model_runner.page_sizes is not in the dsakit role contract" in run.stdout
+    # must-run: a device without SM 10.x skips the gated test, and that fails the run
+    gated = _run(venv, project, "-m", "pytest", "-q", "-k", "blackwell", "-o", "dsakit_device=sm90")
+    assert gated.returncode == 1
+    assert "1 --dsakit-must-run gate(s) failed" in gated.stdout.strip().splitlines()[-1]
