@@ -12,12 +12,14 @@ import pytest
 import dsakit
 from dsakit.backends.harness import (
     DEEPSEEK_V4_RUNNER_OVERRIDES,
+    SPECULATIVE_SERVER_ARGS,
     deepseek_v4_backend,
     deepseek_v4_page_metadata,
     full_to_swa_mapping,
 )
-from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata
+from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata, check_dsv4_write_target
 from dsakit.backends.batch_builder import BatchShape, build_forward_batch, place_requests
+from dsakit.reasons import Reason
 
 # SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
 pytestmark = [dsakit.gate("sglang:deepseek-v4-backend"), pytest.mark.dsakit_jit("triton-kernels")]
@@ -29,6 +31,9 @@ SHAPES: dict[str, BatchShape] = {
     "target_verify": BatchShape("target_verify", (97, WINDOW - 2, PAGE - 4, 300), draft_tokens=4),
     "draft_extend": BatchShape("draft_extend", (101, WINDOW + 2, PAGE, 304), draft_tokens=4),
 }
+# The draft role decodes through SGLang's multi-step draft: 3 EAGLE steps (SPECULATIVE_SERVER_ARGS),
+# each writing one slot past the committed tokens.
+DRAFT_DECODE = BatchShape("decode", SHAPES["decode"].seq_lens, draft_steps=SPECULATIVE_SERVER_ARGS["speculative_num_steps"])
 ROLE_MODES = {"target": ("decode", "extend", "target_verify"), "draft": ("decode", "extend", "draft_extend")}
 CELLS = [pytest.param(role, mode, id=f"{role}-{mode}") for role, modes in ROLE_MODES.items() for mode in modes]
 KERNELS = [
@@ -44,7 +49,7 @@ def test_page_metadata_kernels_match_the_placement(device: str, mode: str) -> No
     runner = dsakit.MockModelRunner("target", overrides={**DEEPSEEK_V4_RUNNER_OVERRIDES, "device": device,
                                                          "max_running_requests": 8})
     placement = place_requests(runner, shape.kv_lens(), seed=11)
-    mapping = full_to_swa_mapping(runner, swa_size=8 * WINDOW + PAGE)
+    mapping = full_to_swa_mapping(runner)
     core = deepseek_v4_page_metadata(runner, shape, placement, mapping, compression=device == "cuda")
     reasons = check_dsv4_core_metadata(core, shape, placement, runner.req_to_token_pool.req_to_token, mapping,
                                        compression=device == "cuda")
@@ -54,15 +59,25 @@ def test_page_metadata_kernels_match_the_placement(device: str, mode: str) -> No
 @pytest.mark.parametrize(("role", "mode"), CELLS)
 @dsakit.gate("cuda", "module:sgl_kernel.flashmla_ops")
 def test_forward_metadata_is_consistent(role: str, mode: str) -> None:
-    shape = SHAPES[mode]
     speculative = role == "draft" or mode in ("target_verify", "draft_extend")
-    with deepseek_v4_backend(role, speculative=speculative, max_running_requests=8) as (backend, runner):
+    shape = DRAFT_DECODE if (role, mode) == ("draft", "decode") else SHAPES[mode]
+    with deepseek_v4_backend(role, speculative=speculative, mode=mode, max_running_requests=8) as (backend, runner):
         batch, placement = build_forward_batch(runner, shape, seed=5)
         backend.init_forward_metadata(batch)
-        core = backend.forward_metadata.core_attn_metadata
-        reasons = check_dsv4_core_metadata(
-            core, shape, placement, runner.req_to_token_pool.req_to_token,
-            runner.token_to_kv_pool.full_to_swa_index_mapping,
-            compression=mode != "draft_extend",  # draft-extend is SWA-only: SGLang builds no C4/C128 metadata
-        )
+        mapping = runner.token_to_kv_pool.full_to_swa_index_mapping
+        # the multi-step draft inits one backend per step but the last (which runs no forward)
+        steps = backend.attn_backends[: shape.draft_steps - 1] if shape.draft_steps else [backend]
+        reasons: list[Reason] = []
+        for step, step_backend in enumerate(steps):
+            core = step_backend.forward_metadata.core_attn_metadata
+            reasons += check_dsv4_core_metadata(
+                core, shape, placement, runner.req_to_token_pool.req_to_token, mapping,
+                compression=mode != "draft_extend",  # draft-extend is SWA-only: SGLang builds no C4/C128 metadata
+            )
+            positions = shape.write_positions()
+            if shape.draft_steps:  # step i writes each request's i-th draft slot
+                written = [placement.slot(r, ps[step]) for r, ps in enumerate(positions)]
+            else:
+                written = [placement.slot(r, p) for r, ps in enumerate(positions) for p in ps]
+            reasons += check_dsv4_write_target(core, written, mapping, label=f"step {step}" if shape.draft_steps else mode)
     assert reasons == [], "\n".join(map(str, reasons))
