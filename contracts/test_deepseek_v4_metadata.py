@@ -81,3 +81,31 @@ def test_forward_metadata_is_consistent(role: str, mode: str) -> None:
                 written = [placement.slot(r, p) for r, ps in enumerate(positions) for p in ps]
             reasons += check_dsv4_write_target(core, written, mapping, label=f"step {step}" if shape.draft_steps else mode)
     assert reasons == [], "\n".join(map(str, reasons))
+
+
+class VerifyPageTableTooNarrow(AssertionError):
+    """SGLang's target-verify page table does not name the page a draft token lands on."""
+
+
+# SGLang 0.5.17 bug, non-default config: with SGLANG_PREP_IN_CUDA_GRAPH=0, init_forward_metadata_target_verify
+# (srt/layers/attention/deepseek_v4_backend.py:855-868) hands init_forward_metadata_target_verify_old the
+# committed max_seq_len (:1382, max(seq_lens_cpu)), not committed + draft tokens. A request whose committed
+# tokens end on a page boundary (256) then has draft rows (257..260) on a page the table has no column for.
+# 0.5.23 removed the flag and the path (feature gate skips it there); an upstream fix shows as XPASS(strict).
+@dsakit.gate("cuda", "module:sgl_kernel.flashmla_ops", "sglang:dsv4-verify-without-prep")
+@pytest.mark.xfail(strict=True, raises=VerifyPageTableTooNarrow,
+                   reason="SGLang 0.5.17 deepseek_v4_backend.py:1382: with SGLANG_PREP_IN_CUDA_GRAPH=0 the verify "
+                          "page table is sized by the committed max seq_len, not committed + draft tokens")
+def test_verify_page_table_covers_draft_tokens_past_a_page_boundary_without_prep() -> None:
+    shape = BatchShape("target_verify", (97, WINDOW - 2, PAGE, 200), draft_tokens=4)
+    with deepseek_v4_backend("target", speculative=True, mode="target_verify", max_running_requests=8,
+                             env={"SGLANG_PREP_IN_CUDA_GRAPH": False}) as (backend, runner):
+        batch, placement = build_forward_batch(runner, shape, seed=5)
+        backend.init_forward_metadata(batch)
+        reasons = check_dsv4_core_metadata(backend.forward_metadata.core_attn_metadata, shape, placement,
+                                           runner.req_to_token_pool.req_to_token,
+                                           runner.token_to_kv_pool.full_to_swa_index_mapping)
+    narrow = [r for r in reasons if r.code == "page-table"]
+    if narrow:
+        raise VerifyPageTableTooNarrow("\n".join(map(str, narrow)))
+    assert reasons == [], "\n".join(map(str, reasons))
