@@ -157,6 +157,15 @@ def _seed_c4_selection(core: Any, fill: KvFill, shape: BatchShape, seed: int) ->
     return selections
 
 
+def attention_sink(generator: Any, device: Any) -> Any:
+    """Per-head sink logits in 4 .. 12: the range of log(sum_j exp(s_j)) for these q / K scales
+    (logits of std 3 over 128 .. 640 keys), so a kernel that drops the sink, or adds it to the
+    wrong head, is off by far more than the tolerance."""
+    import torch
+
+    return 4 + 8 * torch.rand(HEADS, generator=generator, device=device, dtype=torch.float32)
+
+
 @pytest.mark.parametrize(("role", "case", "step"), CELLS)
 def test_forward_matches_the_sparse_reference(role: str, case: str, step: int) -> None:
     import torch
@@ -188,7 +197,7 @@ def test_forward_matches_the_sparse_reference(role: str, case: str, step: int) -
 
         rows = len(expected_seqlens_expanded(shape))
         generator = torch.Generator(device=runner.device).manual_seed(14)
-        sink = torch.randn(HEADS, generator=generator, device=runner.device, dtype=torch.float32)
+        sink = attention_sink(generator, runner.device)
         failures = []
         for layer_id, ratio in LAYERS[role]:
             q = (torch.randn(rows, HEADS, HEAD_DIM, generator=generator, device=runner.device) * 3).to(torch.bfloat16)

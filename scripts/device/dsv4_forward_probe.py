@@ -77,7 +77,7 @@ def probe(role: str, case: str, step: int) -> None:
         say("c4 selections per row:", [len(s) for s in selections][:16])
         rows = len(expected_seqlens_expanded(shape))
         generator = torch.Generator(device=runner.device).manual_seed(14)
-        sink = torch.randn(attention.HEADS, generator=generator, device=runner.device, dtype=torch.float32)
+        sink = attention.attention_sink(generator, runner.device)
         for layer_id, ratio in attention.LAYERS[role]:
             try:
                 q = (torch.randn(rows, attention.HEADS, attention.HEAD_DIM, generator=generator,
@@ -87,7 +87,8 @@ def probe(role: str, case: str, step: int) -> None:
                 out = step_backend.forward(q, k_new, k_new,
                                            SimpleNamespace(layer_id=layer_id, v_head_dim=attention.HEAD_DIM), batch,
                                            compress_ratio=ratio, save_kv_cache=True, attn_sink=sink)
-                torch.cuda.synchronize()
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
                 say(describe("out", out), "finite", bool(torch.isfinite(out).all()))
                 stored = torch.cat([fill.swa_keys(layer_id, r, ps) for r, ps in enumerate(written_positions)])
                 say("stored K vs new K: max abs", (stored - k_new.cpu().double()).abs().max().item())
