@@ -149,7 +149,7 @@ def _seed_c4_selection(core: Any, fill: KvFill, shape: BatchShape, seed: int) ->
     selections = []
     for row, (request, length) in enumerate(zip(query_requests(shape), expected_seqlens_expanded(shape))):
         count = length // 4
-        chosen = indexer_topk(torch.randn(count, generator=generator), count, topk=indices.shape[-1] // 64 * 64)
+        chosen = indexer_topk(torch.randn(count, generator=generator), count, topk=int(core.c4_sparse_topk))
         chosen = [chosen[i] for i in torch.randperm(len(chosen), generator=generator).tolist()]
         indices[row, : len(chosen)] = fill.compressed_slots(request, 4, chosen).to("cpu", torch.int32)
         selections.append(sorted(chosen))

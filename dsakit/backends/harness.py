@@ -1,8 +1,8 @@
-"""Build the real `DeepseekSparseAttnBackend` from a strict mock runner, inside an SGLang scope.
+"""Build the real `DeepseekSparseAttnBackend` / DeepSeek-V4 backends from a strict mock runner.
 
-Owns: the server args a DSA backend is built with (per role, with or without speculative
-decoding) and keeping the SGLangScope open while a test drives the backend (its metadata code
-reads the runtime context too). Imports SGLang lazily.
+Owns: the server args a backend is built with (per role, with or without speculative decoding),
+the KV pools laid out as SGLang lays them out, the backend object SGLang's worker runs per mode,
+and keeping the SGLangScope open while a test drives the backend. Imports SGLang lazily.
 """
 
 from __future__ import annotations
