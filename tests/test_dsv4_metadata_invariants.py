@@ -7,8 +7,8 @@ import pytest
 
 import dsakit
 from dsakit.backends.harness import DEEPSEEK_V4_RUNNER_OVERRIDES, deepseek_v4_page_metadata, full_to_swa_mapping
-from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata
-from dsakit.backends.batch_builder import BatchShape, place_requests
+from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata, check_dsv4_write_target
+from dsakit.backends.batch_builder import BatchShape, place_requests, slot_capacity
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang.srt.layers.attention.deepseek_v4_backend")
@@ -21,7 +21,7 @@ def built():
     runner = dsakit.MockModelRunner("target", overrides={**DEEPSEEK_V4_RUNNER_OVERRIDES, "device": "cpu",
                                                          "max_running_requests": 8})
     placement = place_requests(runner, SHAPE.kv_lens(), seed=2)
-    mapping = full_to_swa_mapping(runner, swa_size=2048)
+    mapping = full_to_swa_mapping(runner)
     core = deepseek_v4_page_metadata(runner, SHAPE, placement, mapping, compression=False)
     lengths = core.seq_lens_casual.to(torch.int64)
     core.c4_topk_lengths_raw = lengths // 4
@@ -63,3 +63,50 @@ def test_wrong_row_count_is_reported_alone(built) -> None:
     core.seq_lens_casual = core.seq_lens_casual[:-1]
     reasons = check_dsv4_core_metadata(core, SHAPE, placement, table, mapping)
     assert [r.code for r in reasons] == ["query-rows"] and "one row per query token" in reasons[0].message
+
+
+def _runner():
+    return dsakit.MockModelRunner("target", overrides={**DEEPSEEK_V4_RUNNER_OVERRIDES, "device": "cpu",
+                                                        "max_running_requests": 8})
+
+
+def test_full_to_swa_mapping_is_a_page_permutation() -> None:
+    runner = _runner()
+    mapping = full_to_swa_mapping(runner, seed=3)
+    slots, page = mapping[:-1], runner.page_size
+    assert mapping[-1] == -1 and slots.numel() == slot_capacity(runner)
+    assert torch.equal(slots.sort().values, torch.arange(slots.numel()))  # one-to-one onto the SWA pool
+    assert torch.equal(slots % page, torch.arange(slots.numel()) % page)  # keeps the in-page offset
+    assert not torch.equal(slots // page, torch.arange(slots.numel()) // page)  # pages really move
+
+
+def test_draft_steps_batch_writes_the_steps_slots_request_major() -> None:
+    shape = BatchShape("decode", (100, 255), draft_steps=3)
+    assert shape.write_positions() == [[100, 101, 102], [255, 256, 257]]
+    assert shape.slot_lens() == (103, 258)
+    with pytest.raises(dsakit.UsageError, match="draft_steps"):
+        BatchShape("extend", (100,), draft_steps=3)
+
+
+def test_write_target_names_a_step_that_writes_another_steps_slot(built) -> None:
+    core, placement, _, mapping = built
+    written = [placement.slot(0, 10), placement.slot(1, 20)]
+    core.swa_out_cache_loc = mapping[torch.tensor(written)]
+    assert check_dsv4_write_target(core, written, mapping) == []
+    core.swa_out_cache_loc = mapping[torch.tensor([placement.slot(0, 11), placement.slot(1, 20)])]
+    assert [r.code for r in check_dsv4_write_target(core, written, mapping, label="step 1")] == ["write-target"]
+
+
+def test_draft_extend_page_table_is_checked_on_its_first_page_only() -> None:
+    shape = BatchShape("draft_extend", (300,), draft_tokens=2)
+    runner = _runner()
+    placement = place_requests(runner, shape.kv_lens(), seed=1)
+    mapping = full_to_swa_mapping(runner)
+    core = deepseek_v4_page_metadata(runner, shape, placement, mapping, compression=False)
+    core.page_table = core.page_table[:, :1].clone()  # SGLang's one-column placeholder (max_seq_len=page_size)
+    assert check_dsv4_core_metadata(core, shape, placement, runner.req_to_token_pool.req_to_token, mapping,
+                                    compression=False) == []
+    core.page_table[:, 0] += 1  # a wrong first page is still reported
+    codes = {r.code for r in check_dsv4_core_metadata(core, shape, placement, runner.req_to_token_pool.req_to_token,
+                                                      mapping, compression=False)}
+    assert codes == {"page-table"}

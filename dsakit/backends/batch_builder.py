@@ -27,12 +27,18 @@ class BatchShape:
     prefix_lens   extend / draft_extend: cached prefix per request (default: seq_len - 1 for
                   extend, seq_len - draft_tokens for draft_extend)
     draft_tokens  target_verify / draft_extend: speculative tokens per request
+    draft_steps   decode only, > 0 for the EAGLE/MTP multi-step draft decode (topk 1): seq_lens are
+                  the committed tokens every step attends to (SGLang bakes the same seq_lens into
+                  each step's metadata), and the batch carries `draft_steps` KV write slots per
+                  request, at positions seq_len .. seq_len + draft_steps - 1, request-major
+                  (the (bs, topk, num_steps) layout `per_step_draft_out_cache_loc` slices)
     """
 
     mode: str
     seq_lens: tuple[int, ...]
     prefix_lens: tuple[int, ...] = field(default=())
     draft_tokens: int = 0
+    draft_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in FORWARD_MODES:
@@ -47,6 +53,9 @@ class BatchShape:
             )
         if self.mode in ("target_verify", "draft_extend") and self.draft_tokens < 1:
             raise UsageError(f"mode {self.mode!r} needs draft_tokens >= 1 (speculative tokens per request)")
+        if self.draft_steps and (self.mode != "decode" or self.draft_steps < 1):
+            raise UsageError(f"draft_steps ({self.draft_steps}) is for the multi-step draft decode: mode 'decode', "
+                             f">= 1; got mode {self.mode!r}")
         if self.prefix_lens:
             if self.mode not in ("extend", "draft_extend"):
                 raise UsageError(f"prefix_lens only apply to extend / draft_extend, not {self.mode!r}")
@@ -79,6 +88,22 @@ class BatchShape:
         if self.mode == "target_verify":
             return tuple(n + self.draft_tokens for n in self.seq_lens)
         return self.seq_lens
+
+    def slot_lens(self) -> tuple[int, ...]:
+        """Positions each request must have KV slots for in req_to_token: its KV plus, in the
+        multi-step draft decode, the draft steps' write slots (SGLang allocates them before drafting,
+        eagle_utils.eagle_prepare_for_decode, and assign_draft_cache_locs reads them from the row)."""
+        return tuple(n + self.draft_steps for n in self.kv_lens())
+
+    def write_positions(self) -> list[list[int]]:
+        """Per request, the positions whose KV slots the batch's out_cache_loc carries, in order."""
+        if self.draft_steps:
+            return [list(range(n, n + self.draft_steps)) for n in self.seq_lens]
+        if self.mode == "decode":
+            return [[n - 1] for n in self.seq_lens]
+        if self.mode == "target_verify":
+            return [list(range(n, n + self.draft_tokens)) for n in self.seq_lens]
+        return [list(range(p, n)) for p, n in zip(self.resolved_prefix_lens(), self.seq_lens)]
 
 
 @dataclass
@@ -159,18 +184,16 @@ def build_forward_batch(runner: Any, shape: BatchShape, *, seed: int = 0) -> tup
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
     device = runner.device
-    placement = place_requests(runner, shape.kv_lens(), seed=seed)
+    placement = place_requests(runner, shape.slot_lens(), seed=seed)
     seq_lens_cpu = torch.tensor(shape.seq_lens, dtype=torch.int64)
-    if shape.mode == "decode":
-        new_positions = [[n - 1] for n in shape.seq_lens]
-    elif shape.mode == "target_verify":
-        new_positions = [list(range(n, n + shape.draft_tokens)) for n in shape.seq_lens]
-    else:
-        new_positions = [list(range(p, n)) for p, n in zip(shape.resolved_prefix_lens(), shape.seq_lens)]
+    new_positions = shape.write_positions()
     out_cache_loc = torch.tensor(
         [placement.slot(r, pos) for r, positions in enumerate(new_positions) for pos in positions], dtype=torch.int64
     )
-    num_tokens = out_cache_loc.numel()
+    # query tokens: one per request in the draft decode (topk 1, position seq_len: eagle_worker_common.
+    # prepare_for_draft sets positions = seq_lens), one per written slot otherwise
+    query_positions = [[n] for n in shape.seq_lens] if shape.draft_steps else new_positions
+    num_tokens = sum(map(len, query_positions))
     batch = ForwardBatch(
         forward_mode=_forward_mode(shape.mode),
         batch_size=shape.batch_size,
@@ -181,7 +204,7 @@ def build_forward_batch(runner: Any, shape: BatchShape, *, seed: int = 0) -> tup
         seq_lens_sum=int(seq_lens_cpu.sum()),
     )
     batch.seq_lens_cpu = seq_lens_cpu.to(torch.int32)
-    batch.positions = torch.tensor([p for ps in new_positions for p in ps], dtype=torch.int64, device=device)
+    batch.positions = torch.tensor([p for ps in query_positions for p in ps], dtype=torch.int64, device=device)
     if shape.mode in ("extend", "draft_extend"):
         extend_lens, prefix_lens = list(shape.extend_lens()), list(shape.resolved_prefix_lens())
         batch.extend_seq_lens = torch.tensor(extend_lens, dtype=torch.int32, device=device)

@@ -29,6 +29,18 @@ def query_requests(shape: BatchShape) -> list[int]:
     return [r for r, q in enumerate(query_counts(shape)) for _ in range(q)]
 
 
+def page_table_tokens(shape: BatchShape, *, page_size: int = DSV4_PAGE_SIZE) -> int | None:
+    """Tokens per row that DeepseekV4AttnBackend's page table covers in `shape.mode` (None: all of
+    the row's causal length).
+
+    draft_extend is SWA-only (the MTP layer has compress_ratio 0): SGLang builds it with
+    `max_seq_len=self.page_size` ("keep the required 2-D page-table placeholder narrow",
+    deepseek_v4_backend.py:1081-1083 in 0.5.17, :2436-2438 in 0.5.23), so the table has
+    page_size // page_size = 1 column and nothing reads it. Every other mode sizes it to cover the
+    batch (max seq_len, or req_to_token's width under SGLANG_PREP_IN_CUDA_GRAPH)."""
+    return page_size if shape.mode == "draft_extend" else None
+
+
 def _first_rows(name: str, actual: Any, expected: Any, limit: int = 4) -> str:
     import torch
 
@@ -46,11 +58,16 @@ def check_dsv4_core_metadata(
     page_size: int = DSV4_PAGE_SIZE,
     swa_window: int = SWA_WINDOW,
     compression: bool = True,
+    table_tokens: int | None | str = "mode",
 ) -> list[Reason]:
-    """All invariant violations of `core` (a DSV4AttnMetadata or the same fields)."""
+    """All invariant violations of `core` (a DSV4AttnMetadata or the same fields).
+
+    table_tokens  how many leading tokens of each row the page table must name: "mode" (the
+                  default) asks `page_table_tokens(shape)`; None means the whole row."""
     import torch
 
     reasons: list[Reason] = []
+    covered_tokens = page_table_tokens(shape, page_size=page_size) if table_tokens == "mode" else table_tokens
     lengths = torch.tensor(expected_seqlens_expanded(shape), dtype=torch.int64)
     requests = query_requests(shape)
     rows = lengths.numel()
@@ -76,10 +93,12 @@ def check_dsv4_core_metadata(
     swa_indices = _cpu64(core.swa_page_indices)
     for row, (request, length) in enumerate(zip(requests, lengths.tolist())):
         pool_row = placement.req_pool_indices[request]
-        pages = -(-length // page_size)
+        covered = length if covered_tokens is None else min(length, covered_tokens)
+        pages = -(-covered // page_size)
         want_pages = table[pool_row, : pages * page_size : page_size] // page_size
         if page_table.shape[1] < pages or not torch.equal(page_table[row, :pages], want_pages):
-            reasons.append(Reason("page-table", f"row {row} (request {request}, {length} tokens): page_table "
+            scope = "" if covered == length else f", first {covered} covered by the {shape.mode} table"
+            reasons.append(Reason("page-table", f"row {row} (request {request}, {length} tokens{scope}): page_table "
                                                 f"{page_table[row, :pages].tolist()[:8]} != the request's pages "
                                                 f"{want_pages.tolist()[:8]} from req_to_token"))
         window = min(length, swa_window)
@@ -111,3 +130,24 @@ def check_dsv4_core_metadata(
             if not torch.equal(got, want_lengths):
                 reasons.append(Reason("compression-lengths", _first_rows(name, got, want_lengths)))
     return reasons
+
+
+def check_dsv4_write_target(core: Any, written_slots: Any, swa_mapping: Any, *, label: str = "") -> list[Reason]:
+    """The SWA KV-store target SGLang caches on the metadata (`swa_out_cache_loc`, set by
+    `init_forward_metadata_in_graph`: 0.5.17 deepseek_v4_backend.py:1107-1135, 0.5.23 :2516-2543)
+    must be this forward's written full slots translated through the full-to-SWA map — for one
+    step of the multi-step draft decode, that step's slice of the shared out_cache_loc."""
+    import torch
+
+    got = getattr(core, "swa_out_cache_loc", None)
+    where = f" ({label})" if label else ""
+    if got is None:
+        return [Reason("write-target", f"swa_out_cache_loc was not built{where}")]
+    got = _cpu64(got)
+    want = _cpu64(swa_mapping)[torch.as_tensor(written_slots, dtype=torch.int64)]
+    if got.shape != want.shape:
+        return [Reason("write-target", f"swa_out_cache_loc{where} has shape {tuple(got.shape)}; expected "
+                                       f"{tuple(want.shape)}: one SWA slot per written token")]
+    if not torch.equal(got, want):
+        return [Reason("write-target", _first_rows(f"swa_out_cache_loc{where}", got, want))]
+    return []

@@ -1,8 +1,8 @@
-"""Build the real `DeepseekSparseAttnBackend` from a strict mock runner, inside an SGLang scope.
+"""Build the real `DeepseekSparseAttnBackend` / DeepSeek-V4 backends from a strict mock runner.
 
-Owns: the server args a DSA backend is built with (per role, with or without speculative
-decoding) and keeping the SGLangScope open while a test drives the backend (its metadata code
-reads the runtime context too). Imports SGLang lazily.
+Owns: the server args a backend is built with (per role, with or without speculative decoding),
+the KV pools laid out as SGLang lays them out, the backend object SGLang's worker runs per mode,
+and keeping the SGLangScope open while a test drives the backend. Imports SGLang lazily.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+from dsakit.errors import UsageError
 from dsakit.upstream.scope import SGLangScope
 
 # flashmla_sparse is SGLang's DSA default on SM 9.0 and allocates no kernel state at __init__.
@@ -97,23 +98,58 @@ DEEPSEEK_V4_RUNNER_OVERRIDES: dict[str, Any] = {
 }
 
 
+def compress_state_ring_size(compress_ratio: int) -> int:
+    """Rows of SGLang's C4 / C128 compress-state ring under the published (scope's) spec config:
+    8 / 128 without speculative decoding, 16 / 256 with it (deepseek_v4_memory_pool.py:34-48 in
+    0.5.17, :60-91 in 0.5.23). SGLang's runtime context must be open."""
+    from sglang.srt.mem_cache import deepseek_v4_memory_pool as pool_module
+
+    resolve = getattr(pool_module, "resolve_compress_state_ring_size", None)  # 0.5.23
+    if resolve is not None:
+        return int(resolve(compress_ratio))
+    from sglang.srt.runtime_context import get_spec  # 0.5.17: DeepSeekV4TokenToKVPool.get_ring_size
+
+    return int(pool_module.get_compress_state_ring_size(compress_ratio, get_spec().speculative_algorithm is not None))
+
+
 def deepseek_v4_kv_pool(runner: Any, *, compression_ratios: tuple[int, ...] = (4, 128)) -> Any:
-    """A small real DeepSeekV4TokenToKVPool sized for the runner's requests and context."""
+    """A small real DeepSeekV4TokenToKVPool sized for the runner's requests and context, laid out
+    the way SGLang's KV-cache configurator builds it (`_build_dsv4_kv_pool`, kv_cache_configurator.py
+    :946-1038 in 0.5.17, :2068-2120 in 0.5.23): the SWA pool is paged with the full page size (256,
+    asserted there: "In paged swa mode, page_size must be 256"), the model's 128-token window is
+    `sliding_window`, and the C4 state pool holds one ring per SWA page (pool_configurator.py:759).
+
+    A 128-token SWA page breaks the compress planner under speculative decoding: c_plan.cuh
+    (0.5.17:509, 0.5.23:501) requires `swa_page_size % ring_size == 0`, and the C128 ring is 256
+    with MTP. Checked here so a bad geometry is a UsageError, not a kernel RuntimeError."""
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
+    from dsakit.backends.batch_builder import slot_capacity
+
     slots = runner.req_to_token_pool.size
-    tokens = slots * runner.model_config.context_len
+    page_size = int(runner.page_size)
+    # compressed slots are full slots // ratio (metadata_kernel: c4_out_loc = raw_out_loc // 4), so the
+    # C4 / C128 pools must cover every full slot place_requests can hand out, like the SWA map does
+    tokens = slot_capacity(runner)
+    swa_page_size = page_size
+    swa_size = tokens  # one SWA page per full page: full_to_swa_mapping is a page permutation
+    rings = {ratio: compress_state_ring_size(ratio) for ratio in (4, 128)}
+    bad = {r: n for r, n in rings.items() if swa_page_size % n or n % r}
+    if bad:
+        raise UsageError(f"SWA page size {swa_page_size} does not hold whole compress-state rings {bad} "
+                         "(c_plan.cuh: swa_page_size % ring_size == 0 && ring_size % compress_ratio == 0)")
     return DeepSeekV4TokenToKVPool(
         max_num_reqs=runner.max_running_requests,
         num_req_slots=slots,
-        swa_size=slots * 128 + runner.page_size,
+        swa_size=swa_size,
         c4_size=tokens // 4,
         c128_size=tokens // 128,
-        c4_state_pool_size=slots * 8,
-        c128_state_pool_size=slots,
-        page_size=runner.page_size,
-        swa_page_size=128,
+        c4_state_pool_size=swa_size // swa_page_size * rings[4],
+        c128_state_pool_size=slots * rings[128],
+        page_size=page_size,
+        swa_page_size=swa_page_size,
+        sliding_window=128,
         dtype=runner.kv_cache_dtype,
         c4_state_dtype=torch.float32,
         c128_state_dtype=torch.float32,
@@ -132,12 +168,22 @@ def deepseek_v4_backend(
     role: str,
     *,
     speculative: bool = False,
+    mode: str | None = None,
     server_args: Mapping[str, Any] | None = None,
     env: Mapping[str, str | bool | int] | None = None,
     **runner_overrides: Any,
 ) -> Iterator[tuple[Any, Any]]:
-    """`with deepseek_v4_backend("draft") as (backend, runner):` — a real DeepseekV4AttnBackend."""
-    from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend
+    """`with deepseek_v4_backend("draft", speculative=True, mode="decode") as (backend, runner):`
+
+    The backend object SGLang's worker would run `mode` with:
+    - the speculative draft decode: a `DeepseekV4MultiStepBackend(runner, topk, num_steps)`
+      (DraftBackendFactory._create_dsv4_decode_backend, draft_utils.py:304-326 in 0.5.17), whose
+      `attn_backends[i]` (speculative_step_id=i) each slice step i out of the shared
+      bs * topk * num_steps out_cache_loc; `init_forward_metadata` inits steps 0 .. num_steps - 2;
+    - everything else: a plain `DeepseekV4AttnBackend(runner)` with no step arguments — the target's
+      (attention_registry.py:174) and the draft's extend / draft-extend backend
+      (draft_utils.py:414-435; eagle_worker_v2.py:330-336 makes it the draft runner's attn_backend)."""
+    from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend, DeepseekV4MultiStepBackend
 
     from dsakit.mocks.model_runner import MockModelRunner
 
@@ -149,20 +195,31 @@ def deepseek_v4_backend(
     with SGLangScope(server_args=args, env=env):
         runner = MockModelRunner(role, overrides=overrides)
         runner.token_to_kv_pool = deepseek_v4_kv_pool(runner)
-        runner.token_to_kv_pool.register_mapping(full_to_swa_mapping(runner, runner.token_to_kv_pool.swa_size))
-        yield DeepseekV4AttnBackend(runner, **_step_kwargs(speculative, args)), runner
+        runner.token_to_kv_pool.register_mapping(full_to_swa_mapping(runner))
+        if speculative and role == "draft" and mode == "decode":
+            backend = DeepseekV4MultiStepBackend(runner, int(args["speculative_eagle_topk"]),
+                                                 int(args["speculative_num_steps"]))
+        else:
+            backend = DeepseekV4AttnBackend(runner)
+        yield backend, runner
 
 
-def full_to_swa_mapping(runner: Any, swa_size: int, *, seed: int = 0) -> Any:
-    """A full-slot -> SWA-slot map the way SGLang's SWA allocator lays it out (one entry per full
-    slot dsakit's placement can hand out, plus a final -1 so slot -1 maps to -1), filled with
-    seeded random SWA slots so a kernel that reads the wrong token gets a different value."""
+def full_to_swa_mapping(runner: Any, *, seed: int = 0) -> Any:
+    """A full-slot -> SWA-slot map laid out the way SGLang's paged SWA allocator lays it out
+    (allocator/swa.py: SWA pages of the full page size, so a slot keeps its in-page offset, which the
+    C4 state ring addressing relies on, c_plan.cuh): a seeded permutation of the pages 1 .. N-1
+    (page 0 stays the padding page), one-to-one, so a kernel that reads the wrong token reads a
+    different one. One entry per full slot dsakit's placement can hand out (`slot_capacity`), plus a
+    final -1 so slot -1 maps to -1; the SWA pool needs `slot_capacity(runner)` slots."""
     import torch
 
     from dsakit.backends.batch_builder import slot_capacity
 
+    page_size = int(runner.page_size)
+    pages = slot_capacity(runner) // page_size
     generator = torch.Generator().manual_seed(seed)
-    mapping = torch.randint(0, swa_size, (slot_capacity(runner),), generator=generator, dtype=torch.int64)
+    page_map = torch.cat([torch.zeros(1, dtype=torch.int64), 1 + torch.randperm(pages - 1, generator=generator)])
+    mapping = (page_map[:, None] * page_size + torch.arange(page_size, dtype=torch.int64)).reshape(-1)
     return torch.cat([mapping, torch.tensor([-1], dtype=torch.int64)]).to(runner.device)
 
 

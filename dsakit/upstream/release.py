@@ -66,6 +66,13 @@ FEATURES: dict[str, Feature] = {
             "needs runtime_context.override_server_args; present in 0.5.17 and 0.5.23",
         ),
         Feature(
+            "dsv4-verify-without-prep",
+            "DeepseekV4AttnBackend.init_forward_metadata_target_verify_old: the target-verify metadata "
+            "path SGLANG_PREP_IN_CUDA_GRAPH=0 selects",
+            "SGLang 0.5.23 removed SGLANG_PREP_IN_CUDA_GRAPH and init_forward_metadata_target_verify_old "
+            "(verify metadata is always built by make_forward_metadata_from_raw_verify); 0.5.17 has both",
+        ),
+        Feature(
             "topk-v2-fold",
             "the fused top-k v2 JIT kernel that folds the page table into selection",
             "needs the top-k v2 JIT (kernels/ops/attention/dsv4/topk.py: topk_transform_512_v2 in "
@@ -129,6 +136,9 @@ class SGLangRelease:
                 RUNTIME_CONTEXT_FILE, "RuntimeContext.override_server_args"
             ),
             "topk-v2-fold": lambda: self.topk_v2_kernel_name is not None,
+            "dsv4-verify-without-prep": lambda: self.defines(
+                DEEPSEEK_V4_BACKEND_FILE, "DeepseekV4AttnBackend.init_forward_metadata_target_verify_old"
+            ),
         }
         return bool(probes[feature]())
 
