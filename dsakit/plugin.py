@@ -92,16 +92,23 @@ MARKERS = (
 )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from dsakit.node import fault_hookspec
+
+    pluginmanager.add_hookspecs(fault_hookspec)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
 
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and
-    # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
+    # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning), device
+    # fault isolation (dsakit.node.fault_isolation)
     from dsakit.gates import marks
-    from dsakit.node import gpu_pinning
+    from dsakit.node import fault_isolation, gpu_pinning
 
-    for hooks in (marks.configure(config), gpu_pinning.configure(config)):
+    for hooks in (marks.configure(config), gpu_pinning.configure(config), fault_isolation.configure(config)):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 
