@@ -275,3 +275,63 @@ def test_help_runs(pytester: pytest.Pytester) -> None:
     result = pytester.run(sys.executable, "-m", "dsakit", "contract", "check", "--help")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*--sglang-src DIR*", "*--json*"])
+
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+# (bench/README.md "Mutation testing": each test below kills mutants that survived the suite)
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [[cell.strip(" |") for cell in line.split(" | ")] for line in table.splitlines()[2:-1]]
+
+
+def test_table_shows_each_read_with_its_tags_and_guard_and_the_undeclared_reads(tree: Path) -> None:
+    backend = tree / DSA_BACKEND_FILE
+    _edit(backend, "        hf_config = model_runner.model_config.hf_config\n",
+          "        hf_config = model_runner.model_config.hf_config\n        _x = hf_config.brand_new_field\n"
+          "        _y = model_runner.brand_new_attr\n")
+    line = _line_of(backend, "model_runner.brand_new_attr")
+    result = check_release(release_from_tree(tree))
+    table = result.table()
+    header, separator = table.splitlines()[:2]
+    assert header.startswith("contract entry ") and header.endswith("| set by ModelRunner at")
+    assert set(separator) == {"-", "+"}
+    rows = {row[0]: row for row in _rows(table) if row[0]}
+    assert rows["brand_new_attr"] == ["brand_new_attr", "NOT IN CONTRACT", "-", "-", f"dsa_backend.py:{line}", "NEVER"]
+    # an undeclared read below a namespace is set where its root is set
+    assert rows["model_config.hf_config.brand_new_field"][5] == rows["model_config"][5] != "NEVER"
+    assert rows["model_config"][4] == "-"  # declared, read by no backend
+    [hw] = [r for r in result.reads if r.path == "max_running_requests" and r.site.file.endswith("dsa_backend.py")]
+    assert rows["max_running_requests"][4].startswith(f"dsa_backend.py:{hw.site.line} [hw] if {hw.guard[:40]}")
+    assert any(row[4].startswith("deepseek_v4_backend.py:") and row[4].endswith(" [soft]") for row in _rows(table))
+    clipped = [cell for row in _rows(table) for cell in row[:4] if cell.endswith("\u2026")]
+    assert clipped and all(len(cell) == 44 for cell in clipped)
+    [below] = [f for f in result.findings if f.subject == "model_config.hf_config.brand_new_field"]
+    assert "(namespace model_runner.model_config.hf_config does not declare it)" in below.message
+
+
+def test_not_set_by_runner_finding_has_no_sites_in_json(tree: Path) -> None:
+    _edit(tree / MODEL_RUNNER_FILE, "self.max_running_requests =", "self.max_running_requests_renamed =")
+    report = check_release(release_from_tree(tree)).as_dict()
+    [finding] = [f for f in report["findings"] if f["code"] == "contract-not-set-by-runner"]
+    assert finding["subject"] == "max_running_requests" and finding["sites"] == []
+
+
+def test_runner_assignments_follow_every_in_file_base_past_an_imported_one(tmp_path: Path) -> None:
+    from dsakit.upstream.source_scan import runner_assignments
+
+    release = _mini_tree(tmp_path, "class Backend:\n    pass\n")
+    (release.package_dir / MODEL_RUNNER_FILE).write_text(
+        "from elsewhere import ImportedBase\n\n"
+        "class KVCacheMixin:\n    def init_pools(self):\n        self.from_mixin = 1\n\n"
+        "class ModelRunner(ImportedBase, KVCacheMixin):\n    def __init__(self):\n        self.a = 1\n"
+    )
+    sites = runner_assignments(release_from_tree(tmp_path))
+    assert set(sites) >= {"a", "from_mixin"}
+    assert sites["from_mixin"].line == 5
+
+
+def test_runner_site_defaults_to_the_installed_release() -> None:
+    release = _installed()
+    assert runner_site("max_running_requests") == runner_site("max_running_requests", release)
+    assert runner_site("max_running_requests").endswith("(ModelRunner sets it)")

@@ -249,3 +249,19 @@ def test_overrides_of_a_namespace_by_mapping_and_by_object() -> None:
     assert by_mapping.model_config.hf_config.index_n_heads == 64
     replaced = types.SimpleNamespace(context_len=1)
     assert dsakit.MockModelRunner("target", model_config=replaced).model_config is replaced
+
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+
+
+def test_omitting_an_undeclared_attribute_lists_the_declared_ones() -> None:
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    from dsakit.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        dsakit.MockModelRunner("target", omit=["max_runing_requests"])
+    assert str(raised.value) == (
+        "cannot omit 'max_runing_requests': not declared by the role contract; declared top-level "
+        f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
+    )
+    assert "max_running_requests, " in str(raised.value)
