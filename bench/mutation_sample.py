@@ -16,6 +16,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-test only the mutants that survived in this earlier --json")
     args = parser.parse_args(argv)
 
+    # a stopped run still removes its scratch copy (the `with` below unwinds on SystemExit)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     source = ROOT / args.module
     mutants = all_mutants(source)
     chosen = mutants if not args.sample or args.sample >= len(mutants) else sorted(

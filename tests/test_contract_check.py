@@ -335,3 +335,53 @@ def test_runner_site_defaults_to_the_installed_release() -> None:
     release = _installed()
     assert runner_site("max_running_requests") == runner_site("max_running_requests", release)
     assert runner_site("max_running_requests").endswith("(ModelRunner sets it)")
+
+
+def test_followed_helpers_are_scanned_and_an_unparsable_one_is_skipped(tmp_path: Path) -> None:
+    # the backend file itself must parse (usage error otherwise); a helper it calls is followed
+    # when it parses and skipped when it does not, so one broken helper does not stop the check
+    backend = (
+        "from sglang.srt.layers.attention.dsa_helpers import read_pool\n\n"
+        "class Backend:\n    def __init__(self, model_runner):\n        read_pool(model_runner)\n"
+    )
+    release = _mini_tree(tmp_path, backend)
+    helper = release.package_dir / "srt/layers/attention/dsa_helpers.py"
+    helper.write_text("def read_pool(runner):\n    return runner.req_to_token_pool.size\n")
+    assert "req_to_token_pool.size@2" in _reads(release_from_tree(tmp_path))
+    helper.write_text("def read_pool(runner:\n")
+    reads = _reads(release_from_tree(tmp_path))
+    assert not any(key.startswith("req_to_token_pool") for key in reads)
+
+
+def _chain(tmp_path: Path, depth: int) -> dict[str, RunnerRead]:
+    """The backend hands model_runner to f1, f1 to f2, ... f{depth} reads `deep_attr`."""
+    release = _mini_tree(tmp_path, "from sglang.srt.layers.attention.chain import f1\n\n"
+                                   "class Backend:\n    def __init__(self, model_runner):\n        f1(model_runner)\n")
+    steps = [f"def f{i}(runner):\n    return f{i + 1}(runner)\n" for i in range(1, depth)]
+    steps.append(f"def f{depth}(runner):\n    return runner.deep_attr\n")
+    (release.package_dir / "srt/layers/attention/chain.py").write_text("\n".join(steps))
+    return {key: read for key, read in _reads(release_from_tree(tmp_path)).items() if "deep_attr" in key}
+
+
+def test_calls_are_followed_exactly_three_helpers_deep(tmp_path: Path) -> None:
+    from dsakit.upstream import source_scan
+
+    [read] = _chain(tmp_path / "three", 3).values()
+    assert len(read.via) == source_scan._FOLLOW_DEPTH == 3
+    assert read.via[-1].endswith("chain.py:5 (f2)")
+    assert _chain(tmp_path / "four", 4) == {}
+
+
+def test_function_local_imports_are_followed(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner):\n"
+                                   "        from sglang.srt.layers.attention.dsa_helpers import read_pool as rp\n"
+                                   "        rp(model_runner)\n")
+    (release.package_dir / "srt/layers/attention/dsa_helpers.py").write_text(
+        "def read_pool(runner):\n    return runner.req_to_token_pool.size\n")
+    assert "req_to_token_pool.size@2" in _reads(release_from_tree(tmp_path))
+
+
+def test_unparsable_backend_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner:\n")
+    with pytest.raises(UsageError, match=r"cannot parse .*dsa_backend\.py: "):
+        scan_runner_reads(release)

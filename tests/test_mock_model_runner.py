@@ -265,3 +265,16 @@ def test_omitting_an_undeclared_attribute_lists_the_declared_ones() -> None:
         f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
     )
     assert "max_running_requests, " in str(raised.value)
+
+
+def test_unknown_nested_override_names_the_namespace_and_its_declared_children() -> None:
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    from dsakit.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        dsakit.MockModelRunner("target", server_args__no_such_flag=1)
+    declared = ", ".join(sorted(MODEL_RUNNER_CONTRACT.children("server_args")))
+    assert str(raised.value).endswith(
+        "'server_args.no_such_flag': the role contract declares no such attribute on "
+        f"model_runner.server_args; declared here: {declared}"
+    )
