@@ -385,3 +385,11 @@ def test_unparsable_backend_file_is_a_usage_error_naming_it(tmp_path: Path) -> N
     release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner:\n")
     with pytest.raises(UsageError, match=r"cannot parse .*dsa_backend\.py: "):
         scan_runner_reads(release)
+
+
+def test_alias_chains_resolve_through_several_assignments(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner):\n"
+                                   "        cfg = model_runner.model_config\n"
+                                   "        hf = cfg.hf_config\n"
+                                   "        self.topk = hf.index_topk\n")
+    assert "model_config.hf_config.index_topk@5" in _reads(release)
