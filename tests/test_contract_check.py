@@ -393,3 +393,25 @@ def test_alias_chains_resolve_through_several_assignments(tmp_path: Path) -> Non
                                    "        hf = cfg.hf_config\n"
                                    "        self.topk = hf.index_topk\n")
     assert "model_config.hf_config.index_topk@5" in _reads(release)
+
+
+def test_getattr_defaults_and_constructed_classes_are_scanned(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, '''\
+from sglang.srt.layers.attention.dsa_helpers import Pool
+
+class Local:
+    def __init__(self, runner):
+        self.v = runner.local_attr
+
+class Backend:
+    def __init__(self, model_runner):
+        x = getattr(model_runner, "soft_attr", model_runner.fallback_attr)
+        Local(model_runner)
+        Pool(model_runner)
+        Pool.build(model_runner)
+''')
+    (release.package_dir / "srt/layers/attention/dsa_helpers.py").write_text(
+        "class Pool:\n    def __init__(self, runner):\n        self.size = runner.pool_attr\n\n"
+        "    def build(self, runner):\n        return runner.built_attr\n")
+    reads = _reads(release_from_tree(tmp_path))
+    assert {"soft_attr?@9", "fallback_attr@9", "local_attr@5", "pool_attr@3", "built_attr@6"} <= set(reads)

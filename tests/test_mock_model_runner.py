@@ -278,3 +278,17 @@ def test_unknown_nested_override_names_the_namespace_and_its_declared_children()
         "'server_args.no_such_flag': the role contract declares no such attribute on "
         f"model_runner.server_args; declared here: {declared}"
     )
+
+
+def test_undeclared_write_and_read_carry_their_codes_and_say_where_to_declare() -> None:
+    runner = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.ContractViolation) as wrote:
+        runner.brand_new_attr = 1
+    assert wrote.value.code == "contract-undeclared-write" and wrote.value.attribute == "brand_new_attr"
+    assert str(wrote.value).startswith("cannot set model_runner.brand_new_attr (role=target) at ")
+    with pytest.raises(dsakit.ContractViolation) as read:
+        runner.brand_new_attr  # noqa: B018
+    assert read.value.code == "contract-undeclared-read"
+    assert str(read.value).endswith(
+        ". Declare it in contracts/model_runner_contract.py with its type, per-role default and reader "
+        "so every mock provides it.")
