@@ -409,9 +409,12 @@ class Backend:
         Local(model_runner)
         Pool(model_runner)
         Pool.build(model_runner)
+        Pool.static_build(model_runner)
 ''')
     (release.package_dir / "srt/layers/attention/dsa_helpers.py").write_text(
         "class Pool:\n    def __init__(self, runner):\n        self.size = runner.pool_attr\n\n"
-        "    def build(self, runner):\n        return runner.built_attr\n")
+        "    def build(self, runner):\n        return runner.built_attr\n\n"
+        "    @staticmethod\n    def static_build(runner):\n        return runner.static_attr\n")
     reads = _reads(release_from_tree(tmp_path))
-    assert {"soft_attr?@9", "fallback_attr@9", "local_attr@5", "pool_attr@3", "built_attr@6"} <= set(reads)
+    assert {"soft_attr?@9", "fallback_attr@9", "local_attr@5", "pool_attr@3", "built_attr@6",
+            "static_attr@10"} <= set(reads)
