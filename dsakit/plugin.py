@@ -45,43 +45,47 @@ MARKERS = (
 )
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from dsakit.node import fault_hookspec
+
+    pluginmanager.add_hookspecs(fault_hookspec)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
 
-    from dsakit.options import check_all
-
-    check_all(config)  # bad ini / env values fail now, not when first read
-
-    # the hook objects each concern asks for, registered here: the skip-inventory reporter and
-    # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
-    # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml), validated
-    # now: every mock of this run is built from dsakit's contract plus them
-    from dsakit import contract_extension
-
-    contract_extension.configure(config)
-
-    from dsakit.gates import marks
-    from dsakit.node import gpu_pinning
-
-    # --dsakit-roles is checked once here, also in runs where no test asks for `model_runner`
+    # bad input fails now, before collection: ini / env values, --dsakit-roles (also where no test
+    # asks for `model_runner`), and --collect-only --snapshot-update (it would delete the goldens)
     from dsakit.contracts.schema import validate_roles_option
-    from dsakit.options import value
+    from dsakit.options import check_all, value
 
+    check_all(config)
     validate_roles_option(value(config, "dsakit_roles"))
-
-    # --collect-only --snapshot-update would delete the goldens (dsakit.topk.snapshot)
     if config.getoption("--snapshot-update", default=False):
         from dsakit.topk.snapshot import refuse_update_without_runs
 
         refuse_update_without_runs(config)
 
+    # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml): every mock
+    # of this run is built from dsakit's contract plus them
+    from dsakit import contract_extension
+
+    contract_extension.configure(config)
+
+    # the hook objects each concern asks for, registered here: the skip-inventory reporter and its
+    # xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning), device fault
+    # isolation (dsakit.node.fault_isolation), the contract-reads summary from every xdist worker
+    from dsakit.gates import marks
+    from dsakit.node import fault_isolation, gpu_pinning
+
     hooks_by_name: dict[str, object] = {}
-    if config.pluginmanager.hasplugin("xdist"):  # the contract-reads summary from every worker
+    if config.pluginmanager.hasplugin("xdist"):
         from dsakit.mocks.read_log import XdistReadLog
 
         hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
-    for hooks in (marks.configure(config), gpu_pinning.configure(config), hooks_by_name):
+    for hooks in (marks.configure(config), gpu_pinning.configure(config),
+                  fault_isolation.configure(config), hooks_by_name):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 

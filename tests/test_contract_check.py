@@ -332,3 +332,146 @@ def test_help_runs(pytester: pytest.Pytester) -> None:
     result = pytester.run(sys.executable, "-m", "dsakit", "contract", "check", "--help")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*--sglang-src DIR*", "*--json*"])
+
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+# (bench/README.md "Mutation testing": each test below kills mutants that survived the suite)
+
+
+def _rows(table: str) -> list[list[str]]:
+    return [[cell.strip(" |") for cell in line.split(" | ")] for line in table.splitlines()[2:-1]]
+
+
+def test_table_shows_each_read_with_its_tags_and_guard_and_the_undeclared_reads(tree: Path) -> None:
+    backend = tree / DSA_BACKEND_FILE
+    _edit(backend, "        hf_config = model_runner.model_config.hf_config\n",
+          "        hf_config = model_runner.model_config.hf_config\n        _x = hf_config.brand_new_field\n"
+          "        _y = model_runner.brand_new_attr\n")
+    line = _line_of(backend, "model_runner.brand_new_attr")
+    result = check_release(release_from_tree(tree))
+    table = result.table()
+    header, separator = table.splitlines()[:2]
+    assert header.startswith("contract entry ") and header.endswith("| set by ModelRunner at")
+    assert set(separator) == {"-", "+"}
+    rows = {row[0]: row for row in _rows(table) if row[0]}
+    assert rows["brand_new_attr"] == ["brand_new_attr", "NOT IN CONTRACT", "-", "-", f"dsa_backend.py:{line}", "NEVER"]
+    # an undeclared read below a namespace is set where its root is set
+    assert rows["model_config.hf_config.brand_new_field"][5] == rows["model_config"][5] != "NEVER"
+    assert rows["model_config"][4] == "-"  # declared, read by no backend
+    [hw] = [r for r in result.reads if r.path == "max_running_requests" and r.site.file.endswith("dsa_backend.py")]
+    assert rows["max_running_requests"][4].startswith(f"dsa_backend.py:{hw.site.line} [hw] if {hw.guard[:40]}")
+    assert any(row[4].startswith("deepseek_v4_backend.py:") and row[4].endswith(" [soft]") for row in _rows(table))
+    clipped = [cell for row in _rows(table) for cell in row[:4] if cell.endswith("\u2026")]
+    assert clipped and all(len(cell) == 44 for cell in clipped)
+    [below] = [f for f in result.findings if f.subject == "model_config.hf_config.brand_new_field"]
+    assert "(namespace model_runner.model_config.hf_config does not declare it)" in below.message
+
+
+def test_not_set_by_runner_finding_has_no_sites_in_json(tree: Path) -> None:
+    _edit(tree / MODEL_RUNNER_FILE, "self.max_running_requests =", "self.max_running_requests_renamed =")
+    report = check_release(release_from_tree(tree)).as_dict()
+    [finding] = [f for f in report["findings"] if f["code"] == "contract-not-set-by-runner"]
+    assert finding["subject"] == "max_running_requests" and finding["sites"] == []
+
+
+def test_runner_assignments_follow_every_in_file_base_past_an_imported_one(tmp_path: Path) -> None:
+    from dsakit.upstream.source_scan import runner_assignments
+
+    release = _mini_tree(tmp_path, "class Backend:\n    pass\n")
+    (release.package_dir / MODEL_RUNNER_FILE).write_text(
+        "from elsewhere import ImportedBase\n\n"
+        "class KVCacheMixin:\n    def init_pools(self):\n        self.from_mixin = 1\n\n"
+        "class ModelRunner(ImportedBase, KVCacheMixin):\n    def __init__(self):\n        self.a = 1\n"
+    )
+    sites = runner_assignments(release_from_tree(tmp_path))
+    assert set(sites) >= {"a", "from_mixin"}
+    assert sites["from_mixin"].line == 5
+
+
+def test_runner_site_defaults_to_the_installed_release() -> None:
+    release = _installed()
+    assert runner_site("max_running_requests") == runner_site("max_running_requests", release)
+    assert runner_site("max_running_requests").endswith("(ModelRunner sets it)")
+
+
+def test_followed_helpers_are_scanned_and_an_unparsable_one_is_skipped(tmp_path: Path) -> None:
+    # the backend file itself must parse (usage error otherwise); a helper it calls is followed
+    # when it parses and skipped when it does not, so one broken helper does not stop the check
+    backend = (
+        "from sglang.srt.layers.attention.dsa_helpers import read_pool\n\n"
+        "class Backend:\n    def __init__(self, model_runner):\n        read_pool(model_runner)\n"
+    )
+    release = _mini_tree(tmp_path, backend)
+    helper = release.package_dir / "srt/layers/attention/dsa_helpers.py"
+    helper.write_text("def read_pool(runner):\n    return runner.req_to_token_pool.size\n")
+    assert "req_to_token_pool.size@2" in _reads(release_from_tree(tmp_path))
+    helper.write_text("def read_pool(runner:\n")
+    reads = _reads(release_from_tree(tmp_path))
+    assert not any(key.startswith("req_to_token_pool") for key in reads)
+
+
+def _chain(tmp_path: Path, depth: int) -> dict[str, RunnerRead]:
+    """The backend hands model_runner to f1, f1 to f2, ... f{depth} reads `deep_attr`."""
+    release = _mini_tree(tmp_path, "from sglang.srt.layers.attention.chain import f1\n\n"
+                                   "class Backend:\n    def __init__(self, model_runner):\n        f1(model_runner)\n")
+    steps = [f"def f{i}(runner):\n    return f{i + 1}(runner)\n" for i in range(1, depth)]
+    steps.append(f"def f{depth}(runner):\n    return runner.deep_attr\n")
+    (release.package_dir / "srt/layers/attention/chain.py").write_text("\n".join(steps))
+    return {key: read for key, read in _reads(release_from_tree(tmp_path)).items() if "deep_attr" in key}
+
+
+def test_calls_are_followed_exactly_three_helpers_deep(tmp_path: Path) -> None:
+    from dsakit.upstream import source_scan
+
+    [read] = _chain(tmp_path / "three", 3).values()
+    assert len(read.via) == source_scan._FOLLOW_DEPTH == 3
+    assert read.via[-1].endswith("chain.py:5 (f2)")
+    assert _chain(tmp_path / "four", 4) == {}
+
+
+def test_function_local_imports_are_followed(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner):\n"
+                                   "        from sglang.srt.layers.attention.dsa_helpers import read_pool as rp\n"
+                                   "        rp(model_runner)\n")
+    (release.package_dir / "srt/layers/attention/dsa_helpers.py").write_text(
+        "def read_pool(runner):\n    return runner.req_to_token_pool.size\n")
+    assert "req_to_token_pool.size@2" in _reads(release_from_tree(tmp_path))
+
+
+def test_unparsable_backend_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner:\n")
+    with pytest.raises(UsageError, match=r"cannot parse .*dsa_backend\.py: "):
+        scan_runner_reads(release)
+
+
+def test_alias_chains_resolve_through_several_assignments(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner):\n"
+                                   "        cfg = model_runner.model_config\n"
+                                   "        hf = cfg.hf_config\n"
+                                   "        self.topk = hf.index_topk\n")
+    assert "model_config.hf_config.index_topk@5" in _reads(release)
+
+
+def test_getattr_defaults_and_constructed_classes_are_scanned(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, '''\
+from sglang.srt.layers.attention.dsa_helpers import Pool
+
+class Local:
+    def __init__(self, runner):
+        self.v = runner.local_attr
+
+class Backend:
+    def __init__(self, model_runner):
+        x = getattr(model_runner, "soft_attr", model_runner.fallback_attr)
+        Local(model_runner)
+        Pool(model_runner)
+        Pool.build(model_runner)
+        Pool.static_build(model_runner)
+''')
+    (release.package_dir / "srt/layers/attention/dsa_helpers.py").write_text(
+        "class Pool:\n    def __init__(self, runner):\n        self.size = runner.pool_attr\n\n"
+        "    def build(self, runner):\n        return runner.built_attr\n\n"
+        "    @staticmethod\n    def static_build(runner):\n        return runner.static_attr\n")
+    reads = _reads(release_from_tree(tmp_path))
+    assert {"soft_attr?@9", "fallback_attr@9", "local_attr@5", "pool_attr@3", "built_attr@6",
+            "static_attr@10"} <= set(reads)

@@ -235,3 +235,62 @@ def test_never_open_combinations() -> None:
 
 def test_split_codes_keeps_gfx_lists_whole() -> None:
     assert split_codes("fa3, gfx in gfx942,gfx950,cuda,") == ["fa3", "gfx in gfx942,gfx950", "cuda"]
+
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+# (bench/README.md "Mutation testing": each test below kills a mutant that survived the suite)
+
+
+def test_declared_gates_are_immutable_and_a_gate_without_checks_is_open() -> None:
+    import dataclasses
+
+    from dsakit.gates.table import Gate
+
+    gate = gate_table()["cuda"]
+    with pytest.raises(dataclasses.FrozenInstanceError):  # the table is cached and shared by every run
+        gate.code = "rocm"  # type: ignore[misc]
+    bare = Gate("x", "module", "nothing", "everything")
+    assert bare.why_closed(SIMULATED["cpu"]) is None and bare.device_allows(SIMULATED["cpu"])
+    outcome = evaluate("cuda", SIMULATED["sm90"])
+    assert outcome.code == "cuda" and outcome.open and outcome.reason is None
+
+
+def test_any_of_names_the_first_alternative_when_none_holds() -> None:
+    reason = evaluate("fp8-kv", SIMULATED["cpu"]).reason  # NVIDIA SM >= 8.9, or AMD gfx942/gfx950
+    assert reason is not None and "[simulated cpu], not an NVIDIA GPU;" in reason.message
+
+
+def test_module_gate_on_the_real_device_has_no_simulation_note(no_kernel_modules: None) -> None:
+    from dsakit.gates.device_model import REAL, DeviceModel
+
+    reason = evaluate("module:flashinfer", DeviceModel(REAL, "cpu", "CPU")).reason
+    assert reason is not None
+    assert reason.message.startswith("needs the Python module 'flashinfer', but it is not installed in "
+                                     "this environment; ")
+
+
+def test_flashmla_sparse_opens_with_sgl_kernels_bundled_flashmla_alone(kernel_modules: Path) -> None:
+    # the 0.5.17 node has FlashMLA only inside sgl_kernel (no standalone flash_mla package)
+    import shutil
+
+    shutil.rmtree(kernel_modules.parent / "flash_mla")
+    _clear_caches()
+    assert evaluate("flashmla-sparse", SIMULATED["sm90"]).open
+    (kernel_modules / "flashmla_ops.abi3.so").unlink()
+    _clear_caches()
+    reason = evaluate("flashmla-sparse", SIMULATED["sm90"]).reason
+    assert reason is not None and "neither the flash_mla package nor sgl_kernel's flashmla_ops" in reason.message
+
+
+def test_jit_gate_names_the_missing_tvm_ffi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gates, "_importable", lambda name: False)
+    (tmp_path / "nvcc").write_text("")
+    (tmp_path / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = evaluate("jit:tvm-ffi-nvcc", SIMULATED["sm90"]).reason
+    assert reason is not None and "but tvm_ffi is not importable (module and tool gates" in reason.message
+
+
+def test_split_codes_joins_gfx_archs_to_the_list_just_before() -> None:
+    assert split_codes("gfx in gfx942,gfx950") == ["gfx in gfx942,gfx950"]
+    assert split_codes("fa3,cuda,rocm,gfx in gfx90a,gfx942") == ["fa3", "cuda", "rocm", "gfx in gfx90a,gfx942"]

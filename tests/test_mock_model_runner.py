@@ -249,3 +249,46 @@ def test_overrides_of_a_namespace_by_mapping_and_by_object() -> None:
     assert by_mapping.model_config.hf_config.index_n_heads == 64
     replaced = types.SimpleNamespace(context_len=1)
     assert dsakit.MockModelRunner("target", model_config=replaced).model_config is replaced
+
+
+# ---------------------------------------------------------------- gaps found by mutation testing
+
+
+def test_omitting_an_undeclared_attribute_lists_the_declared_ones() -> None:
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    from dsakit.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        dsakit.MockModelRunner("target", omit=["max_runing_requests"])
+    assert str(raised.value) == (
+        "cannot omit 'max_runing_requests': not declared by the role contract; declared top-level "
+        f"attributes: {', '.join(sorted(MODEL_RUNNER_CONTRACT.top_level()))}"
+    )
+    assert "max_running_requests, " in str(raised.value)
+
+
+def test_unknown_nested_override_names_the_namespace_and_its_declared_children() -> None:
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    from dsakit.errors import UsageError
+
+    with pytest.raises(UsageError) as raised:
+        dsakit.MockModelRunner("target", server_args__no_such_flag=1)
+    declared = ", ".join(sorted(MODEL_RUNNER_CONTRACT.children("server_args")))
+    assert str(raised.value).endswith(
+        "'server_args.no_such_flag': the role contract declares no such attribute on "
+        f"model_runner.server_args; declared here: {declared}"
+    )
+
+
+def test_undeclared_write_and_read_carry_their_codes_and_say_where_to_declare() -> None:
+    runner = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.ContractViolation) as wrote:
+        runner.brand_new_attr = 1
+    assert wrote.value.code == "contract-undeclared-write" and wrote.value.attribute == "brand_new_attr"
+    assert str(wrote.value).startswith("cannot set model_runner.brand_new_attr (role=target) at ")
+    with pytest.raises(dsakit.ContractViolation) as read:
+        runner.brand_new_attr  # noqa: B018
+    assert read.value.code == "contract-undeclared-read"
+    assert str(read.value).endswith(
+        ". Declare it in contracts/model_runner_contract.py with its type, per-role default and reader "
+        "so every mock provides it.")

@@ -473,3 +473,18 @@ def test_summary_is_small_and_k_independent() -> None:
     message = explain_mismatch("big", summarize_selection("big", sel, scores, [256] * rows, k),
                                summarize_selection("big", bad, scores, [256] * rows, k))
     assert "in 1 of 200 row blocks (3 rows each)" in message and "rows [399, 400, 401]" in message
+
+
+def test_a_golden_recorded_for_another_case_is_an_input_change() -> None:
+    """Found by mutation testing (bench/README.md): every input key is compared, `case` too."""
+    from dsakit.topk.cases import get_case
+    from dsakit.topk.snapshot import explain_mismatch
+
+    case = get_case("decode-ps64-k2048")
+    scores = case.scores("cpu")
+    now = _summary(case.case_id, _topk_rows(scores, case.lengths, case.k, case.row_starts), scores,
+                   case.lengths, case.k, case.row_starts, identity="same input")
+    [case_line] = [line for line in now.splitlines() if line.startswith("case: ")]
+    golden = now.replace(case_line, "case: another-case")
+    text = explain_mismatch(case.case_id, golden, now)
+    assert "the INPUT changed: case differ" in text and "    golden case: another-case" in text
