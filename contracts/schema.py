@@ -72,6 +72,11 @@ class ContractEntry:
     optional None is allowed besides the declared type
     readers  who reads it, with the condition when the read is conditional
     note     why the default is what it is, or what the real runner does
+    writers  who writes it on a runner besides ModelRunner itself (a write the real runner allows,
+             e.g. the attention kit's draft-runner setup); the entry documents it as writable
+    feature  the SGLang release feature (dsakit.upstream.release.FEATURES) whose ModelRunner has
+             it; `dsakit contract check` on a release without the feature does not require it
+    set_outside_runner  who sets it on the runner when ModelRunner itself never does
     """
 
     path: str
@@ -82,6 +87,14 @@ class ContractEntry:
     readers: tuple[str, ...] = ()
     note: str = ""
     same_for_roles: bool = True
+    writers: tuple[str, ...] = ()
+    feature: str = ""
+    set_outside_runner: str = ""
+
+    @property
+    def writable(self) -> bool:
+        """Declared as written by code outside ModelRunner (the kit's draft-runner setup)."""
+        return bool(self.writers)
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

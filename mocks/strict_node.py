@@ -175,6 +175,14 @@ class StrictNode:
         child._dsakit_setup(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
         return child
 
+    def _dsakit_become(self, role: Role) -> None:
+        """Switch this node and every node built below it to `role` (MockModelRunner.draft_from):
+        values already read or set stay, defaults not read yet follow the new role."""
+        object.__setattr__(self, "_dsakit_role", role)
+        for value in (self._dsakit_values or {}).values():
+            if isinstance(value, StrictNode):
+                value._dsakit_become(role)
+
     @property
     def _dsakit_built(self) -> bool:
         """Has this node's tree level been built (by an attribute read, write or dir())?"""

@@ -8,7 +8,7 @@ their table / JSON. Must not import torch or SGLang, nor change the contract.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"
 CONDITIONAL_READ = "conditional-read"
 SOFT_READ = "soft-read"
+ENTRY_OF_OTHER_RELEASE = "entry-of-other-release"
 
 FAILURE = "failure"
 INFO = "info"
@@ -147,6 +148,8 @@ class CheckResult:
         if entry.parent:
             return "(part of " + str(entry.path).split(".", 1)[0] + ")"
         site = self.assignments.get(entry.path)
+        if site is None and entry.set_outside_runner:
+            return entry.set_outside_runner
         return str(site) if site is not None else "NEVER"
 
     # ------------------------------------------------------------ rendering
@@ -257,7 +260,8 @@ def _group(reads: Iterable[RunnerRead]) -> dict[str, list[RunnerRead]]:
 
 
 def find_drift(
-    contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str
+    contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str,
+    has_feature: Callable[[str], bool] | None = None,
 ) -> list[Finding]:
     """The rules of the check, as findings (failures first, then informational, each sorted)."""
     failures: list[Finding] = []
@@ -299,7 +303,14 @@ def find_drift(
                     (str(read.site),),
                 ))
     for name, entry in contract.top_level().items():
-        if name not in assignments:
+        if entry.feature and has_feature is not None and not has_feature(entry.feature):
+            infos.append(Finding(
+                ENTRY_OF_OTHER_RELEASE, INFO, entry.path,
+                f"contract entry model_runner.{entry.path} belongs to SGLang releases with feature "
+                f"{entry.feature!r}; SGLang {version} lacks it, so its ModelRunner need not set it",
+            ))
+            continue
+        if name not in assignments and not entry.set_outside_runner:
             failures.append(Finding(
                 CONTRACT_NOT_SET_BY_RUNNER, FAILURE, entry.path,
                 f"contract entry model_runner.{entry.path} is never assigned or defined by the real "
@@ -318,7 +329,7 @@ def check_release(release: SGLangRelease, contract: Contract | None = None) -> C
     reads = scan_runner_reads(release)
     assignments = runner_assignments(release)
     result = CheckResult(release, contract, reads, assignments)
-    result.findings = find_drift(contract, reads, assignments, release.version)
+    result.findings = find_drift(contract, reads, assignments, release.version, release.has)
     return result
 
 

@@ -12,6 +12,7 @@ import ast
 import functools
 import importlib.metadata
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ TOPK_V2_FILE = "kernels/ops/attention/dsv4/topk.py"
 RUNTIME_CONTEXT_FILE = "srt/runtime_context.py"
 ENVIRON_FILE = "srt/environ.py"
 SERVER_ARGS_FILE = "srt/server_args.py"
+KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 
 # Known names of the fused top-k v2 kernel (page-table fold), newest first.
 TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
@@ -64,6 +66,27 @@ FEATURES: dict[str, Feature] = {
             "runtime-context-overrides",
             "sglang.srt.runtime_context.get_context().override_server_args(...)",
             "needs runtime_context.override_server_args; present in 0.5.17 and 0.5.23",
+        ),
+        Feature(
+            "kv-index-translator",
+            "ModelRunner.init_kv_index_translator: runner.kv_index_translator (a KVIndexTranslator)",
+            "needs ModelRunner.kv_index_translator; SGLang 0.5.23 has it, 0.5.17 does not",
+        ),
+        Feature(
+            "runner-draft-attention-backend",
+            "ModelRunner.draft_attention_backend (the draft runner's own attention backend name)",
+            "needs ModelRunner.draft_attention_backend; SGLang 0.5.23 has it, 0.5.17 does not",
+        ),
+        Feature(
+            "runner-tp-group",
+            "ModelRunner.tp_group (set by ModelRunner itself)",
+            "needs ModelRunner to set tp_group; SGLang 0.5.17 does, 0.5.23 does not",
+        ),
+        Feature(
+            "attention-unittest-kit",
+            "SGLang's attention unit-test kit with DSA fixtures (sglang/test/kits/attention_unittest)",
+            "needs sglang/test/kits/attention_unittest/attention_methods/dsa_attention.py; the wheels "
+            "of SGLang 0.5.17 and 0.5.23 ship it",
         ),
         Feature(
             "topk-v2-fold",
@@ -116,6 +139,12 @@ class SGLangRelease:
                 return name
         return None
 
+    def assigns_on_runner(self, name: str) -> bool:
+        """Does model_runner.py assign `self.<name> = ...` (text probe: no AST, no import)?"""
+        path = self.file(MODEL_RUNNER_FILE)
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=]*)?=[^=]", text) is not None
+
     def has(self, feature: str) -> bool:
         if feature not in FEATURES:
             raise UsageError(
@@ -129,6 +158,10 @@ class SGLangRelease:
                 RUNTIME_CONTEXT_FILE, "RuntimeContext.override_server_args"
             ),
             "topk-v2-fold": lambda: self.topk_v2_kernel_name is not None,
+            "kv-index-translator": lambda: self.defines(MODEL_RUNNER_FILE, "ModelRunner.init_kv_index_translator"),
+            "runner-draft-attention-backend": lambda: self.assigns_on_runner("draft_attention_backend"),
+            "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
+            "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
         }
         return bool(probes[feature]())
 
