@@ -83,7 +83,8 @@ def _check_type(entry: ContractEntry, role: Role, value: Any, what: str) -> None
     if entry.path == "is_draft_worker" and value != (role is Role.DRAFT):
         raise UsageError(
             f"{what} model_runner.is_draft_worker={value!r} contradicts role={role.value!r}: "
-            f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead"
+            f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead, or turn a target "
+            f"into a draft with MockModelRunner.draft_from(runner)"
         )
 
 
