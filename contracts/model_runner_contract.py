@@ -41,10 +41,24 @@ def _req_to_token(runner: Any) -> Any:
     )
 
 
+def _import_of_feature(module: str, name: str, feature: str) -> Any:
+    """`module.name` of an SGLang release with `feature`; UsageError naming it on another release."""
+    import importlib
+
+    from dsakit.errors import UsageError
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"{module}.{name} exists only in SGLang releases with feature {feature!r} "
+                         f"(see `dsakit capabilities`); the installed SGLang lacks it: {error}") from None
+
+
 def _kv_index_translator(runner: Any) -> Any:
     """What ModelRunner.init_kv_index_translator builds (model_runner.py:954), from this runner's
     pools: no unified/fused-draft allocator, so reads use the req-to-token table as is."""
-    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    KVIndexTranslator = _import_of_feature(
+        "sglang.srt.mem_cache.kv_index_translator", "KVIndexTranslator", "kv-index-translator")
 
     return KVIndexTranslator(
         req_to_token=runner.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=None,
@@ -61,6 +75,11 @@ def _no_model_forward(runner: Any) -> Any:
                          "the kit's draft harness does (speculative_draft_runner.py:183)")
 
     return forward
+
+
+def _trivial_parallel_state(runner: Any) -> Any:
+    return _import_of_feature(
+        "sglang.srt.distributed.parallel_state_wrapper", "ParallelState", "runner-parallel-state").trivial()
 
 
 def _published(name: str, fallback: Any) -> Factory:
@@ -182,6 +201,10 @@ MODEL_RUNNER_CONTRACT = Contract(
                       writers=("0.5.17 " + DRAFT_SETUP.format(338) + " (a dummy group)",),
                       feature="runner-tp-group",
                       note="ModelRunner's TP group (0.5.17 model_runner.py:998); 0.5.23 no longer sets it"),
+        ContractEntry("ps", "object", Factory(_trivial_parallel_state, "ParallelState.trivial(): one GPU"),
+                      readers=("0.5.17 eagle_draft_cuda_graph_runner.py:110-111 (.tp_size, .attn_dp_size)",),
+                      feature="runner-parallel-state",
+                      note="this worker's parallel state (0.5.17 model_runner.py:289); 0.5.23 has none"),
         # ------------------------------------------------------------------ model config
         ContractEntry("model_config", NAMESPACE, readers=(DSA_INIT, DSV4_INIT)),
         ContractEntry("model_config.context_len", "int", 163840, readers=(DSA_INIT, DSV4_INIT)),

@@ -83,6 +83,11 @@ FEATURES: dict[str, Feature] = {
             "needs ModelRunner to set tp_group; SGLang 0.5.17 does, 0.5.23 does not",
         ),
         Feature(
+            "runner-parallel-state",
+            "ModelRunner.ps (a ParallelState: tp/dp/pp sizes and ranks of this worker)",
+            "needs ModelRunner.ps; SGLang 0.5.17 has it, 0.5.23 reads the parallel context instead",
+        ),
+        Feature(
             "attention-unittest-kit",
             "SGLang's attention unit-test kit with DSA fixtures (sglang/test/kits/attention_unittest)",
             "needs sglang/test/kits/attention_unittest/attention_methods/dsa_attention.py; the wheels "
@@ -161,6 +166,7 @@ class SGLangRelease:
             "kv-index-translator": lambda: self.defines(MODEL_RUNNER_FILE, "ModelRunner.init_kv_index_translator"),
             "runner-draft-attention-backend": lambda: self.assigns_on_runner("draft_attention_backend"),
             "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
+            "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
             "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
         }
         return bool(probes[feature]())
