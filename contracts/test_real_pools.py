@@ -63,3 +63,25 @@ def _layer(layer_id: int) -> object:
     from types import SimpleNamespace
 
     return SimpleNamespace(layer_id=layer_id)
+
+
+def _dsa_runner(role: str, *, batch_size: int, context_len: int, page_size: int = 64) -> dsakit.MockModelRunner:
+    """The README's by-hand DSA runner: what the kit's DSAMockModelRunner builds, on the strict
+    runner (SGLang's runtime context must be open)."""
+    runner = dsakit.MockModelRunner(role, max_running_requests=batch_size, page_size=page_size,
+                                    model_config__context_len=context_len,
+                                    model_config__num_attention_heads=4)
+    runner.req_to_token_pool = dsakit.req_to_token_pool(runner)
+    runner.token_to_kv_pool = dsakit.dsa_kv_pool(runner)
+    return runner
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_the_readme_hand_built_runner_translates_through_its_real_pools(role: str) -> None:
+    dsakit.require("sglang:kv-index-translator")
+    with dsakit.SGLangScope(server_args=DSA_SERVER_ARGS):
+        runner = _dsa_runner(role, batch_size=2, context_len=256)
+        translator = runner.kv_index_translator  # the contract default, built from the real pools
+    assert translator.req_to_token is runner.req_to_token_pool.req_to_token
+    assert translator.page_size == 64 and translator.is_translating is False
+    assert runner.is_draft_worker is (role == "draft")
