@@ -82,30 +82,59 @@ def _verify(case: Any, draft_tokens: int) -> Any:
 # ---------------------------------------------------------------- fixtures, per role (CPU and GPU)
 
 
+@dataclasses.dataclass(frozen=True)
+class KitFamily:
+    """One family of the kit: its module, the cases it is run on and its case runners."""
+
+    module: str
+    build_fixture: str
+    make_cases: str
+    backend: str
+    decode: str
+    extend: str
+    draft_tokens: int
+    run_case: str
+    run_verify: str
+    run_draft: str
+
+    def case(self, mode: str) -> Any:
+        cases = getattr(kit_module(self.module), self.make_cases)(self.backend)
+        decode = _case(cases, self.decode)
+        return {"decode": decode, "extend": _case(cases, self.extend),
+                "verify": _verify(decode, self.draft_tokens)}[mode]
+
+    def runner_of(self, mode: str) -> Any:
+        return getattr(kit_module(self.module), self.run_verify if mode == "verify" else self.run_case)
+
+
+KIT_FAMILIES = {
+    "dsa": KitFamily("attention_methods.dsa_attention", "build_dsa_sparse_attention_fixture", "make_dsa_sparse_cases", "dsa",
+                     "dsa_sparse_decode_flashmla_kv_topk", "dsa_sparse_prefill_multi_request", 2,
+                     "run_dsa_sparse_attention_case", "run_dsa_sparse_speculative_forward_mode_case",
+                     "run_dsa_eagle_draft_cuda_graph_runner_case"),
+    "dsv4": KitFamily("attention_methods.dsv4_attention", "build_dsv4_attention_fixture", "make_dsv4_cases", "dsv4",
+                      "dsv4_swa_decode_multi_request_within_window", "dsv4_swa_extend_prefix_within_window", 3,
+                      "run_dsv4_attention_case", "run_dsv4_target_verify_attention_case",
+                      "run_dsv4_eagle_draft_cuda_graph_runner_case"),
+}
+
+
+
 @pytest.mark.parametrize("role", ROLES)
-def test_dsv4_fixture_builds_on_the_strict_runner(role: str, kit_reads: list[Any]) -> None:
-    dsv4 = kit_module("attention_methods.dsv4_attention")
-    case = _case(dsv4.make_dsv4_cases("dsv4"), "dsv4_swa_decode_multi_request_within_window")
+@pytest.mark.parametrize("family", [pytest.param("dsa", marks=DSA_NEEDS_CUDA), "dsv4"])
+def test_kit_fixture_builds_on_the_strict_runner(family: str, role: str, kit_reads: list[Any]) -> None:
+    kit = KIT_FAMILIES[family]
+    case = kit.case("decode")
     with kit_on_strict_runner(role) as swap:
-        fixture = dsv4.build_dsv4_attention_fixture(_testcase(), case, device=_device())
+        fixture = getattr(kit_module(kit.module), kit.build_fixture)(_testcase(), case, device=_device())
         runner = fixture.runner
         assert isinstance(runner, dsakit.MockModelRunner) and swap.runners == [runner]
-        assert fixture.backend.is_draft_runner is (role == "draft")
-        # the kit's real pools are what the backend reads; the batch was bound through the
-        # contract's kv_index_translator (built from them)
+        assert runner.is_draft_worker is (role == "draft")
+        if family == "dsv4":
+            assert fixture.backend.is_draft_runner is (role == "draft")
+        # the backend reads the kit's real pools; the kit bound its batch through the contract's
+        # kv_index_translator (0.5.23), built from them
         assert fixture.backend.req_to_token is swap.kit_runners[0].req_to_token_pool.req_to_token
-        assert fixture.forward_batch.batch_size == case.batch_size
-
-
-@DSA_NEEDS_CUDA
-@pytest.mark.parametrize("role", ROLES)
-def test_dsa_sparse_fixture_builds_on_the_strict_runner(role: str, kit_reads: list[Any]) -> None:
-    dsa = kit_module("attention_methods.dsa_attention")
-    case = _case(dsa.make_dsa_sparse_cases("dsa"), "dsa_sparse_decode_flashmla_kv_topk")
-    with kit_on_strict_runner(role) as swap:
-        fixture = dsa.build_dsa_sparse_attention_fixture(_testcase(), case, device=_device())
-        assert isinstance(fixture.runner, dsakit.MockModelRunner) and swap.runners == [fixture.runner]
-        assert fixture.runner.is_draft_worker is (role == "draft")
         assert fixture.forward_batch.batch_size == case.batch_size
 
 
@@ -129,7 +158,7 @@ def test_eagle_draft_setup_turns_the_target_runner_into_a_draft(kit_reads: list[
 
     dsv4 = kit_module("attention_methods.dsv4_attention")
     sdr = kit_module("runner_modes.speculative_draft_runner")
-    case = _case(dsv4.make_dsv4_cases("dsv4"), "dsv4_swa_decode_multi_request_within_window")
+    case = KIT_FAMILIES["dsv4"].case("decode")
     settings = sdr.EagleDraftRunnerSettings(
         topk=1, speculative_num_steps=2, speculative_num_draft_tokens=3, capture_batch_size=2,
         hidden_size=dsv4.DSV4_HEAD_DIM, vocab_size=64, max_context_len=256, dtype=torch.bfloat16,
@@ -153,51 +182,22 @@ def test_eagle_draft_setup_turns_the_target_runner_into_a_draft(kit_reads: list[
 # A target runs decode, extend and verify; a draft runs the kit's EAGLE draft decode.
 
 
-def _dsv4_cases() -> list[Any]:
-    dsv4 = kit_module("attention_methods.dsv4_attention")
-    cases = dsv4.make_dsv4_cases("dsv4")
-    decode = _case(cases, "dsv4_swa_decode_multi_request_within_window")
-    return [decode, _case(cases, "dsv4_swa_extend_prefix_within_window"), _verify(decode, 3)]
-
-
-def _dsa_cases() -> list[Any]:
-    dsa = kit_module("attention_methods.dsa_attention")
-    cases = dsa.make_dsa_sparse_cases("dsa")
-    decode = _case(cases, "dsa_sparse_decode_flashmla_kv_topk")
-    return [decode, _case(cases, "dsa_sparse_prefill_multi_request"), _verify(decode, 2)]
-
-
 @CUDA
 @pytest.mark.parametrize("mode", ["decode", "extend", "verify"])
-def test_kit_dsv4_case_on_the_target_runner(mode: str, kit_reads: list[Any]) -> None:
-    dsv4 = kit_module("attention_methods.dsv4_attention")
-    case = dict(zip(["decode", "extend", "verify"], _dsv4_cases()))[mode]
-    run = dsv4.run_dsv4_target_verify_attention_case if mode == "verify" else dsv4.run_dsv4_attention_case
+@pytest.mark.parametrize("family", sorted(KIT_FAMILIES))
+def test_kit_case_on_the_target_runner(family: str, mode: str, kit_reads: list[Any]) -> None:
+    kit = KIT_FAMILIES[family]
     with kit_on_strict_runner("target") as swap:
-        run(_testcase(), case)
-        assert swap.runners, "the kit built no runner"
-
-
-@CUDA
-@pytest.mark.parametrize("mode", ["decode", "extend", "verify"])
-def test_kit_dsa_case_on_the_target_runner(mode: str, kit_reads: list[Any]) -> None:
-    dsa = kit_module("attention_methods.dsa_attention")
-    case = dict(zip(["decode", "extend", "verify"], _dsa_cases()))[mode]
-    run = dsa.run_dsa_sparse_speculative_forward_mode_case if mode == "verify" else dsa.run_dsa_sparse_attention_case
-    with kit_on_strict_runner("target") as swap:
-        run(_testcase(), case)
+        kit.runner_of(mode)(_testcase(), kit.case(mode))
         assert swap.runners, "the kit built no runner"
 
 
 @CUDA
 @DRAFT_RUNNER_MODES
-@pytest.mark.parametrize("family", ["dsa", "dsv4"])
+@pytest.mark.parametrize("family", sorted(KIT_FAMILIES))
 def test_kit_eagle_draft_decode_on_the_draft_runner(family: str, kit_reads: list[Any]) -> None:
-    sdr = kit_module("runner_modes.speculative_draft_runner")
-    if family == "dsa":
-        case, run = _dsa_cases()[0], sdr.run_dsa_eagle_draft_cuda_graph_runner_case
-    else:
-        case, run = _dsv4_cases()[0], sdr.run_dsv4_eagle_draft_cuda_graph_runner_case
+    kit = KIT_FAMILIES[family]
+    run = getattr(kit_module("runner_modes.speculative_draft_runner"), kit.run_draft)
     with kit_on_strict_runner("target", draft_setup=True) as swap:
-        run(_testcase(), case)
+        run(_testcase(), kit.case("decode"))
         assert swap.drafts, "the kit's draft-runner setup did not run on the strict runner"
