@@ -14,6 +14,9 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory,
 DSA_INIT = "DeepseekSparseAttnBackend.__init__"
 DSV4_INIT = "DeepseekV4AttnBackend.__init__"
 TOPK_RESOLVE = "DSATopKBackend.resolve"
+# SGLang's attention unit-test kit (sglang/test/kits/attention_unittest), sites of 0.5.23
+KIT = "kit "
+DRAFT_SETUP = KIT + "speculative_draft_runner.py:{} _configure_runner_for_eagle_draft"
 
 
 def _torch() -> Any:
@@ -36,6 +39,47 @@ def _req_to_token(runner: Any) -> Any:
     return torch.zeros(
         (pool.size, runner.model_config.context_len), dtype=torch.int32, device=runner.device
     )
+
+
+def _import_of_feature(module: str, name: str, feature: str) -> Any:
+    """`module.name` of an SGLang release with `feature`; UsageError naming it on another release."""
+    import importlib
+
+    from dsakit.errors import UsageError
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"{module}.{name} exists only in SGLang releases with feature {feature!r} "
+                         f"(see `dsakit capabilities`); the installed SGLang lacks it: {error}") from None
+
+
+def _kv_index_translator(runner: Any) -> Any:
+    """What ModelRunner.init_kv_index_translator builds (model_runner.py:954), from this runner's
+    pools: no unified/fused-draft allocator, so reads use the req-to-token table as is."""
+    KVIndexTranslator = _import_of_feature(
+        "sglang.srt.mem_cache.kv_index_translator", "KVIndexTranslator", "kv-index-translator")
+
+    return KVIndexTranslator(
+        req_to_token=runner.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=None,
+        token_to_kv_pool=runner.token_to_kv_pool, page_size=runner.page_size, device=runner.device,
+        is_draft_worker=runner.is_draft_worker,
+    )
+
+
+def _no_model_forward(runner: Any) -> Any:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        from dsakit.errors import UsageError
+
+        raise UsageError("MockModelRunner has no model to run: assign runner.forward (a callable), as "
+                         "the kit's draft harness does (speculative_draft_runner.py:183)")
+
+    return forward
+
+
+def _trivial_parallel_state(runner: Any) -> Any:
+    return _import_of_feature(
+        "sglang.srt.distributed.parallel_state_wrapper", "ParallelState", "runner-parallel-state").trivial()
 
 
 def _published(name: str, fallback: Any) -> Factory:
@@ -100,6 +144,67 @@ MODEL_RUNNER_CONTRACT = Contract(
             readers=(DSA_INIT, DSV4_INIT),
             note="None unless hierarchical sparse attention is enabled",
         ),
+        # ------------------------------------------------------------------ attention unit-test kit
+        # What SGLang's own kit (sglang/test/kits/attention_unittest, "kit" below) and the code it
+        # drives read or write on its runner: the DSA / DeepSeek-V4 fixtures, their ForwardBatch
+        # construction and the EAGLE draft-runner setup (dsakit.backends.sglang_kit runs them).
+        ContractEntry(
+            "kv_index_translator", "object", Factory(_kv_index_translator, "KVIndexTranslator of the runner's pools"),
+            readers=(KIT + "dense_attention.py:765 _make_forward_batch (DSA fixtures)",
+                     KIT + "dsv4_attention.py:675 _make_forward_batch",
+                     KIT + "speculative_draft_runner.py:518, :535, :575, :587",
+                     "eagle_draft_cuda_graph_runner.py:501 (CUDA graph capture)",
+                     "forward_batch_info.py:1139 ForwardBatch.init_new"),
+            feature="kv-index-translator",
+            note="ModelRunner.init_kv_index_translator (model_runner.py:954, 0.5.23); absent in 0.5.17",
+        ),
+        ContractEntry("use_mla_backend", "bool", True,
+                      readers=(DRAFT_SETUP.format(332), "draft_utils.py:227, :359, :379, :437, :513",
+                               "attention_registry.py:120, :243, :279, :288"),
+                      note="attention_arch == MLA: True for DeepSeek V3.2 / V4 (model_runner.py:406)"),
+        ContractEntry("dtype", "torch.dtype", Factory(_bf16, "torch.bfloat16"),
+                      readers=(DRAFT_SETUP.format(345) + " (copied to model_config.dtype)",),
+                      note="the model's dtype (model_runner.py:1362, load_model)"),
+        ContractEntry("draft_attention_backend", "str", None, optional=True,
+                      readers=("draft_utils.py:45 DraftBackendFactory.__init__",),
+                      feature="runner-draft-attention-backend",
+                      note="the draft runner's own backend name; None: the process-wide config "
+                           "(model_runner.py:379, 0.5.23)"),
+        ContractEntry("canary_manager", "object", None, optional=True,
+                      readers=("eagle_worker_v2.py:298, :835 EagleDraftWorker",),
+                      note="None unless the KV canary is enabled (model_runner.py:1007)"),
+        ContractEntry("model", "object", None, optional=True,
+                      readers=("deepseek_v4_backend_hip_radix.py:1024, :1782 (HIP only)",
+                               "eagle_worker_v2.py:341-358 (lm_head sharing)"),
+                      writers=(DRAFT_SETUP.format(342) + " (a tiny draft model)",),
+                      note="the loaded model (model_runner.py:1321); None: no model weights in a mock"),
+        ContractEntry("device_timer", "object", None, optional=True,
+                      readers=("eagle_draft_cuda_graph_runner.py:748",),
+                      writers=(DRAFT_SETUP.format(343),),
+                      note="None unless profiling (model_runner.py:388)"),
+        ContractEntry("forward", "object", Factory(_no_model_forward, "raises UsageError: no model"),
+                      readers=("eagle_worker_v2.py:847 EagleDraftWorker.draft_forward",),
+                      writers=(KIT + "speculative_draft_runner.py:183 _EagleDraftWorkerHarness, :234 "
+                               "_FrozenKVMTPWorkerHarness (the draft model's forward)",),
+                      note="ModelRunner.forward (a method, model_runner.py:1813); a mock runs no model"),
+        ContractEntry("attn_backend", "object", None, optional=True,
+                      readers=("eagle_worker_v2.py:1379 (target runner's backend)",),
+                      writers=(KIT + "speculative_draft_runner.py:406 _build_frozen_kv_mtp_fixture",
+                               KIT + "speculative_draft_extend_runner.py:507", "eagle_worker_v2.py:414"),
+                      note="the runner's attention backend (model_runner.py:1123 init_attention_backends)"),
+        ContractEntry("draft_attn_backend", "object", None, optional=True,
+                      readers=("eagle_draft_cuda_graph_runner.py:136 (when no backend is passed)",),
+                      writers=(KIT + "speculative_draft_runner.py:371 _build_eagle_draft_fixture, :405",),
+                      set_outside_runner="EagleDraftWorker.__init__ (eagle_worker_v2.py:412)",
+                      note="the draft worker's multi-step backend, stored on its runner"),
+        ContractEntry("tp_group", "object", None, optional=True,
+                      writers=("0.5.17 " + DRAFT_SETUP.format(338) + " (a dummy group)",),
+                      feature="runner-tp-group",
+                      note="ModelRunner's TP group (0.5.17 model_runner.py:998); 0.5.23 no longer sets it"),
+        ContractEntry("ps", "object", Factory(_trivial_parallel_state, "ParallelState.trivial(): one GPU"),
+                      readers=("0.5.17 eagle_draft_cuda_graph_runner.py:110-111 (.tp_size, .attn_dp_size)",),
+                      feature="runner-parallel-state",
+                      note="this worker's parallel state (0.5.17 model_runner.py:289); 0.5.23 has none"),
         # ------------------------------------------------------------------ model config
         ContractEntry("model_config", NAMESPACE, readers=(DSA_INIT, DSV4_INIT)),
         ContractEntry("model_config.context_len", "int", 163840, readers=(DSA_INIT, DSV4_INIT)),
@@ -109,6 +214,19 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("model_config.kv_lora_rank", "int", 512, readers=(DSA_INIT,)),
         ContractEntry("model_config.head_dim", "int", 512, readers=(DSV4_INIT + " (asserts 512 = 448 nope + 64 rope)",)),
         ContractEntry("model_config.v_head_dim", "int", 512, readers=(DSV4_INIT,)),
+        ContractEntry("model_config.model_is_mrope", "bool", False,
+                      readers=("eagle_worker_v2.py:889 draft_forward", "eagle_draft_cuda_graph_runner.py:643",
+                               "forward_batch_info.py:1178, :1264 ForwardBatch.init_new"),
+                      note="multimodal rotary positions; False for DeepSeek (model_config.py:677)"),
+        ContractEntry("model_config.dtype", "torch.dtype", Factory(_bf16, "torch.bfloat16"),
+                      writers=(DRAFT_SETUP.format(345),), note="ModelConfig.dtype (model_config.py:881)"),
+        ContractEntry("model_config.spec_hidden_size", "int", 7168,
+                      writers=(DRAFT_SETUP.format(344),),
+                      note="hidden size the draft model takes from the target (model_config.py:1576); "
+                           "DeepSeek V3.2's 7168"),
+        ContractEntry("model_config.vocab_size", "int", 129280,
+                      readers=("eagle_draft_cuda_graph_runner.py:201, :466, :618, :620",),
+                      writers=(DRAFT_SETUP.format(346),), note="DeepSeek V3.2's vocabulary (model_config.py:1605)"),
         ContractEntry("model_config.hf_config", NAMESPACE,
                       readers=(DSA_INIT + " (is_deepseek_dsa, get_dsa_index_topk, architectures[0])",)),
         ContractEntry("model_config.hf_config.architectures", "list[str]", ["DeepseekV32ForCausalLM"],
@@ -123,6 +241,7 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("model_config.hf_config.qk_rope_head_dim", "int", 64),
         ContractEntry("model_config.hf_config.kv_lora_rank", "int", 512),
         ContractEntry("model_config.hf_config.v_head_dim", "int", 128),
+        ContractEntry("model_config.hf_config.vocab_size", "int", 129280, writers=(DRAFT_SETUP.format(347),)),
         ContractEntry("model_config.hf_text_config", "object",
                       Factory(lambda r: r.model_config.hf_config, "model_config.hf_config"),
                       readers=(DSV4_INIT,), note="the text config; the same object for text-only models"),

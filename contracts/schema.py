@@ -90,6 +90,11 @@ class ContractEntry:
     set_by   where the real ModelRunner sets it (declared by a downstream suite's extension;
              dsakit's own entries are checked against the runner's source instead)
     declared_in  "" for dsakit's contract, else the pyproject.toml that declares the entry
+    writers  who writes it on a runner besides ModelRunner itself (a write the real runner allows,
+             e.g. the attention kit's draft-runner setup); the entry documents it as writable
+    feature  the SGLang release feature (dsakit.upstream.release.FEATURES) whose ModelRunner has
+             it; `dsakit contract check` on a release without the feature does not require it
+    set_outside_runner  who sets it on the runner when ModelRunner itself never does
     """
 
     path: str
@@ -102,6 +107,14 @@ class ContractEntry:
     same_for_roles: bool = True
     set_by: str = ""
     declared_in: str = ""
+    writers: tuple[str, ...] = ()
+    feature: str = ""
+    set_outside_runner: str = ""
+
+    @property
+    def writable(self) -> bool:
+        """Declared as written by code outside ModelRunner (the kit's draft-runner setup)."""
+        return bool(self.writers)
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

@@ -23,6 +23,8 @@ def _read(runner: object, path: str) -> object:
 
 @pytest.mark.parametrize("entry", list(MODEL_RUNNER_CONTRACT), ids=lambda e: e.path)
 def test_every_default_builds_with_its_declared_type(model_runner: dsakit.MockModelRunner, entry) -> None:
+    if entry.feature:  # an entry of some SGLang releases only (kv_index_translator, ps)
+        dsakit.require(f"sglang:{entry.feature}")
     value = _read(model_runner, entry.path)
     if entry.type != NAMESPACE:
         assert type_matches(entry.type, value, entry.optional), (entry.path, value)
@@ -46,3 +48,17 @@ def test_real_topk_resolve_reads_the_role_flag(role: str) -> None:
         resolved = DSATopKBackend.resolve(dsakit.MockModelRunner(role))
     assert resolved is (DSATopKBackend.TORCH if role == "draft" else DSATopKBackend.FLASHINFER)
     assert read_log.contract_reads()[before:] == []
+
+
+def test_an_entry_of_another_release_says_so_when_read() -> None:
+    """ps exists on 0.5.17's ModelRunner, kv_index_translator on 0.5.23's: reading the other
+    release's entry names the feature instead of failing with a bare ImportError."""
+    from dsakit.upstream.release import installed_release
+
+    release = installed_release()
+    absent = [e for e in MODEL_RUNNER_CONTRACT if e.feature and not release.has(e.feature) and e.path != "tp_group"]
+    if not absent:
+        pytest.skip(f"SGLang {release.version} has every release-specific contract entry")
+    for entry in absent:
+        with pytest.raises(dsakit.UsageError, match=f"feature '{entry.feature}'"):
+            _read(dsakit.MockModelRunner(), entry.path)

@@ -60,6 +60,12 @@ _EXPORTS: dict[str, str] = {
     "Expectation": "dsakit.topk.rules",
     "expect_topk": "dsakit.topk.rules",
     "SGLangScope": "dsakit.upstream.scope",
+    # real SGLang pools for a strict runner, and SGLang's attention kit on it
+    "req_to_token_pool": "dsakit.backends.harness",
+    "dsa_kv_pool": "dsakit.backends.harness",
+    "deepseek_v4_kv_pool": "dsakit.backends.harness",
+    "kit_on_strict_runner": "dsakit.backends.sglang_kit",
+    "strict_runner_from_kit": "dsakit.backends.sglang_kit",
     "SGLangState": "dsakit.upstream.scope",
     "sglang_state": "dsakit.upstream.scope",
 }

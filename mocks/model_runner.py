@@ -70,6 +70,30 @@ class MockModelRunner(StrictNode):
         object.__setattr__(self, "_dsakit_args", (parsed_role.value, merged, omitted))
         object.__setattr__(self, "_dsakit_writes", {})
 
+    @classmethod
+    def draft_from(cls, target: MockModelRunner, **overrides: Any) -> MockModelRunner:
+        """Turn a target runner into a draft runner, in place, as SGLang's attention kit does to its
+        runner before building draft backends (speculative_draft_runner.py:341): the role becomes
+        draft in the whole tree, `is_draft_worker` True, then each override is set (type-checked;
+        "__" for nested paths). Values already read or set stay; per-role defaults not read yet
+        follow the draft role. Returns `target`. Setting `is_draft_worker=True` directly on a target
+        runner stays refused: the role change is this one declared operation."""
+        if not isinstance(target, MockModelRunner):
+            raise UsageError(f"draft_from needs a MockModelRunner, got {type(target).__name__}")
+        if target._dsakit_role is Role.DRAFT:
+            raise UsageError("draft_from: this MockModelRunner already has role='draft'")
+        target._dsakit_become(Role.DRAFT)
+        _, overrides_given, omitted = target._dsakit_args  # a copy rebuilds a draft now
+        object.__setattr__(target, "_dsakit_args", (Role.DRAFT.value, overrides_given, omitted))
+        target.is_draft_worker = True
+        for key, value in overrides.items():
+            *parents, name = key.split("__")
+            node: Any = target
+            for part in parents:
+                node = getattr(node, part)
+            setattr(node, name, value)
+        return target
+
     def _dsakit_written(self, path: str, value: Any) -> None:
         self._dsakit_writes[path] = value
 

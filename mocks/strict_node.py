@@ -95,7 +95,8 @@ def _check_type(entry: ContractEntry, role: Role, value: Any, what: str) -> None
     if entry.path == "is_draft_worker" and value != (role is Role.DRAFT):
         raise UsageError(
             f"{what} model_runner.is_draft_worker={value!r} contradicts role={role.value!r}: "
-            f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead"
+            f"build MockModelRunner(role={'draft' if value else 'target'!r}) instead, or turn a target "
+            f"into a draft with MockModelRunner.draft_from(runner)"
         )
 
 
@@ -186,6 +187,14 @@ class StrictNode:
         plan = self._dsakit_plan[1].get(entry.name, _NO_PLAN)
         child._dsakit_setup(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
         return child
+
+    def _dsakit_become(self, role: Role) -> None:
+        """Switch this node and every node built below it to `role` (MockModelRunner.draft_from):
+        values already read or set stay, defaults not read yet follow the new role."""
+        object.__setattr__(self, "_dsakit_role", role)
+        for value in (self._dsakit_values or {}).values():
+            if isinstance(value, StrictNode):
+                value._dsakit_become(role)
 
     @property
     def _dsakit_built(self) -> bool:

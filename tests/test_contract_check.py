@@ -475,3 +475,22 @@ class Backend:
     reads = _reads(release_from_tree(tmp_path))
     assert {"soft_attr?@9", "fallback_attr@9", "local_attr@5", "pool_attr@3", "built_attr@6",
             "static_attr@10"} <= set(reads)
+def test_entry_of_a_feature_the_release_lacks_is_not_required(tree: Path) -> None:
+    """kv_index_translator belongs to releases with ModelRunner.init_kv_index_translator (0.5.23):
+    a tree without it (0.5.17) passes and says why; a tree that has the feature but stops setting
+    the attribute fails."""
+    runner = tree / MODEL_RUNNER_FILE
+    text = runner.read_text(encoding="utf-8")
+    runner.write_text(text.replace("def init_kv_index_translator(", "def init_kv_translator_gone(")
+                      .replace("self.kv_index_translator =", "self.kv_translator_gone ="), encoding="utf-8")
+    result = _check("--sglang-src", str(tree), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    [finding] = [f for f in report["findings"] if f["subject"] == "kv_index_translator"]
+    assert finding["code"] == "entry-of-other-release" and "kv-index-translator" in finding["message"]
+
+    runner.write_text(text.replace("self.kv_index_translator =", "self.kv_translator_gone ="), encoding="utf-8")
+    result = _check("--sglang-src", str(tree))
+    assert result.returncode == 1
+    assert "model_runner.kv_index_translator" in next(
+        line for line in result.stdout.splitlines() if "[contract-not-set-by-runner]" in line)

@@ -54,7 +54,7 @@ def test_undeclared_read_names_attribute_site_and_real_runner() -> None:
 def test_undeclared_read_of_a_real_runner_attribute_points_at_its_assignment() -> None:
     runner = dsakit.MockModelRunner("target")
     with pytest.raises(dsakit.ContractViolation, match=r"model_runner\.py:\d+"):
-        runner.attn_backend  # noqa: B018 - ModelRunner sets it, the contract does not declare it
+        runner.lora_manager  # noqa: B018 - ModelRunner sets it, the contract does not declare it
 
 
 def test_nested_objects_are_strict() -> None:
@@ -90,8 +90,55 @@ def test_writes_are_type_checked_and_undeclared_writes_refused() -> None:
     assert runner.max_running_requests == 8
     with pytest.raises(dsakit.UsageError, match="expected int, got str"):
         runner.max_running_requests = "8"
-    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.attn_backend"):
-        runner.attn_backend = object()
+    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.lora_manager"):
+        runner.lora_manager = object()
+
+
+def test_declared_kit_writes_are_type_checked() -> None:
+    """The attention kit's draft-runner setup writes these; a wrong type is still refused."""
+    runner = dsakit.MockModelRunner("target")
+    runner.model_config.vocab_size = 64
+    runner.model_config.hf_config.vocab_size = 64
+    runner.device_timer = None
+    assert (runner.model_config.vocab_size, runner.model_config.hf_config.vocab_size) == (64, 64)
+    with pytest.raises(dsakit.UsageError, match="model_config.spec_hidden_size='64': expected int"):
+        runner.model_config.spec_hidden_size = "64"
+    with pytest.raises(dsakit.UsageError, match="no model to run: assign runner.forward"):
+        runner.forward()
+
+
+def test_draft_from_turns_a_target_into_a_draft_in_place() -> None:
+    runner = dsakit.MockModelRunner("target", max_running_requests=8)
+    assert runner.server_args.dsa_topk_backend  # builds the server_args level as a target
+    with pytest.raises(dsakit.UsageError, match=r"contradicts role='target'.*draft_from"):
+        runner.is_draft_worker = True
+    draft = dsakit.MockModelRunner.draft_from(runner, model_config__vocab_size=64, device="cpu")
+    assert draft is runner and runner.is_draft_worker is True
+    assert runner.max_running_requests == 8 and runner.model_config.vocab_size == 64
+    # per-role defaults not read yet follow the draft role, in nodes built before the turn too
+    assert runner.server_args.speculative_eagle_topk == 1
+    assert runner.spec_algorithm.is_eagle()
+    with pytest.raises(dsakit.UsageError, match="already has role='draft'"):
+        dsakit.MockModelRunner.draft_from(runner)
+
+
+def test_draft_from_checks_its_overrides_and_its_target() -> None:
+    with pytest.raises(dsakit.UsageError, match="model_config.vocab_size='64': expected int"):
+        dsakit.MockModelRunner.draft_from(dsakit.MockModelRunner("target"), model_config__vocab_size="64")
+    with pytest.raises(dsakit.UsageError, match="needs a MockModelRunner, got SimpleNamespace"):
+        from types import SimpleNamespace
+
+        dsakit.MockModelRunner.draft_from(SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_every_written_entry_names_its_writers() -> None:
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+
+    written = {e.path for e in MODEL_RUNNER_CONTRACT if e.writable}
+    assert {"model", "device_timer", "forward", "attn_backend", "draft_attn_backend",
+            "model_config.spec_hidden_size", "model_config.dtype", "model_config.vocab_size",
+            "model_config.hf_config.vocab_size"} <= written
+    assert all(all(w.strip() for w in MODEL_RUNNER_CONTRACT.entries[p].writers) for p in written)
 
 
 @pytest.mark.parametrize(
@@ -202,8 +249,8 @@ def test_dir_and_writes_build_the_level_they_touch() -> None:
     untouched = dsakit.MockModelRunner("target")
     with pytest.raises(dsakit.UsageError, match="expected int, got str"):
         untouched.model_config.context_len = "4096"
-    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.attn_backend"):
-        dsakit.MockModelRunner("target").attn_backend = object()
+    with pytest.raises(dsakit.ContractViolation, match="cannot set model_runner.lora_manager"):
+        dsakit.MockModelRunner("target").lora_manager = object()
 
 
 def test_violation_from_a_lazily_built_node_names_attribute_and_site() -> None:
@@ -289,6 +336,7 @@ def test_undeclared_write_and_read_carry_their_codes_and_say_where_to_declare() 
     with pytest.raises(dsakit.ContractViolation) as read:
         runner.brand_new_attr  # noqa: B018
     assert read.value.code == "contract-undeclared-read"
+    # where to declare it: the suite's own pyproject.toml, never dsakit's installed files
+    assert '[tool.dsakit.contract."brand_new_attr"]' in str(read.value)
     assert str(read.value).endswith(
-        ". Declare it in contracts/model_runner_contract.py with its type, per-role default and reader "
-        "so every mock provides it.")
+        "then `dsakit contract check --backend-src DIR` checks your backend's reads against it.")

@@ -1,8 +1,9 @@
-"""Build the real `DeepseekSparseAttnBackend` / DeepSeek-V4 backends from a strict mock runner.
+"""Build the real DSA / DeepSeek-V4 backends from a strict mock runner, inside an SGLang scope.
 
 Owns: the server args a backend is built with (per role, with or without speculative decoding),
-the KV pools laid out as SGLang lays them out, the backend object SGLang's worker runs per mode,
-and keeping the SGLangScope open while a test drives the backend. Imports SGLang lazily.
+the real SGLang pools a strict runner is given (req-to-token, DSA KV, DeepSeek-V4 KV, laid out as
+SGLang lays them out), the backend object SGLang's worker runs per mode, and keeping the
+SGLangScope open while a test drives the backend. Imports SGLang lazily.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def dsa_backend(
         if kv_pool:
             runner.token_to_kv_pool = dsa_kv_pool(runner)
         yield DeepseekSparseAttnBackend(runner, **{**_step_kwargs(speculative, args), **backend_kwargs})
+
+
+def req_to_token_pool(runner: Any) -> Any:
+    """A real ReqToTokenPool for the runner: one row per running request (`max_running_requests`),
+    `model_config.context_len` slots per row, on the runner's device (as ModelRunner builds it).
+    Assign it to `runner.req_to_token_pool` before building the KV pool (which is sized from it)."""
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+
+    return ReqToTokenPool(
+        size=runner.max_running_requests,
+        max_context_len=runner.model_config.context_len,
+        device=runner.device,
+        enable_memory_saver=False,
+    )
 
 
 def dsa_kv_pool(runner: Any, *, layer_num: int = 1) -> Any:

@@ -8,6 +8,7 @@ arch string, never by number. Never imports pytest, torch or SGLang (markers: `d
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -274,6 +275,27 @@ def _module_gate(name: str, covered_by: str) -> Gate:
     return Gate(f"module:{name}", "module", f"the Python module {name!r}", covered_by, (), (check,))
 
 
+# The attention unit-test kit (sglang/test/kits/attention_unittest) imports sglang.test.test_utils
+# (-> benchmark/datasets -> datasets -> pyarrow) and, in its runner_modes, eagle_worker_v2 ->
+# managers/scheduler.py -> setproctitle: SGLang requirements a --no-deps install may lack.
+SGLANG_KIT_IMPORT_CHAIN = ("datasets", "pyarrow", "setproctitle")
+
+
+def _sglang_kit_modules() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
+        if not missing:
+            return None
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            return "SGLang is not installed in this environment"
+        return (f"SGLang {version}'s sglang.test.test_utils / attention kit runner_modes import "
+                f"{', '.join(repr(m) for m in missing)}, not installed in this environment{_note(device)}")
+
+    return check
+
+
 _SGLANG_COVERED_BY = {
     "dsa-backend": "the DeepSeek-V4 backend suites cover the sparse-attention contracts where it exists",
     "deepseek-v4-backend": "the DSA backend suites cover the shared contracts",
@@ -328,6 +350,11 @@ def _build_table() -> dict[str, Gate]:
         _module_gate("deep_gemm", "the torch reference GEMMs cover the indexer logits"),
         _module_gate("tilelang", "the CUDA kernels in sgl_kernel cover the same cases"),
         _module_gate("aiter", "on NVIDIA the CUDA backends cover the same contracts"),
+        Gate("module:sglang.test.test_utils", "module",
+             "SGLang's test utilities and attention unit-test kit importable (" + ", ".join(SGLANG_KIT_IMPORT_CHAIN)
+             + " installed)",
+             "dsakit's own contract suites cover the DSA / DeepSeek-V4 backends without the kit",
+             (), (_sglang_kit_modules(),)),
         Gate("jit:tvm-ffi-nvcc", "jit", "the JIT toolchain (tvm_ffi importable and nvcc on PATH or $CUDA_HOME)",
              "the ahead-of-time sgl_kernel ops cover the kernels without JIT", (), (_jit_toolchain(),)),
     ]

@@ -9,7 +9,7 @@ anything; the findings as data, their table / JSON. Must not import torch or SGL
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"
 CONDITIONAL_READ = "conditional-read"
 SOFT_READ = "soft-read"
+ENTRY_OF_OTHER_RELEASE = "entry-of-other-release"
 
 FAILURE = "failure"
 INFO = "info"
@@ -159,6 +160,8 @@ class CheckResult:
         if entry.parent:
             return "(part of " + str(entry.path).split(".", 1)[0] + ")"
         site = self.assignments.get(entry.path)
+        if site is None and entry.set_outside_runner:
+            return entry.set_outside_runner
         return str(site) if site is not None else "NEVER"
 
     # ------------------------------------------------------------ rendering
@@ -278,6 +281,7 @@ def _declare_hint(path: str, downstream: bool) -> str:
 def find_drift(
     contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str,
     *, downstream: bool = False,
+    has_feature: Callable[[str], bool] | None = None,
 ) -> list[Finding]:
     """The rules of the check, as findings (failures first, then informational, each sorted)."""
     failures: list[Finding] = []
@@ -319,7 +323,14 @@ def find_drift(
                     (str(read.site),),
                 ))
     for name, entry in contract.top_level().items():
-        if name not in assignments:
+        if entry.feature and has_feature is not None and not has_feature(entry.feature):
+            infos.append(Finding(
+                ENTRY_OF_OTHER_RELEASE, INFO, entry.path,
+                f"contract entry model_runner.{entry.path} belongs to SGLang releases with feature "
+                f"{entry.feature!r}; SGLang {version} lacks it, so its ModelRunner need not set it",
+            ))
+            continue
+        if name not in assignments and not entry.set_outside_runner:
             failures.append(Finding(
                 CONTRACT_NOT_SET_BY_RUNNER, FAILURE, entry.path,
                 f"contract entry model_runner.{entry.path} is never assigned or defined by the real "
@@ -342,7 +353,7 @@ def check_release(release: SGLangRelease, contract: Contract | None = None, *,
     result = CheckResult(release, contract, reads, assignments,
                          backend_src=str(backend_src) if backend_src is not None else None)
     result.findings = find_drift(contract, reads, assignments, release.version,
-                                 downstream=backend_src is not None)
+                                 downstream=backend_src is not None, has_feature=release.has)
     return result
 
 

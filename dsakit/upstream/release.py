@@ -12,6 +12,7 @@ import ast
 import functools
 import importlib.metadata
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ TOPK_V2_FILE = "kernels/ops/attention/dsv4/topk.py"
 RUNTIME_CONTEXT_FILE = "srt/runtime_context.py"
 ENVIRON_FILE = "srt/environ.py"
 SERVER_ARGS_FILE = "srt/server_args.py"
+KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 
 # Known names of the fused top-k v2 kernel (page-table fold), newest first.
 TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
@@ -71,6 +73,32 @@ FEATURES: dict[str, Feature] = {
             "path SGLANG_PREP_IN_CUDA_GRAPH=0 selects",
             "SGLang 0.5.23 removed SGLANG_PREP_IN_CUDA_GRAPH and init_forward_metadata_target_verify_old "
             "(verify metadata is always built by make_forward_metadata_from_raw_verify); 0.5.17 has both",
+        ),
+        Feature(
+            "kv-index-translator",
+            "ModelRunner.init_kv_index_translator: runner.kv_index_translator (a KVIndexTranslator)",
+            "needs ModelRunner.kv_index_translator; SGLang 0.5.23 has it, 0.5.17 does not",
+        ),
+        Feature(
+            "runner-draft-attention-backend",
+            "ModelRunner.draft_attention_backend (the draft runner's own attention backend name)",
+            "needs ModelRunner.draft_attention_backend; SGLang 0.5.23 has it, 0.5.17 does not",
+        ),
+        Feature(
+            "runner-tp-group",
+            "ModelRunner.tp_group (set by ModelRunner itself)",
+            "needs ModelRunner to set tp_group; SGLang 0.5.17 does, 0.5.23 does not",
+        ),
+        Feature(
+            "runner-parallel-state",
+            "ModelRunner.ps (a ParallelState: tp/dp/pp sizes and ranks of this worker)",
+            "needs ModelRunner.ps; SGLang 0.5.17 has it, 0.5.23 reads the parallel context instead",
+        ),
+        Feature(
+            "attention-unittest-kit",
+            "SGLang's attention unit-test kit with DSA fixtures (sglang/test/kits/attention_unittest)",
+            "needs sglang/test/kits/attention_unittest/attention_methods/dsa_attention.py; the wheels "
+            "of SGLang 0.5.17 and 0.5.23 ship it",
         ),
         Feature(
             "topk-v2-fold",
@@ -123,6 +151,12 @@ class SGLangRelease:
                 return name
         return None
 
+    def assigns_on_runner(self, name: str) -> bool:
+        """Does model_runner.py assign `self.<name> = ...` (text probe: no AST, no import)?"""
+        path = self.file(MODEL_RUNNER_FILE)
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=]*)?=[^=]", text) is not None
+
     def has(self, feature: str) -> bool:
         if feature not in FEATURES:
             raise UsageError(
@@ -139,6 +173,11 @@ class SGLangRelease:
             "dsv4-verify-without-prep": lambda: self.defines(
                 DEEPSEEK_V4_BACKEND_FILE, "DeepseekV4AttnBackend.init_forward_metadata_target_verify_old"
             ),
+            "kv-index-translator": lambda: self.defines(MODEL_RUNNER_FILE, "ModelRunner.init_kv_index_translator"),
+            "runner-draft-attention-backend": lambda: self.assigns_on_runner("draft_attention_backend"),
+            "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
+            "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
+            "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
         }
         return bool(probes[feature]())
 
