@@ -15,6 +15,8 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory,
 
 DSA_INIT = "DeepseekSparseAttnBackend.__init__"
 DSV4_INIT = "DeepseekV4AttnBackend.__init__"
+DSA = "DeepseekSparseAttnBackend"
+HIP_RADIX = "DeepseekV4HipRadixBackend"
 TOPK_RESOLVE = "DSATopKBackend.resolve"
 
 
@@ -87,6 +89,7 @@ MODEL_RUNNER_CONTRACT = Contract(
                      "(TRT-LLM multi-CTA KV counter buffer)",),
             note="set by ModelRunner after the memory pool is sized; the B300-only read that broke "
                  "hand-written mocks",
+            device_reads=((DSA, ("sm>=10.0",)),),
         ),
         ContractEntry(
             "device", "str", Factory(_device, "'cuda' if torch.cuda.is_available() else 'cpu'"),
@@ -101,6 +104,13 @@ MODEL_RUNNER_CONTRACT = Contract(
             "hisparse_coordinator", "object", None, optional=True,
             readers=(DSA_INIT, DSV4_INIT),
             note="None unless hierarchical sparse attention is enabled",
+        ),
+        ContractEntry(
+            "model", "object", Factory(lambda r: _torch().nn.Module(), "torch.nn.Module()"),
+            readers=(HIP_RADIX + ".__init__ (0.5.23: scans model.modules(); attention_registry picks "
+                     "this class on AMD)",),
+            note="the loaded model (an nn.Module); a mock needs an empty one",
+            device_reads=((HIP_RADIX, ("rocm", "sglang:hip-radix-reads-model")),),
         ),
         # ------------------------------------------------------------------ model config
         ContractEntry("model_config", NAMESPACE, readers=(DSA_INIT, DSV4_INIT)),
@@ -132,7 +142,7 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("req_to_token_pool", NAMESPACE, readers=(DSA_INIT + " (asserted not None)", DSV4_INIT)),
         ContractEntry("req_to_token_pool.size", "int",
                       Factory(lambda r: r.max_running_requests, "max_running_requests"),
-                      readers=(DSA_INIT + " (HIP only)", DSV4_INIT)),
+                      readers=(DSA_INIT + " (HIP only)", DSV4_INIT), device_reads=((DSA, ("rocm",)),)),
         ContractEntry("req_to_token_pool.req_to_token", "torch.Tensor",
                       Factory(_req_to_token, "int32 zeros [size, context_len] on device"),
                       readers=(DSA_INIT, DSV4_INIT)),

@@ -72,6 +72,9 @@ class ContractEntry:
     optional None is allowed besides the declared type
     readers  who reads it, with the condition when the read is conditional
     note     why the default is what it is, or what the real runner does
+    device_reads  (backend class, gate codes) pairs: the backend reads the entry only on devices
+             where every gate code opens (dsakit.gates.table), e.g. ("DeepseekSparseAttnBackend",
+             ("sm>=10.0",)); empty when no read depends on the device
     """
 
     path: str
@@ -82,6 +85,7 @@ class ContractEntry:
     readers: tuple[str, ...] = ()
     note: str = ""
     same_for_roles: bool = True
+    device_reads: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

@@ -63,6 +63,9 @@ _EXPORTS: dict[str, str] = {
     "SGLangScope": "dsakit.upstream.scope",
     "SGLangState": "dsakit.upstream.scope",
     "sglang_state": "dsakit.upstream.scope",
+    # hardware branches on any machine
+    "simulate_device": "dsakit.upstream.simulated_device",
+    "SimulatedKernelLaunch": "dsakit.upstream.simulated_device",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
