@@ -137,9 +137,9 @@ def _clear_caches(modules: dict[str, types.ModuleType]) -> None:
         if probe.kind != "cached":
             continue
         for name in probe.modules:
-            fn = getattr(modules.get(name), probe.name, None)
-            if hasattr(fn, "cache_clear"):
-                fn.cache_clear()
+            clear = getattr(getattr(modules.get(name), probe.name, None), "cache_clear", None)
+            if callable(clear):
+                clear()
     jit = modules.get(_JIT_COMMON)
     for name in _CACHE_ONCE:  # cache_once keeps a dict in its closure, without cache_clear
         for cell in getattr(getattr(jit, name, None), "__closure__", None) or ():
@@ -242,10 +242,16 @@ def _patch_import_time_names(patches: _Patches, device: DeviceModel, modules: di
         package = importlib.import_module(KOPS)
         stub = _flash_mla_stand_in(device)
         patches.set(package, "flash_mla_interface", stub)
-        old = sys.modules.get(_FLASH_MLA, _MISSING)
+        old = sys.modules.get(_FLASH_MLA)
         sys.modules[_FLASH_MLA] = stub
-        patches.callback(lambda: sys.modules.pop(_FLASH_MLA, None) if old is _MISSING
-                         else sys.modules.__setitem__(_FLASH_MLA, old))
+
+        def restore_module() -> None:
+            if old is None:
+                sys.modules.pop(_FLASH_MLA, None)
+            else:
+                sys.modules[_FLASH_MLA] = old
+
+        patches.callback(restore_module)
 
 
 def _imports_deep_gemm(module: types.ModuleType | None) -> bool:
