@@ -13,6 +13,8 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory,
 
 DSA_INIT = "DeepseekSparseAttnBackend.__init__"
 DSV4_INIT = "DeepseekV4AttnBackend.__init__"
+DSA = "DeepseekSparseAttnBackend"
+HIP_RADIX = "DeepseekV4HipRadixBackend"
 TOPK_RESOLVE = "DSATopKBackend.resolve"
 # SGLang's attention unit-test kit (sglang/test/kits/attention_unittest), sites of 0.5.23
 KIT = "kit "
@@ -129,6 +131,7 @@ MODEL_RUNNER_CONTRACT = Contract(
                      "(TRT-LLM multi-CTA KV counter buffer)",),
             note="set by ModelRunner after the memory pool is sized; the B300-only read that broke "
                  "hand-written mocks",
+            device_reads=((DSA, ("sm>=10.0",)),),
         ),
         ContractEntry(
             "device", "str", Factory(_device, "'cuda' if torch.cuda.is_available() else 'cpu'"),
@@ -173,11 +176,15 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("canary_manager", "object", None, optional=True,
                       readers=("eagle_worker_v2.py:298, :835 EagleDraftWorker",),
                       note="None unless the KV canary is enabled (model_runner.py:1007)"),
-        ContractEntry("model", "object", None, optional=True,
-                      readers=("deepseek_v4_backend_hip_radix.py:1024, :1782 (HIP only)",
-                               "eagle_worker_v2.py:341-358 (lm_head sharing)"),
-                      writers=(DRAFT_SETUP.format(342) + " (a tiny draft model)",),
-                      note="the loaded model (model_runner.py:1321); None: no model weights in a mock"),
+        ContractEntry(
+            "model", "object", Factory(lambda r: _torch().nn.Module(), "torch.nn.Module()"),
+            readers=(HIP_RADIX + ".__init__ (deepseek_v4_backend_hip_radix.py:1024, :1782; 0.5.23 scans "
+                     "model.modules(); attention_registry picks this class on AMD)",
+                     "eagle_worker_v2.py:341-358 (lm_head sharing)"),
+            writers=(DRAFT_SETUP.format(342) + " (a tiny draft model)",),
+            note="the loaded model (model_runner.py:1321); a mock holds an empty nn.Module",
+            device_reads=((HIP_RADIX, ("rocm", "sglang:hip-radix-reads-model")),),
+        ),
         ContractEntry("device_timer", "object", None, optional=True,
                       readers=("eagle_draft_cuda_graph_runner.py:748",),
                       writers=(DRAFT_SETUP.format(343),),
@@ -249,7 +256,7 @@ MODEL_RUNNER_CONTRACT = Contract(
         ContractEntry("req_to_token_pool", NAMESPACE, readers=(DSA_INIT + " (asserted not None)", DSV4_INIT)),
         ContractEntry("req_to_token_pool.size", "int",
                       Factory(lambda r: r.max_running_requests, "max_running_requests"),
-                      readers=(DSA_INIT + " (HIP only)", DSV4_INIT)),
+                      readers=(DSA_INIT + " (HIP only)", DSV4_INIT), device_reads=((DSA, ("rocm",)),)),
         ContractEntry("req_to_token_pool.req_to_token", "torch.Tensor",
                       Factory(_req_to_token, "int32 zeros [size, context_len] on device"),
                       readers=(DSA_INIT, DSV4_INIT)),

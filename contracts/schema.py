@@ -95,6 +95,9 @@ class ContractEntry:
     feature  the SGLang release feature (dsakit.upstream.release.FEATURES) whose ModelRunner has
              it; `dsakit contract check` on a release without the feature does not require it
     set_outside_runner  who sets it on the runner when ModelRunner itself never does
+    device_reads  (backend class, gate codes) pairs: the backend reads the entry only on devices
+             where every gate code opens (dsakit.gates.table), e.g. ("DeepseekSparseAttnBackend",
+             ("sm>=10.0",)); empty when no read depends on the device
     """
 
     path: str
@@ -115,6 +118,7 @@ class ContractEntry:
     def writable(self) -> bool:
         """Declared as written by code outside ModelRunner (the kit's draft-runner setup)."""
         return bool(self.writers)
+    device_reads: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

@@ -68,6 +68,9 @@ _EXPORTS: dict[str, str] = {
     "strict_runner_from_kit": "dsakit.backends.sglang_kit",
     "SGLangState": "dsakit.upstream.scope",
     "sglang_state": "dsakit.upstream.scope",
+    # hardware branches on any machine
+    "simulate_device": "dsakit.upstream.simulated_device",
+    "SimulatedKernelLaunch": "dsakit.upstream.simulated_device",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

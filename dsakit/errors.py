@@ -19,8 +19,11 @@ class UsageError(DsakitError, ValueError):
 class ContractViolation(AttributeError):
     """An attribute access on a strict mock that the role contract does not allow."""
 
-    def __init__(self, message: str, *, attribute: str, code: str, reading_site: str = "") -> None:
+    def __init__(
+        self, message: str, *, attribute: str, code: str, reading_site: str = "", device: str = ""
+    ) -> None:
         super().__init__(message)
         self.attribute = attribute
         self.code = code
         self.reading_site = reading_site
+        self.device = device  # the simulated device whose branch read it ("" when not simulating)

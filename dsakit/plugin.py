@@ -42,6 +42,9 @@ MARKERS = (
     "dsakit_topk_matrix(subset='pairwise', roles=('target','draft'), invalid='skip', gated=True): "
     "parametrize the `topk_cell` fixture over the DSA top-k backend matrix (subsets: full, "
     "per-role, pairwise; invalid cells: skip, drop, keep)",
+    "dsakit_simulate(*devices): parametrize the `simulated_device` fixture over simulated devices "
+    "(none given: every profile; --dsakit-device NAME narrows to that one); SGLang's device probes "
+    "answer as that device for the whole test",
 )
 
 
@@ -163,6 +166,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from dsakit.topk.matrix import parametrize
 
         parametrize(metafunc)  # the target/draft top-k backend matrix
+    if "simulated_device" in metafunc.fixturenames:
+        from dsakit.upstream import simulated_device
+
+        simulated_device.parametrize(metafunc)  # @pytest.mark.dsakit_simulate(...)
 
 
 @pytest.fixture
@@ -171,6 +178,16 @@ def model_runner(model_runner_role: str) -> MockModelRunner:
     (ids `role=target`, `role=draft`). `model_runner_role` is that parametrize argument, not a
     fixture: name it in a test's arguments to know the role."""
     return _runner(model_runner_role)
+
+
+@pytest.fixture
+def simulated_device(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """SGLang's device probes answer as a simulated device for the test (`dsakit.simulate_device`):
+    the `dsakit_simulate` marker's device, else --dsakit-device NAME; skips when neither names one.
+    Yields the DeviceModel; restored afterwards even when the test raised."""
+    from dsakit.upstream.simulated_device import fixture
+
+    yield from fixture(request)
 
 
 # ---------------------------------------------------------------- reporting

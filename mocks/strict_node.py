@@ -213,10 +213,15 @@ class StrictNode:
         _check_type(entry, self._dsakit_role, value, what)
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
+        from dsakit.upstream.simulated_device import active_simulation
         from dsakit.upstream.source_scan import runner_site
 
         path = self._full(name)
         site = _site(frame)
+        simulated = active_simulation()
+        device = simulated.key if simulated is not None else ""
+        # the device whose branch read it: a simulated one is named, or the report blames the wrong GPU
+        on = f" on simulated {device} ({simulated.name})" if simulated is not None else ""
         role = self._dsakit_role.value
         read_log.record(read_log.ContractRead(kind, role, path, site))
         real = runner_site(path)
@@ -225,22 +230,22 @@ class StrictNode:
             readers = "; ".join(entry.readers) if entry and entry.readers else "see the contract"
             message = (
                 f"model_runner.{path} was omitted from this MockModelRunner (role={role}) but is read at "
-                f"{site}. The role contract declares it (read by: {readers}); the real ModelRunner: {real}."
+                f"{site}{on}. The role contract declares it (read by: {readers}); the real ModelRunner: {real}."
             )
             code = "contract-omitted-read"
         elif kind == read_log.WRITE:
             message = (
-                f"cannot set model_runner.{path} (role={role}) at {site}: not in the dsakit role contract "
+                f"cannot set model_runner.{path} (role={role}) at {site}{on}: not in the dsakit role contract "
                 f"(the real ModelRunner: {real}). {_how_to_declare(path, real)}"
             )
             code = "contract-undeclared-write"
         else:
             message = (
-                f"model_runner.{path} is not in the dsakit role contract (role={role}): read at {site}; "
+                f"model_runner.{path} is not in the dsakit role contract (role={role}): read at {site}{on}; "
                 f"the real ModelRunner: {real}. {_how_to_declare(path, real)}"
             )
             code = "contract-undeclared-read"
-        return ContractViolation(message, attribute=path, code=code, reading_site=site)
+        return ContractViolation(message, attribute=path, code=code, reading_site=site, device=device)
 
     # ------------------------------------------------------------------ attribute protocol
 

@@ -302,6 +302,7 @@ _SGLANG_COVERED_BY = {
     "topk-role-split": "the single-flag tests (one --dsa-topk-backend for both roles) cover this SGLang",
     "runtime-context-overrides": "tests that pass server args directly cover this SGLang",
     "topk-v2-fold": "the unfused top-k then page-table gather path covers this SGLang",
+    "hip-radix-reads-model": "the CUDA DeepSeek-V4 backend covers the shared contract entries",
 }
 
 

@@ -24,6 +24,7 @@ DSA_BACKEND_FILE = "srt/layers/attention/dsa_backend.py"
 DEEPSEEK_V4_BACKEND_FILE = "srt/layers/attention/deepseek_v4_backend.py"
 DSA_TOPK_BACKEND_FILE = "srt/layers/attention/dsa/dsa_topk_backend.py"
 TOPK_V2_FILE = "kernels/ops/attention/dsv4/topk.py"
+HIP_RADIX_FILE = "srt/layers/attention/deepseek_v4_backend_hip_radix.py"
 RUNTIME_CONTEXT_FILE = "srt/runtime_context.py"
 ENVIRON_FILE = "srt/environ.py"
 SERVER_ARGS_FILE = "srt/server_args.py"
@@ -106,8 +107,21 @@ FEATURES: dict[str, Feature] = {
             "needs the top-k v2 JIT (kernels/ops/attention/dsv4/topk.py: topk_transform_512_v2 in "
             "0.5.17, topk_transform_paged_v2 in 0.5.23)",
         ),
+        Feature(
+            "hip-radix-reads-model",
+            "DeepseekV4HipRadixBackend.__init__ reading model_runner.model (the AMD DeepSeek-V4 backend)",
+            "this SGLang's AMD DeepSeek-V4 backend does not read model_runner.model (0.5.17 does not, "
+            "0.5.23 does)",
+        ),
     )
 }
+
+
+def _reads_text(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 def _defined_names(path: Path) -> frozenset[str]:
@@ -178,6 +192,7 @@ class SGLangRelease:
             "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
             "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
             "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
+            "hip-radix-reads-model": lambda: _reads_text(self.file(HIP_RADIX_FILE), "model_runner.model."),
         }
         return bool(probes[feature]())
 

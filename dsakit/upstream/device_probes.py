@@ -1,0 +1,407 @@
+"""SGLang's device probes as data: what the DSA / DeepSeek-V4 backends read to choose a hardware branch.
+
+Owns: the declared probe table (name, module(s), kind, value per simulated device, releases that
+define it) and the AST scan that finds probes in a source tree, so a new probe fails loudly
+(`missing_probes`). Never imports torch or SGLang: values are computed from a `DeviceModel`.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dsakit.gates.device_model import SIMULATED, DeviceModel
+from dsakit.upstream.release import SGLangRelease
+
+ProbeKind = Literal["constant", "cached", "torch"]
+
+ATT = "sglang.srt.layers.attention"
+KOPS = "sglang.kernels.ops.attention"
+COMMON = "sglang.srt.utils.common"
+
+# ---------------------------------------------------------------- facts of a simulated device
+
+# Streaming multiprocessors (NVIDIA) / compute units (AMD) of each profile: what sizing helpers read.
+SM_COUNTS: dict[str, int] = {"sm90": 132, "sm100": 148, "sm103": 148, "sm120": 188,
+                             "gfx90a": 110, "gfx942": 304, "gfx950": 256, "cpu": 0}
+
+
+def is_cuda(d: DeviceModel) -> bool:
+    """SGLang's is_cuda(): torch.cuda.is_available() and torch.version.cuda is set."""
+    return d.vendor == "nvidia"
+
+
+def is_hip(d: DeviceModel) -> bool:
+    return d.vendor == "amd"
+
+
+def _major_in(*majors: int) -> Callable[[DeviceModel], bool]:
+    return lambda d: is_cuda(d) and d.sm is not None and d.sm[0] in majors
+
+
+def _gfx(prefix: str) -> Callable[[DeviceModel], bool]:
+    return lambda d: is_hip(d) and (d.gfx or "").startswith(prefix)
+
+
+def _false(d: DeviceModel) -> bool:
+    return False
+
+
+def _fp8_dtype_name(d: DeviceModel) -> str:
+    return "float8_e4m3fnuz" if _gfx("gfx94")(d) else "float8_e4m3fn"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe SGLang reads to choose a branch.
+
+    name      the module global (constant), function (cached) or torch attribute (torch)
+    kind      constant: computed at import, patched in each module that holds it;
+              cached: an lru/functools/cache_once probe function, cleared on enter and exit;
+              torch: a torch.cuda / torch.version fact every runtime probe bottoms out in
+    modules   where it is patched / cleared (dotted); empty for torch facts
+    value     its answer on a simulated device (None for cached probes: they follow the torch facts)
+    releases  SGLang releases whose source defines it in these modules
+    note      what reads it
+    patched   False for forward-only kernel constants (dtypes): listed so the scan stays complete
+    """
+
+    name: str
+    kind: ProbeKind
+    modules: tuple[str, ...]
+    value: Callable[[DeviceModel], Any] | None
+    releases: tuple[str, ...] = ("0.5.17", "0.5.23")
+    note: str = ""
+    patched: bool = True
+
+    def value_text(self, device: DeviceModel) -> str:
+        if self.value is None:
+            return "follows"
+        value = self.value(device)
+        if value is True:
+            return "T"
+        if value is False:
+            return "F"
+        return str(value)
+
+
+BOTH = ("0.5.17", "0.5.23")
+NEW = ("0.5.23",)
+OLD = ("0.5.17",)
+
+PROBES: tuple[Probe, ...] = (
+    # ---- module constants (computed at import; patched where they are read)
+    Probe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), is_cuda, NEW,
+          "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
+    Probe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), is_cuda, BOTH,
+          "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
+    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
+                                   f"{ATT}.dsa.head_gate"), is_cuda, NEW),
+    Probe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                  f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
+                                  f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
+                                  f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
+                                  "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+                                  "sglang.srt.mem_cache.deepseek_v4_compress_state"), is_hip, BOTH,
+          "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
+    Probe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
+                                  f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), is_hip, NEW),
+    Probe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), _false, NEW),
+    Probe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
+                                  f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), _false, BOTH),
+    Probe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
+                                  f"{ATT}.dsv4.compressor"), _false, BOTH),
+    Probe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), _false, OLD),
+    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, NEW),
+    Probe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), _gfx("gfx95"), BOTH,
+          "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
+    Probe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx95"), BOTH),
+    Probe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
+          _false, NEW),
+    Probe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx94"), BOTH),
+    Probe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), _false, BOTH,
+          "off: AITER kernels are not simulated"),
+    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
+          lambda d: 1024 if is_cuda(d) else 0, BOTH),
+    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
+          lambda d: 1024 if is_cuda(d) else 0, NEW, "re-exported from dsa_indexer"),
+    Probe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), _major_in(12), OLD,
+          "DSv4 FlashMLA metadata is skipped on SM 12.x"),
+    Probe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), _major_in(12), NEW),
+    Probe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), _false, BOTH,
+          "off: the online C128 compression flag is not simulated"),
+    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, OLD),
+    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), is_cuda, OLD),
+    Probe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), _gfx("gfx95"), NEW,
+          "forward-only (tilelang kernel)"),
+    Probe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), is_hip, OLD,
+          "forward-only (kernels)"),
+    Probe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), _false, OLD,
+          "forward-only (kernels)"),
+    Probe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), _false, OLD, "forward-only (kernels)"),
+    Probe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), _fp8_dtype_name, BOTH,
+          "forward-only (indexer kernels)", patched=False),
+    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), _fp8_dtype_name, BOTH,
+          "forward-only (dequant kernel)", patched=False),
+    Probe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), _fp8_dtype_name, NEW,
+          "forward-only (re-exported from fp8_kernel)", patched=False),
+    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
+          _fp8_dtype_name, OLD, "forward-only (kernels)", patched=False),
+    # ---- cached probe functions (cleared on enter and on exit)
+    Probe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, NEW, "schedule sizing"),
+    Probe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, NEW,
+          "DeepGEMM / JIT schedule: launches a kernel"),
+    Probe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW,
+          "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
+    Probe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW),
+    Probe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW),
+    Probe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, NEW),
+    Probe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, BOTH),
+    Probe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, NEW),
+    Probe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, NEW),
+    Probe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, NEW),
+    Probe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, NEW, "the top-k v2 JIT module"),
+    Probe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, OLD),
+    # ---- torch facts (every runtime probe, lru-cached or not, reads these)
+    Probe("torch.cuda.is_available", "torch", (), lambda d: d.is_gpu, BOTH),
+    Probe("torch.cuda.get_device_capability", "torch", (), lambda d: d.sm if d.is_gpu else "raises", BOTH,
+          "dsa_backend __init__ -> device_sm_major"),
+    Probe("torch.cuda.get_device_properties", "torch", (),
+          lambda d: f"{SM_COUNTS[d.key]} SMs" + (f", {d.gfx}" if d.gfx else "") if d.is_gpu else "raises", BOTH),
+    Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", BOTH),
+    Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", BOTH),
+    Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, BOTH),
+    Probe("torch.version.cuda", "torch", (), lambda d: d.toolkit if is_cuda(d) else ("None" if is_hip(d) else "host"),
+          BOTH, "is_sm100_supported and friends also compare the CUDA version"),
+    Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", BOTH),
+)
+
+
+def probes_for(version: str) -> list[Probe]:
+    """The declared probes a release defines ("0.5.17", "0.5.23"; others get every probe)."""
+    known = {r for p in PROBES for r in p.releases}
+    return [p for p in PROBES if version not in known or version in p.releases]
+
+
+def declared_constants() -> set[tuple[str, str]]:
+    """(module, name) of every declared constant probe."""
+    return {(m, p.name) for p in PROBES if p.kind == "constant" for m in p.modules}
+
+
+# ---------------------------------------------------------------- the source scan
+
+# Where the backends make branch decisions: construction, metadata, the backend-class choice and
+# the DSv4 pools (files or folders under the sglang package; folders not recursive).
+SCAN_SCOPE: tuple[str, ...] = (
+    "srt/layers/attention/dsa_backend.py",
+    "srt/layers/attention/deepseek_v4_backend.py",
+    "srt/layers/attention/attention_registry.py",
+    "srt/layers/attention/dsa",
+    "srt/layers/attention/dsv4",
+    "srt/layers/attention/dsv4/v41_indexer",
+    "srt/mem_cache/deepseek_v4_memory_pool.py",
+    "srt/mem_cache/deepseek_v4_compress_state.py",
+    "kernels/ops/attention/utils.py",
+    "kernels/ops/attention/flash_mla_sm120.py",
+    "kernels/ops/attention/dsv4",
+)
+
+PROBE_FUNCTIONS = frozenset({
+    "is_cuda", "is_hip", "is_npu", "is_xpu", "is_musa", "is_cuda_alike", "is_sm90_supported",
+    "is_sm100_supported", "is_sm120_supported", "is_blackwell", "is_blackwell_supported",
+    "get_device_sm", "get_device_capability", "is_gfx95_supported", "is_gfx942_supported",
+    "is_gfx1250_supported", "is_flashinfer_available", "get_device_core_count", "is_hip_runtime",
+    "is_fp8_fnuz", "is_sm100_or_newer", "get_num_sms",
+})
+TORCH_FACTS = frozenset(p.name for p in PROBES if p.kind == "torch")
+_CACHE_DECORATORS = frozenset({"lru_cache", "cache", "cache_once"})
+
+
+@dataclass(frozen=True)
+class FoundProbe:
+    """A probe the scan found: `module.name` of `kind`, defined or read at `site`."""
+
+    module: str
+    name: str
+    kind: ProbeKind
+    site: str
+
+
+def _module_name(relative: Path) -> str:
+    parts = ("sglang",) + relative.with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _scope_files(release: SGLangRelease) -> Iterator[Path]:
+    for entry in SCAN_SCOPE:
+        path = release.file(entry)
+        if path.is_dir():
+            yield from sorted(path.glob("*.py"))
+        elif path.is_file():
+            yield path
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _uses_probe(expr: ast.AST, probe_names: set[str]) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in probe_names:
+            return True
+        if isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+            return True
+    return False
+
+
+def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+class _ProbeScan:
+    """Module constants derived from probes (following re-exports), cached probe functions, torch facts."""
+
+    def __init__(self, release: SGLangRelease) -> None:
+        self.release = release
+        self._constants: dict[str, dict[str, int]] = {}
+        self._in_progress: set[str] = set()
+
+    def path_of(self, module: str) -> Path | None:
+        base = self.release.package_dir.joinpath(*module.split(".")[1:])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - one scan object per release scan
+    def parsed(self, module: str) -> ast.Module | None:
+        path = self.path_of(module)
+        if path is None:
+            return None
+        try:
+            return ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            return None
+
+    def imports(self, module: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
+        path = self.path_of(module)
+        is_package = path is not None and path.name == "__init__.py"
+        found: dict[str, tuple[str, str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve_from(module, is_package, node)
+                for alias in node.names:
+                    found[alias.asname or alias.name] = (source, alias.name)
+        return found
+
+    def constants(self, module: str) -> dict[str, int]:
+        """Module-level names computed from a probe, with their line (0: re-exported)."""
+        if module in self._constants:
+            return self._constants[module]
+        tree = self.parsed(module)
+        if tree is None or module in self._in_progress:
+            return {}
+        self._in_progress.add(module)
+        imports = self.imports(module, tree)
+        names = {local for local, (_, name) in imports.items() if name in PROBE_FUNCTIONS}
+        names |= {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in PROBE_FUNCTIONS}
+        found: dict[str, int] = {}
+        for local, (source, name) in imports.items():
+            # a re-export: `from x import _is_hip` where x computed it (names of probes, not functions)
+            if source.startswith("sglang.") and name not in PROBE_FUNCTIONS and name in self.constants(source):
+                found[local] = 0
+
+        def walk(body: list[ast.stmt]) -> None:
+            for stmt in body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                    if _uses_probe(stmt.value, names | set(found)):
+                        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                        for target in targets:
+                            for n in ast.walk(target):
+                                if isinstance(n, ast.Name) and n.id != "_":
+                                    found.setdefault(n.id, stmt.lineno)
+                elif isinstance(stmt, (ast.If, ast.Try)):
+                    walk(stmt.body + stmt.orelse + getattr(stmt, "finalbody", [])
+                         + [s for h in getattr(stmt, "handlers", []) for s in h.body])
+
+        walk(tree.body)
+        self._in_progress.discard(module)
+        self._constants[module] = found
+        return found
+
+    def scan(self) -> list[FoundProbe]:
+        found: list[FoundProbe] = []
+        for path in _scope_files(self.release):
+            relative = path.relative_to(self.release.package_dir)
+            module = _module_name(relative)
+            tree = self.parsed(module)
+            if tree is None:
+                continue
+            site = f"sglang/{relative}"
+            for name, line in self.constants(module).items():
+                if line:  # defined here; re-exports count where they are read too
+                    found.append(FoundProbe(module, name, "constant", f"{site}:{line}"))
+                elif any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                         for n in ast.walk(tree)):
+                    found.append(FoundProbe(module, name, "constant", f"{site} (re-exported)"))
+            imports = self.imports(module, tree)
+            probe_names = {local for local, (_, name) in imports.items() if name in PROBE_FUNCTIONS}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef) and any(
+                    (_dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] in _CACHE_DECORATORS
+                    for d in node.decorator_list
+                ) and any(_uses_probe(s, probe_names) for s in node.body):
+                    found.append(FoundProbe(module, node.name, "cached", f"{site}:{node.lineno}"))
+                elif isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+                    found.append(FoundProbe("torch", str(_dotted(node)), "torch", f"{site}:{node.lineno}"))
+        return found
+
+
+def scan_probes(release: SGLangRelease) -> list[FoundProbe]:
+    """Every probe the backends' branch-deciding modules (SCAN_SCOPE) define or read."""
+    return _ProbeScan(release).scan()
+
+
+def missing_probes(release: SGLangRelease) -> list[FoundProbe]:
+    """Probes the scan finds in `release` that the declared table lacks (for that release)."""
+    declared = probes_for(release.version)
+    constants = {(m, p.name) for p in declared if p.kind == "constant" for m in p.modules}
+    cached = {(m, p.name) for p in declared if p.kind == "cached" for m in p.modules}
+    torch_facts = {p.name for p in declared if p.kind == "torch"}
+    missing: list[FoundProbe] = []
+    for probe in scan_probes(release):
+        key = (probe.module, probe.name)
+        known = (key in constants if probe.kind == "constant" else key in cached if probe.kind == "cached"
+                 else probe.name in torch_facts)
+        if not known and probe not in missing:
+            missing.append(probe)
+    return missing
+
+
+def probe_table_markdown(version: str) -> str:
+    """The README table of one release: probe, kind, where, value per simulated device."""
+    devices = list(SIMULATED.values())
+    head = f"| probe | kind | module(s) | {' | '.join(d.key for d in devices)} |"
+    rule = "|" + "---|" * (3 + len(devices))
+    rows = []
+    for p in probes_for(version):
+        where = ", ".join(m.replace(f"{ATT}.", "").replace(f"{KOPS}.", "kops.").replace("sglang.srt.", "")
+                          for m in p.modules) or "torch"
+        rows.append(f"| `{p.name}` | {p.kind} | {where} | {' | '.join(p.value_text(d) for d in devices)} |")
+    return "\n".join([head, rule, *rows])

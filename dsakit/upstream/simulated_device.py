@@ -1,0 +1,350 @@
+"""`simulate_device("sm103")`: SGLang's own device probes answer as a simulated device.
+
+Owns: patching the probes of `dsakit.upstream.device_probes` (torch facts, module constants,
+cached probe functions), the stand-ins for names bound by import-time branches, the kernel guards
+(`SimulatedKernelLaunch`, a skip reason, never a fake result), and restoring all of it on exit.
+Process-global and not thread-safe (one simulation at a time per process; xdist workers are
+processes). Imports torch and SGLang only when entered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dsakit.errors import UsageError
+from dsakit.gates.device_model import DeviceModel, simulated_device
+from dsakit.reasons import Reason
+from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES, SM_COUNTS, is_cuda, is_hip
+
+KERNEL_LAUNCH = "simulated-kernel-launch"
+
+# Kernel entry points reachable from construction and init_forward_metadata: module -> {name: kernel}.
+KERNEL_GUARDS: dict[str, dict[str, str]] = {
+    f"{ATT}.dsa_backend": {
+        "resolve_paged_mqa_logits_metadata_fn": "the DeepGEMM/JIT paged-MQA-logits schedule",
+        "resolve_num_sms": "the DeepGEMM SM-count query",
+        "seqlens_expand_triton": "the Triton seqlens_expand kernel",
+    },
+    f"{KOPS}.dsv4.topk": {"plan_topk_v2": "the JIT top-k v2 plan"},
+    f"{KOPS}.dsv4": {"plan_topk_v2": "the JIT top-k v2 plan"},
+    f"{ATT}.deepseek_v4_backend": {
+        "_init_compression_metadata_triton": "the Triton C4/C128 compression-metadata kernel",
+    },
+}
+_CACHE_ONCE = ("is_hip_runtime", "is_musa_runtime", "is_sail_runtime")  # sglang.kernels.jit.utils.common
+_JIT_COMMON = "sglang.kernels.jit.utils.common"
+_TRTLLM = f"{ATT}.trtllm_mla_backend"
+_FLASH_MLA = f"{KOPS}.flash_mla_interface"
+_MISSING = object()
+
+_ACTIVE: list[DeviceModel] = []
+
+
+class SimulatedKernelLaunch(RuntimeError):
+    """The simulated branch would launch a kernel here; `reason` is the skip reason (data)."""
+
+    def __init__(self, kernel: str, site: str, device: DeviceModel) -> None:
+        self.reason = Reason(
+            KERNEL_LAUNCH,
+            f"{kernel} (called at {site}) would launch a kernel for simulated {device.key}; not launched "
+            f"under simulation: it runs on real {device.name} hardware",
+        )
+        super().__init__(str(self.reason))
+
+
+def active_simulation() -> DeviceModel | None:
+    """The device being simulated right now, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _caller_site() -> str:
+    from dsakit.mocks.strict_node import _site
+
+    frame: Any = sys._getframe(2)
+    while frame is not None and "/sglang/" not in frame.f_code.co_filename:
+        frame = frame.f_back
+    return _site(frame if frame is not None else sys._getframe(2)).split(" in ")[0]
+
+
+def _launch_guard(kernel: str, device: DeviceModel) -> Callable[..., Any]:
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        raise SimulatedKernelLaunch(kernel, _caller_site(), device)
+
+    return launch
+
+
+class _Patches:
+    """setattr with undo; callbacks; restored in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        old = owner.__dict__.get(name, _MISSING) if isinstance(owner, types.ModuleType) else getattr(owner, name, _MISSING)
+
+        def undo() -> None:
+            if old is _MISSING:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+        setattr(owner, name, value)
+        self._undo.append(undo)
+
+    def callback(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def restore(self) -> None:
+        errors: list[BaseException] = []
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception as error:  # noqa: BLE001 - keep restoring the rest
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
+def _module(name: str) -> types.ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - kernel libraries absent here; the module is then not patched
+        return None
+
+
+def _modules() -> dict[str, types.ModuleType]:
+    """Every module the simulation touches, imported BEFORE patching: its constants then come from
+    the real host, and a first import inside the scope would keep simulated ones after it."""
+    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {_TRTLLM, COMMON, _JIT_COMMON}
+    names.add(f"{ATT}.deepseek_v4_backend_hip_radix")
+    return {name: mod for name in sorted(names) if (mod := _module(name)) is not None}
+
+
+def _clear_caches(modules: dict[str, types.ModuleType]) -> None:
+    common = modules.get(COMMON)
+    if common is not None:
+        for value in vars(common).values():
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+    for probe in PROBES:
+        if probe.kind != "cached":
+            continue
+        for name in probe.modules:
+            clear = getattr(getattr(modules.get(name), probe.name, None), "cache_clear", None)
+            if callable(clear):
+                clear()
+    jit = modules.get(_JIT_COMMON)
+    for name in _CACHE_ONCE:  # cache_once keeps a dict in its closure, without cache_clear
+        for cell in getattr(getattr(jit, name, None), "__closure__", None) or ():
+            if isinstance(cell.cell_contents, dict):
+                cell.cell_contents.clear()
+
+
+class _Props:
+    """What torch.cuda.get_device_properties answers for a simulated GPU."""
+
+    def __init__(self, device: DeviceModel) -> None:
+        self.name = device.name
+        self.major, self.minor = device.sm or (0, 0)
+        self.multi_processor_count = SM_COUNTS[device.key]
+        self.total_memory = device.memory_bytes or 0
+        self.gcnArchName = f"{device.gfx}:sramecc+:xnack-" if device.gfx else ""
+        self.warp_size = 64 if is_hip(device) else 32
+        self.is_integrated = False
+        self.L2_cache_size = 0
+
+
+def _no_gpu(what: str) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"simulated cpu: no CUDA or ROCm device ({what})")
+
+    return fail
+
+
+def _patch_torch(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+    import torch
+
+    cuda = torch.cuda
+    patches.set(cuda, "is_available", lambda: device.is_gpu)
+    patches.set(cuda, "device_count", lambda: device.device_count)
+    if device.is_gpu:
+        patches.set(cuda, "get_device_capability", lambda *a, **k: device.sm)
+        patches.set(cuda, "get_device_properties", lambda *a, **k: _Props(device))
+        patches.set(cuda, "get_device_name", lambda *a, **k: device.name)
+        patches.set(cuda, "current_device", lambda: 0)
+        patches.set(cuda, "is_current_stream_capturing", lambda: False)
+    else:
+        for name in ("get_device_capability", "get_device_properties", "get_device_name", "current_device"):
+            patches.set(cuda, name, _no_gpu(f"torch.cuda.{name}"))
+    host_cuda = torch.version.cuda
+    patches.set(torch.version, "cuda", device.toolkit if is_cuda(device) else (None if is_hip(device) else host_cuda))
+    patches.set(torch.version, "hip", device.toolkit if is_hip(device) else None)
+    common = modules.get(COMMON)
+    if common is not None and hasattr(common, "_get_device_sm_via_nvml"):
+        # 0.5.23 asks NVML before torch: on a real GPU host it would answer the real SM
+        patches.set(common, "_get_device_sm_via_nvml", lambda: None)
+
+
+def _patch_constants(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+    for probe in PROBES:
+        if probe.kind != "constant" or not probe.patched or probe.value is None:
+            continue
+        for name in probe.modules:
+            module = modules.get(name)
+            if module is not None and probe.name in vars(module):
+                patches.set(module, probe.name, probe.value(device))
+
+
+def _flash_mla_stand_in(device: DeviceModel) -> types.ModuleType:
+    """flash_mla_interface imports the flash_mla wheel; under simulation no FlashMLA kernel may run.
+    `get_mla_metadata()` without arguments only builds an empty scheduler object (no launch)."""
+    stub = types.ModuleType(_FLASH_MLA)
+    sched = type("FlashMLASchedMeta", (), {})
+    schedule = _launch_guard("flash_mla.get_mla_metadata", device)
+
+    def get_mla_metadata(*args: Any, **kwargs: Any) -> Any:
+        return (sched(), None) if not args and not kwargs else schedule(*args, **kwargs)
+
+    stub.__dict__.update(
+        SPLIT_KV_MIN_TOPK=641, FlashMLASchedMeta=sched, get_mla_metadata=get_mla_metadata,
+        flash_mla_with_kvcache=_launch_guard("flash_mla.flash_mla_with_kvcache", device),
+    )
+    return stub
+
+
+def _patch_import_time_names(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+    """Names an import-time branch bound (or skipped) on the real host: replaced for the device."""
+    trt = modules.get(_TRTLLM)
+    if trt is not None and device.is_gpu and hasattr(trt, "_multi_ctas_kv_counter_bytes"):
+        sms = SM_COUNTS[device.key]
+
+        # flashinfer sizes the multi-CTA KV counter from the device's SM count; the size is a
+        # stand-in (only the buffer's existence and its max_batch_size read are meaningful)
+        def counter_bytes(device_: Any, num_q_heads: int, batch_size: int) -> int:
+            return 4 * max(1, min(batch_size, 64)) * max(1, num_q_heads) * max(1, sms)
+
+        patches.set(trt, "_multi_ctas_kv_counter_bytes", counter_bytes)
+    dsa = modules.get(f"{ATT}.dsa_backend")
+    if dsa is not None and ("deep_gemm" in vars(dsa) or _imports_deep_gemm(dsa)):
+        # 0.5.17: `if is_cuda(): import deep_gemm` at import; metadata calls deep_gemm.* directly
+        fake = types.ModuleType("deep_gemm")
+        for name in ("get_paged_mqa_logits_metadata", "get_num_sms"):
+            setattr(fake, name, _launch_guard(f"deep_gemm.{name}", device))
+        patches.set(dsa, "deep_gemm", fake)
+    if device.is_gpu:
+        package = importlib.import_module(KOPS)
+        stub = _flash_mla_stand_in(device)
+        patches.set(package, "flash_mla_interface", stub)
+        old = sys.modules.get(_FLASH_MLA)
+        sys.modules[_FLASH_MLA] = stub
+
+        def restore_module() -> None:
+            if old is None:
+                sys.modules.pop(_FLASH_MLA, None)
+            else:
+                sys.modules[_FLASH_MLA] = old
+
+        patches.callback(restore_module)
+
+
+def _imports_deep_gemm(module: types.ModuleType | None) -> bool:
+    try:
+        with open(str(getattr(module, "__file__", "")), encoding="utf-8") as handle:
+            return "\n    import deep_gemm" in handle.read()
+    except OSError:
+        return False
+
+
+def _patch_kernels(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+    for name, kernels in KERNEL_GUARDS.items():
+        module = modules.get(name)
+        for attribute, kernel in kernels.items():
+            if module is not None and attribute in vars(module):
+                patches.set(module, attribute, _launch_guard(kernel, device))
+
+
+def _isolate_buffers(patches: _Patches) -> None:
+    """SGLang's get_buffer() caches by name, process-wide: the scope gets its own registry, so it
+    neither reuses a real-device buffer nor leaves its own behind."""
+    from sglang.srt.runtime_context import get_context
+
+    patches.set(get_context().resources, "buffers", {})
+
+
+@contextlib.contextmanager
+def simulate_device(name: str) -> Iterator[DeviceModel]:
+    """`with dsakit.simulate_device("sm103") as device:` — SGLang's backends take that device's
+    branch. Names: sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu (or an alias: b300, ...).
+    Everything is restored on exit, also when the body raised. Does not nest; not thread-safe."""
+    device = simulated_device(name)
+    if _ACTIVE:
+        raise UsageError(
+            f"simulate_device({name!r}) inside simulate_device({_ACTIVE[-1].key!r}): simulations do not "
+            "nest (they patch process-wide probes); leave the first one before entering another"
+        )
+    modules = _modules()
+    patches = _Patches()
+    _ACTIVE.append(device)
+    patches.callback(_ACTIVE.clear)
+    try:
+        _isolate_buffers(patches)
+        patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
+        _patch_torch(patches, device, modules)
+        _clear_caches(modules)  # real answers cached earlier must not win inside it
+        _patch_constants(patches, device, modules)
+        _patch_import_time_names(patches, device, modules)
+        _patch_kernels(patches, device, modules)
+        yield device
+    finally:
+        patches.restore()
+
+
+# ---------------------------------------------------------------- pytest wiring (plugin hands off)
+
+MARKER = "dsakit_simulate"
+FIXTURE = "simulated_device"
+
+
+def parametrize(metafunc: Any) -> None:
+    """`@pytest.mark.dsakit_simulate(*names)` on a test using `simulated_device`: one test per
+    device (no names: every simulated profile); `--dsakit-device NAME` narrows it to that one."""
+    from dsakit.gates.device_model import SIMULATED, validate_device_name
+
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None or FIXTURE not in metafunc.fixturenames:
+        return
+    try:
+        names = [simulated_device(n).key for n in marker.args] or list(SIMULATED)
+        chosen = validate_device_name(metafunc.config.getoption("dsakit_device"))
+    except UsageError as error:
+        raise UsageError(f"{metafunc.definition.nodeid}: {error}") from None
+    if chosen in SIMULATED:
+        names = [n for n in names if n == chosen]
+    metafunc.parametrize(FIXTURE, names, indirect=True, ids=[f"device={n}" for n in names])
+
+
+def fixture(request: Any) -> Iterator[DeviceModel]:
+    """The `simulated_device` fixture: the marker's device, else `--dsakit-device NAME`; the
+    simulation is active for the whole test, fixtures that depend on it included."""
+    import pytest
+
+    from dsakit.gates.device_model import SIMULATED, validate_device_name
+
+    name = getattr(request, "param", None)
+    if name is None:
+        chosen = validate_device_name(request.config.getoption("dsakit_device"))
+        if chosen not in SIMULATED:
+            pytest.skip(str(Reason("simulation-not-selected",
+                                   "needs a simulated device: --dsakit-device NAME or "
+                                   "@pytest.mark.dsakit_simulate(NAME, ...); the real device runs the "
+                                   "unsimulated suites")))
+        name = chosen
+    with simulate_device(name) as device:
+        yield device

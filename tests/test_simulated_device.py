@@ -1,0 +1,170 @@
+"""`dsakit.simulate_device`: the probe table, restore on exit and on exceptions, nesting, names,
+and the pytest wiring (`simulated_device` fixture, `dsakit_simulate` marker, --dsakit-device).
+
+Runs that enter a simulation import torch and SGLang, so they run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dsakit
+from dsakit.upstream import device_probes
+from dsakit.upstream.release import installed_release
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def _sglang_installed() -> bool:
+    try:
+        installed_release()
+    except dsakit.UsageError:
+        return False
+    return True
+
+
+sglang = pytest.mark.skipif(not _sglang_installed(), reason="[sglang-missing] SGLang is not installed here")
+
+
+def test_unknown_device_is_a_usage_error_listing_the_valid_names() -> None:
+    with pytest.raises(dsakit.UsageError) as raised:
+        with dsakit.simulate_device("sm999"):
+            pass
+    message = str(raised.value)
+    assert "'sm999'" in message
+    for name in ("sm90", "sm100", "sm103", "sm120", "gfx90a", "gfx942", "gfx950", "cpu"):
+        assert name in message
+
+
+@sglang
+def test_the_probe_table_has_every_probe_the_scan_finds_in_the_installed_release() -> None:
+    release = installed_release()
+    assert device_probes.missing_probes(release) == []
+
+
+@sglang
+def test_a_probe_missing_from_the_table_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    dsa = "sglang.srt.layers.attention.dsa_backend"
+    table = tuple(p for p in device_probes.PROBES if not (p.name == "_is_cuda" and p.modules == (dsa,)))
+    monkeypatch.setattr(device_probes, "PROBES", table)
+    missing = device_probes.missing_probes(installed_release())
+    if installed_release().version != "0.5.23":
+        pytest.skip("[sglang-release] the dropped row is the 0.5.23 dsa_backend._is_cuda")
+    assert [(m.module, m.name) for m in missing] == [("sglang.srt.layers.attention.dsa_backend", "_is_cuda")]
+    assert "dsa_backend.py:" in missing[0].site
+
+
+def test_readme_probe_tables_match_the_code() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for version in ("0.5.17", "0.5.23"):
+        assert device_probes.probe_table_markdown(version) in readme, (
+            f"README's {version} probe table drifted: regenerate it with "
+            f"`python -c 'from dsakit.upstream.device_probes import probe_table_markdown as t; print(t(\"{version}\"))'`")
+
+
+_SCRIPT = r"""
+import json, torch, dsakit
+from dsakit.upstream import simulated_device as sim
+from sglang.srt.utils import common
+from sglang.srt.layers.attention import dsa_backend as dsa
+from sglang.srt.layers.attention import trtllm_mla_backend as trt
+from sglang.srt.runtime_context import get_context
+
+def facts():
+    return [torch.cuda.is_available(), torch.version.cuda, torch.version.hip, common.is_cuda(), common.is_hip(),
+            common.is_sm100_supported(), common.get_device_sm(), dsa._is_hip, dsa._IS_GFX95,
+            trt._multi_ctas_kv_counter_bytes.__qualname__,
+            repr(vars(dsa).get("resolve_num_sms") or vars(dsa).get("deep_gemm")),  # 0.5.23 / 0.5.17
+            id(get_context().resources.buffers), sorted(get_context().resources.buffers)]
+
+out = {"before": facts()}
+for name in ("sm103", "gfx950"):
+    try:
+        with dsakit.simulate_device(name) as device:
+            out[name] = facts()
+            get_context().resources.buffers["dsakit-test"] = 1
+            try:
+                with dsakit.simulate_device("sm90"):
+                    pass
+            except dsakit.UsageError as error:
+                out[name + "-nested"] = str(error)
+            raise KeyError("boom")
+    except KeyError:
+        pass
+    out[name + "-after"] = facts()
+    out[name + "-active"] = sim.active_simulation() is not None
+print("RESULT" + json.dumps(out))
+"""
+
+
+@sglang
+def test_simulation_answers_as_the_device_and_restores_everything_even_on_exceptions() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=600, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT")), None)
+    assert line is not None, done.stderr[-3000:]
+    out = json.loads(line[len("RESULT"):])
+    before = out["before"]
+    # (is_available, version.cuda, version.hip, is_cuda, is_hip, is_sm100, sm, dsa._is_hip, _IS_GFX95)
+    assert out["sm103"][:9] == [True, "12.9", None, True, False, True, 103, False, False]
+    assert out["gfx950"][:9] == [True, None, "7.0", False, True, False, 95, True, True]
+    for name in ("sm103", "gfx950"):
+        assert out[name][9] != before[9] and out[name][10] != before[10], "sizing helper and kernel guard patched"
+        assert out[name][11] != before[11], "the get_buffer registry is isolated inside the simulation"
+        assert out[f"{name}-after"] == before, f"{name} left state behind: {out[f'{name}-after']} != {before}"
+        assert not out[f"{name}-active"]
+        assert f"inside simulate_device('{name}')" in out[f"{name}-nested"]
+        assert "do not nest" in out[f"{name}-nested"]
+
+
+# ---------------------------------------------------------------- pytest wiring (no SGLang needed)
+
+_WIRING = """
+import pytest
+
+@pytest.mark.dsakit_simulate("sm90", "b300")
+def test_marked(simulated_device):
+    pass
+
+def test_unmarked(simulated_device):
+    pass
+"""
+
+
+def test_marker_parametrizes_over_devices(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(_WIRING)
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_marked?device=sm90?", "*test_marked?device=sm103?", "*test_unmarked"])
+
+
+def test_dsakit_device_narrows_the_marker(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(_WIRING)
+    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device", "sm103")
+    result.stdout.fnmatch_lines(["*test_marked?device=sm103?"])
+    assert "device=sm90" not in result.stdout.str()
+
+
+def test_fixture_without_a_device_skips_with_a_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(_WIRING)
+    result = pytester.runpytest("-rs", "-k", "unmarked")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*simulation-not-selected*--dsakit-device NAME*"])
+
+
+def test_unknown_device_in_the_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+import pytest
+
+@pytest.mark.dsakit_simulate("sm999")
+def test_bad(simulated_device):
+    pass
+""")
+    result = pytester.runpytest("--collect-only")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*unknown dsakit device 'sm999'*"])
