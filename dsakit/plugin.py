@@ -73,6 +73,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes GPUs x N",
     )
 
+    # -- xdist workers forked from a preloaded interpreter (dsakit.node.fork_server)
+    group.addoption(
+        "--dsakit-fork-server",
+        default=None,
+        choices=("auto", "on", "off"),
+        help="fork xdist workers from one server that imported torch and SGLang once, without CUDA "
+        "(auto, the default: with 2 or more workers; falls back to a plain spawn with a reason in the "
+        "header; ini: dsakit_fork_server)",
+    )
+    parser.addini("dsakit_fork_server", "default of --dsakit-fork-server (auto, on, off)", default="auto")
+    parser.addini("dsakit_fork_server_preload", "modules the fork server imports (default: torch and the "
+                  "SGLang modules the contract suites import)", type="args", default=[])
+
     # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     group.addoption(
         "--dsakit-topk-subset",
@@ -108,9 +121,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and
     # its xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning)
     from dsakit.gates import marks
-    from dsakit.node import gpu_pinning
+    from dsakit.node import fork_server, gpu_pinning
 
-    for hooks in (marks.configure(config), gpu_pinning.configure(config)):
+    for hooks in (marks.configure(config), gpu_pinning.configure(config), fork_server.configure(config)):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 

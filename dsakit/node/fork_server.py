@@ -1,0 +1,253 @@
+"""xdist workers forked from a preloaded interpreter: the fork server's lifetime in the controller.
+
+Owns: when a run uses the server (--dsakit-fork-server), starting it (`fork_server_process`) and
+waiting for its preload, pointing execnet's `python` at `fork_client`, stopping it and removing its
+socket folder. Any failure falls back to a plain spawn, with a Reason in the header. Never imports
+torch or SGLang in the controller.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from dsakit.reasons import Reason
+
+OPTION = "dsakit_fork_server"
+PRELOAD_INI = "dsakit_fork_server_preload"
+TIMEOUT_ENV = "DSAKIT_FORK_SERVER_TIMEOUT_S"  # how long the controller waits for the preload
+DEFAULT_TIMEOUT_S = 180.0
+MODES = ("auto", "on", "off")
+
+
+def default_preload() -> tuple[str, ...]:
+    """torch, then what the contract suites import from SGLang (which pulls in triton,
+    transformers and the rest of the chain); absent modules are skipped with a reason."""
+    from dsakit.node.bytecode import SGLANG_IMPORTS
+
+    return ("torch", *SGLANG_IMPORTS)
+
+
+# ---------------------------------------------------------------- the controller side
+
+
+@dataclass
+class ServerHandle:
+    """A started server (or why there is none): `reason` is set when workers spawn plainly."""
+
+    directory: str = ""
+    process: subprocess.Popen[bytes] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    reason: Reason | None = None
+    waited_s: float = 0.0
+    _ready_line: list[bytes] = field(default_factory=list)
+    _reader: threading.Thread | None = None
+
+    @property
+    def socket_path(self) -> str:
+        from dsakit.node.fork_server_process import SOCKET_NAME
+
+        return os.path.join(self.directory, SOCKET_NAME)
+
+    @property
+    def serving(self) -> bool:
+        return self.reason is None and self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                if self.process.stdin is not None:
+                    self.process.stdin.close()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start(modules: Sequence[str], env: dict[str, str] | None = None) -> ServerHandle:
+    """Start the server in the background with `env` (default: ours); `wait_ready` collects its
+    answer. Libraries that size thread pools at import (OpenBLAS) see the workers' OMP_NUM_THREADS."""
+    from dsakit.node import fork_server_process
+
+    directory = tempfile.mkdtemp(prefix="dsakit-fork-server-")
+    os.chmod(directory, 0o700)
+    handle = ServerHandle(directory)
+    env = dict(os.environ) if env is None else env
+    # the preload's import-time warnings would interleave with pytest's output: to a log instead
+    log = open(os.path.join(directory, "preload.log"), "wb")  # noqa: SIM115 - the child holds it
+    try:
+        handle.process = subprocess.Popen(
+            [sys.executable, fork_server_process.__file__, directory, *modules],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
+    except OSError as error:
+        handle.reason = Reason("fork-server-start", f"could not start the fork server: {error}")
+        return handle
+    finally:
+        log.close()
+    stdout = handle.process.stdout
+    assert stdout is not None
+
+    def read() -> None:
+        with contextlib.suppress(Exception):
+            handle._ready_line.append(stdout.readline())
+
+    handle._reader = threading.Thread(target=read, name="dsakit-fork-server-ready", daemon=True)
+    handle._reader.start()
+    atexit.register(handle.stop)
+    return handle
+
+
+def wait_ready(handle: ServerHandle, timeout: float) -> ServerHandle:
+    if handle.reason is not None or handle.info or handle._reader is None:
+        return handle
+    tic = time.perf_counter()
+    handle._reader.join(timeout)
+    handle.waited_s = time.perf_counter() - tic
+    line = handle._ready_line[0] if handle._ready_line else b""
+    if not line:
+        code = None
+        if handle.process is not None:
+            if handle._reader.is_alive():
+                handle.process.kill()  # still preloading: out of time
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = handle.process.wait(timeout=5)
+        handle.reason = (Reason("fork-server-timeout", f"the preload took longer than {timeout:.0f} s "
+                                f"(${TIMEOUT_ENV})") if code is None else
+                         Reason("fork-server-crash", f"the fork server exited {code} while preloading: "
+                                + _log_tail(handle)))
+        handle.stop()
+        return handle
+    handle.info = json.loads(line)
+    if not handle.info.get("ready"):
+        handle.reason = Reason(str(handle.info.get("code") or "fork-server-refused"),
+                               str(handle.info.get("message") or "the fork server refused to serve"))
+        handle.stop()
+    return handle
+
+
+def _log_tail(handle: ServerHandle, lines: int = 3) -> str:
+    try:
+        with open(os.path.join(handle.directory, "preload.log"), encoding="utf-8", errors="replace") as log:
+            return " | ".join(line.strip() for line in log.read().strip().splitlines()[-lines:]) or "(no output)"
+    except OSError:
+        return "(no output)"
+
+
+def client_python(handle: ServerHandle) -> str:
+    """What execnet runs as `python` for a worker forked from `handle`."""
+    import shlex
+
+    from dsakit.node import fork_client
+
+    # -I -S: the client needs only the stdlib, so it starts in milliseconds and imports no dsakit
+    return " ".join(shlex.quote(part) for part in (sys.executable, "-I", "-S", fork_client.__file__,
+                                                  handle.socket_path))
+
+
+# ---------------------------------------------------------------- pytest wiring (hooks live in plugin.py)
+
+
+def mode(config: pytest.Config) -> str:
+    value = config.getoption(OPTION) or config.getini(OPTION) or "auto"
+    if value not in MODES:
+        raise pytest.UsageError(f"--dsakit-fork-server must be one of {', '.join(MODES)}, not {value!r}")
+    return str(value)
+
+
+def _workers(config: pytest.Config) -> int:
+    n = getattr(config.option, "numprocesses", None)
+    dist = getattr(config.option, "dist", "no")
+    return n if isinstance(n, int) and dist != "no" else 0
+
+
+def wanted(config: pytest.Config) -> Reason | None:
+    """None when this run should fork its workers; else why not (a Reason)."""
+    chosen = mode(config)
+    if chosen == "off":
+        return Reason("fork-server-off", "--dsakit-fork-server=off")
+    if any(tx != "popen" for tx in getattr(config.option, "tx", None) or ()):  # -n N gives N plain "popen"
+        return Reason("fork-server-tx", "--tx gateways are the user's own; workers spawn as given")
+    if chosen == "auto" and _workers(config) < 2:
+        return Reason("fork-server-auto", "auto: fewer than 2 xdist workers")
+    if _workers(config) < 1:
+        return Reason("fork-server-no-xdist", "no xdist workers in this run")
+    return None
+
+
+class XdistForkServer:
+    """Controller-side hooks: start the server at configure, point execnet at it, stop it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from dsakit.node.gpu_pinning import THREADS_ENV, cpu_threads_per_worker
+
+        self.config = config
+        env = dict(os.environ)
+        threads = cpu_threads_per_worker(_workers(config))
+        if threads is not None:
+            env[THREADS_ENV] = str(threads)  # what every worker gets (gpu_pinning's split)
+        self.handle = start(self._modules(), env)
+
+    def _modules(self) -> list[str]:
+        configured = self.config.getini(PRELOAD_INI)
+        return list(configured) if configured else list(default_preload())
+
+    def ready(self) -> ServerHandle:
+        timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+        return wait_ready(self.handle, timeout)
+
+    def header(self) -> list[str]:
+        handle = self.ready()
+        if handle.reason is not None:
+            return [f"dsakit: fork server off, workers spawn [{handle.reason.code}] {handle.reason.message}"]
+        info = handle.info
+        skipped = info.get("skipped") or {}
+        line = (f"dsakit: fork server pid {info.get('pid')}: workers forked after preloading "
+                f"{len(info.get('loaded') or [])} modules in {info.get('seconds')} s "
+                f"({info.get('native_threads')} native thread(s))")
+        return [line] + [f"dsakit: fork server did not preload {name}: {why}" for name, why in skipped.items()]
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return self.header()
+
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
+        handle = self.ready()
+        if not handle.serving:
+            return
+        python = client_python(handle)
+        for spec in specs:
+            if not spec.python and spec.popen:
+                spec.python = python
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.handle.stop()
+
+
+def configure(config: pytest.Config) -> dict[str, object]:
+    """pytest_configure: the controller's fork-server hooks when this run wants them."""
+    mode(config)  # validate early
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return {}
+    if wanted(config) is not None:
+        return {}
+    return {"dsakit-fork-server": XdistForkServer(config)}
+
+
