@@ -77,12 +77,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--dsakit-fork-server",
         default=None,
-        choices=("auto", "on", "off"),
+        choices=("auto", "on", "off", "keep"),
         help="fork xdist workers from one server that imported torch and SGLang once, without CUDA "
-        "(auto, the default: with 2 or more workers; falls back to a plain spawn with a reason in the "
-        "header; ini: dsakit_fork_server)",
+        "(auto, the default: with 2 or more workers; keep: the server outlives the run and later runs "
+        "with the same interpreter, cwd and environment reuse it; falls back to a plain spawn with a "
+        "reason in the header; ini: dsakit_fork_server)",
     )
-    parser.addini("dsakit_fork_server", "default of --dsakit-fork-server (auto, on, off)", default="auto")
+    parser.addini("dsakit_fork_server", "default of --dsakit-fork-server (auto, on, off, keep)", default="auto")
+    parser.addini("dsakit_fork_server_keep_s", "seconds a kept fork server waits for the next run (default 900)",
+                  default="900")
     parser.addini("dsakit_fork_server_preload", "modules the fork server imports (default: torch and the "
                   "SGLang modules the contract suites import)", type="args", default=[])
 

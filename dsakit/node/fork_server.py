@@ -30,7 +30,11 @@ OPTION = "dsakit_fork_server"
 PRELOAD_INI = "dsakit_fork_server_preload"
 TIMEOUT_ENV = "DSAKIT_FORK_SERVER_TIMEOUT_S"  # how long the controller waits for the preload
 DEFAULT_TIMEOUT_S = 180.0
-MODES = ("auto", "on", "off")
+MODES = ("auto", "on", "off", "keep")
+KEEP_INI = "dsakit_fork_server_keep_s"  # how long a kept server waits for the next run
+# environment variables that differ between otherwise identical runs: not part of a kept server's key
+_VOLATILE_ENV = ("OLDPWD", "PWD", "SHLVL", "_", "TERM", "COLUMNS", "LINES", "PYTEST_ADDOPTS",
+                 "PYTEST_CURRENT_TEST", "OMP_NUM_THREADS")
 
 
 def default_preload() -> tuple[str, ...]:
@@ -53,6 +57,8 @@ class ServerHandle:
     info: dict[str, Any] = field(default_factory=dict)
     reason: Reason | None = None
     waited_s: float = 0.0
+    kept: bool = False  # outlives the run (--dsakit-fork-server=keep)
+    reused: bool = False  # a kept server an earlier run started
     _ready_line: list[bytes] = field(default_factory=list)
     _reader: threading.Thread | None = None
 
@@ -64,9 +70,17 @@ class ServerHandle:
 
     @property
     def serving(self) -> bool:
-        return self.reason is None and self.process is not None and self.process.poll() is None
+        if self.reason is not None:
+            return False
+        if self.process is None:  # a reused kept server
+            return _alive(int(self.info.get("pid") or 0)) and os.path.exists(self.socket_path)
+        return self.process.poll() is None
 
     def stop(self) -> None:
+        if self.kept:  # it stops itself when idle; only our end of its pipe goes
+            if self.process is not None and self.process.stdout is not None:
+                self.process.stdout.close()
+            return
         if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(OSError):
                 if self.process.stdin is not None:
@@ -82,21 +96,26 @@ class ServerHandle:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start(modules: Sequence[str], env: dict[str, str] | None = None) -> ServerHandle:
+def start(modules: Sequence[str], env: dict[str, str] | None = None, *, directory: str = "",
+          keep_s: float = 0.0) -> ServerHandle:
     """Start the server in the background with `env` (default: ours); `wait_ready` collects its
     answer. Libraries that size thread pools at import (OpenBLAS) see the workers' OMP_NUM_THREADS."""
     from dsakit.node import fork_server_process
 
-    directory = tempfile.mkdtemp(prefix="dsakit-fork-server-")
+    if directory:
+        os.makedirs(directory, mode=0o700)
+    else:
+        directory = tempfile.mkdtemp(prefix="dsakit-fs-", dir=socket_root())
     os.chmod(directory, 0o700)
-    handle = ServerHandle(directory)
+    handle = ServerHandle(directory, kept=keep_s > 0)
+    idle = ["--idle", str(keep_s)] if keep_s > 0 else []
     env = dict(os.environ) if env is None else env
     # the preload's import-time warnings would interleave with pytest's output: to a log instead
     log = open(os.path.join(directory, "preload.log"), "wb")  # noqa: SIM115 - the child holds it
     try:
         handle.process = subprocess.Popen(
-            [sys.executable, fork_server_process.__file__, directory, *modules],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
+            [sys.executable, fork_server_process.__file__, directory, *idle, *modules],
+            stdin=subprocess.DEVNULL if handle.kept else subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
     except OSError as error:
         handle.reason = Reason("fork-server-start", f"could not start the fork server: {error}")
         return handle
@@ -113,6 +132,53 @@ def start(modules: Sequence[str], env: dict[str, str] | None = None) -> ServerHa
     handle._reader.start()
     atexit.register(handle.stop)
     return handle
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # not ours
+    return True
+
+
+def kept_directory(modules: Sequence[str], env: dict[str, str]) -> str:
+    """The folder of the kept server for this interpreter, preload, cwd and environment: any
+    difference gets its own server (SGLang reads some variables at import)."""
+    import hashlib
+
+    key = json.dumps({"python": sys.executable, "modules": list(modules), "cwd": os.getcwd(),
+                      "env": {k: v for k, v in sorted(env.items())
+                              if k not in _VOLATILE_ENV and not k.startswith("PYTEST_XDIST")}})
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return os.path.join(socket_root(), f"dsakit-fs-keep-{os.getuid()}-{digest}")
+
+
+def socket_root() -> str:
+    """The temp folder, unless its path is too long for a unix socket below it (107 bytes)."""
+    root = tempfile.gettempdir()
+    return root if len(root.encode()) <= 72 else "/tmp"
+
+
+def start_kept(modules: Sequence[str], keep_s: float, env: dict[str, str] | None = None) -> ServerHandle:
+    """Reuse the kept server for this key when it is alive, else start one that stops itself
+    after `keep_s` seconds without a worker (or when a preloaded file changes)."""
+    env = dict(os.environ) if env is None else env
+    directory = kept_directory(modules, env)
+    with contextlib.suppress(OSError, ValueError):
+        stat = os.stat(directory)
+        if stat.st_uid == os.getuid():
+            with open(os.path.join(directory, "ready.json"), encoding="utf-8") as handle_file:
+                info = json.load(handle_file)
+            handle = ServerHandle(directory, info=info, kept=True, reused=True)
+            if info.get("ready") and handle.serving:
+                return handle
+    shutil.rmtree(directory, ignore_errors=True)
+    return start(modules, env, directory=directory, keep_s=keep_s)
 
 
 def wait_ready(handle: ServerHandle, timeout: float) -> ServerHandle:
@@ -186,7 +252,7 @@ def wanted(config: pytest.Config) -> Reason | None:
         return Reason("fork-server-off", "--dsakit-fork-server=off")
     if any(tx != "popen" for tx in getattr(config.option, "tx", None) or ()):  # -n N gives N plain "popen"
         return Reason("fork-server-tx", "--tx gateways are the user's own; workers spawn as given")
-    if chosen == "auto" and _workers(config) < 2:
+    if chosen == "auto" and _workers(config) < 2:  # on / keep: also -n 1
         return Reason("fork-server-auto", "auto: fewer than 2 xdist workers")
     if _workers(config) < 1:
         return Reason("fork-server-no-xdist", "no xdist workers in this run")
@@ -201,6 +267,9 @@ class XdistForkServer:
 
         self.config = config
         env = dict(os.environ)
+        if mode(config) == "keep":  # serves runs with any -n: the pools keep their default size
+            self.handle = start_kept(self._modules(), float(config.getini(KEEP_INI) or 900), env)
+            return
         threads = cpu_threads_per_worker(_workers(config))
         if threads is not None:
             env[THREADS_ENV] = str(threads)  # what every worker gets (gpu_pinning's split)
@@ -220,7 +289,8 @@ class XdistForkServer:
             return [f"dsakit: fork server off, workers spawn [{handle.reason.code}] {handle.reason.message}"]
         info = handle.info
         skipped = info.get("skipped") or {}
-        line = (f"dsakit: fork server pid {info.get('pid')}: workers forked after preloading "
+        kept = (" (kept from an earlier run)" if handle.reused else " (kept for later runs)") if handle.kept else ""
+        line = (f"dsakit: fork server pid {info.get('pid')}{kept}: workers forked after preloading "
                 f"{len(info.get('loaded') or [])} modules in {info.get('seconds')} s "
                 f"({info.get('native_threads')} native thread(s))")
         return [line] + [f"dsakit: fork server did not preload {name}: {why}" for name, why in skipped.items()]
@@ -241,10 +311,28 @@ class XdistForkServer:
         self.handle.stop()
 
 
+def configure_forked_worker() -> None:
+    """In a worker forked from the server: torch was imported (and sized its intra-op pool) in
+    the server, before execnet set this worker's OMP_NUM_THREADS; apply it as a fresh import would."""
+    from dsakit.node.fork_server_process import FORKED_ENV
+    from dsakit.node.gpu_pinning import THREADS_ENV
+
+    if os.environ.pop(FORKED_ENV, None) is None:
+        return
+    torch = sys.modules.get("torch")
+    value = os.environ.get(THREADS_ENV, "")
+    if torch is not None and value.isdigit() and int(value) > 0:
+        torch.set_num_threads(int(value))
+
+
 def configure(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure: the controller's fork-server hooks when this run wants them."""
+    """pytest_configure: the controller's fork-server hooks when this run wants them; in a
+    forked worker, the thread count."""
     mode(config)  # validate early
-    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+    if hasattr(config, "workerinput"):
+        configure_forked_worker()
+        return {}
+    if not config.pluginmanager.hasplugin("xdist"):
         return {}
     if wanted(config) is not None:
         return {}

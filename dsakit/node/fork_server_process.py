@@ -24,8 +24,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-SOCKET_NAME = "server.sock"
+SOCKET_NAME = "s"  # short: a unix socket path holds at most 107 bytes
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+FORKED_ENV = "DSAKIT_FORKED_FROM"  # set in a forked worker: the server's pid
 
 
 class CudaTouched(RuntimeError):
@@ -168,8 +169,9 @@ class ChildTask:
 def _become_worker(fds: Sequence[int], request: dict[str, Any], close: Sequence[Any]) -> ChildTask:
     """In the forked child: the client's stdio, cwd, environ and argv; the server's state dropped."""
     for handle in close:
-        with contextlib.suppress(OSError):
-            handle.close()
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.close()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     with contextlib.suppress(Exception):  # die with the server (Linux): no orphaned workers
@@ -189,6 +191,7 @@ def _become_worker(fds: Sequence[int], request: dict[str, Any], close: Sequence[
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ[FORKED_ENV] = str(_SERVER_PID[0])  # read (and removed) by the worker's dsakit plugin
     argv = list(request["argv"])
     code = argv[argv.index("-c") + 1]
     sys.argv = ["-c", *argv[argv.index("-c") + 2:]]
@@ -200,18 +203,48 @@ def _become_worker(fds: Sequence[int], request: dict[str, Any], close: Sequence[
     return ChildTask(code, "-B" in argv[: argv.index("-c")])
 
 
-def serve(directory: str, control: Any) -> ChildTask | None:
-    """Accept clients on `directory/server.sock` until the controller closes `control` (our
-    stdin). Returns a ChildTask in each forked child; None in the server when it stops."""
+def loaded_sources() -> dict[str, int]:
+    """{file: mtime_ns} of every module loaded from a file: what a fork would inherit."""
+    out: dict[str, int] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str):
+            with contextlib.suppress(OSError):
+                out[path] = os.stat(path).st_mtime_ns
+    return out
+
+
+def first_changed(sources: dict[str, int]) -> str | None:
+    for path, mtime in sources.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return path
+        except OSError:
+            return path
+    return None
+
+
+def serve(directory: str, control: Any, idle_s: float = 0.0) -> ChildTask | None:
+    """Accept clients on `directory/s` until the controller closes `control` (our
+    stdin), or, with `control` None, until `idle_s` pass without a worker, or until a preloaded
+    file changes (that client is told so and spawns plainly). Returns a ChildTask in each forked
+    child; None in the server when it stops."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(os.path.join(directory, SOCKET_NAME))
     listener.listen(64)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
-    selector.register(control, selectors.EVENT_READ, "control")
+    if control is not None:
+        selector.register(control, selectors.EVENT_READ, "control")
     children: dict[int, socket.socket] = {}
+    sources = loaded_sources()
+    idle_since = time.monotonic()
     try:
         while True:
+            if children:
+                idle_since = time.monotonic()
+            elif control is None and time.monotonic() - idle_since > idle_s:
+                return None
             for key, _ in selector.select(timeout=0.05):
                 if key.data == "control":
                     if not os.read(control.fileno(), 4096):
@@ -231,6 +264,13 @@ def serve(directory: str, control: Any) -> ChildTask | None:
                         _send(conn, {"error": f"expected 3 fds, got {len(fds)}"})
                         conn.close()
                         continue
+                    changed = first_changed(sources)
+                    if changed is not None:
+                        for fd in fds:
+                            os.close(fd)
+                        _send(conn, {"error": f"stale: {changed} changed since the preload"})
+                        conn.close()
+                        return None  # a preload that no longer matches the sources serves no one
                     pid = os.fork()
                     if pid == 0:
                         selector.close()
@@ -291,9 +331,13 @@ def _run_child(task: ChildTask) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m dsakit.node.fork_server DIR MODULE...`: one JSON line on stdout (ready or why
-    not), then serve until stdin closes."""
+    """`python fork_server_process.py DIR [--idle S] MODULE...`: one JSON line on stdout (ready
+    or why not; also DIR/ready.json), then serve until stdin closes (or, with --idle, until S
+    seconds pass without a worker). A kept server (--idle) removes DIR when it stops."""
     directory, modules = argv[0], list(argv[1:])
+    idle_s = 0.0
+    if modules[:1] == ["--idle"]:
+        idle_s, modules = float(modules[1]), modules[2:]
     if sys.path:
         sys.path[0] = ""  # run by path: not this file's folder, but the cwd, as `python -c` has it
     _SERVER_PID[0] = os.getpid()
@@ -305,11 +349,22 @@ def main(argv: Sequence[str]) -> int:
              "seconds": round(loaded.seconds, 3),
              "native_threads": native_threads(), "code": unsafe[0] if unsafe else "",
              "message": unsafe[1] if unsafe else ""}
-    sys.stdout.write(json.dumps(ready) + "\n")
-    sys.stdout.flush()
+    tmp = os.path.join(directory, f".ready.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(ready, handle)
+    os.replace(tmp, os.path.join(directory, "ready.json"))
+    with contextlib.suppress(OSError):
+        sys.stdout.write(json.dumps(ready) + "\n")
+        sys.stdout.flush()
     if unsafe is not None:
         return 3
-    task = serve(directory, sys.stdin)
+    try:
+        task = serve(directory, None if idle_s else sys.stdin, idle_s)
+    finally:
+        if idle_s and os.getpid() == _SERVER_PID[0]:
+            import shutil
+
+            shutil.rmtree(directory, ignore_errors=True)
     if task is None:
         return 0
     _run_child(task)
