@@ -195,9 +195,13 @@ def test_other():
 
 def test_preload_refuses_cuda_and_never_loads_dsakit(tmp_path: Path) -> None:
     (tmp_path / "cudatoucher.py").write_text("import torch\ntorch.cuda.init()\n")
+    (tmp_path / "cudacatcher.py").write_text(
+        "import torch\ntry:\n    CAP = torch.cuda.get_device_capability()\nexcept Exception:\n    CAP = None\n")
     code = ("import json, sys; from dsakit.node.fork_server_process import preload, fork_safety; "
             "r = preload(['cudatoucher', 'dsakit.topk.checks', 'json']); "
-            "print(json.dumps({'skipped': r.skipped, 'loaded': r.loaded, 'safe': fork_safety(), "
+            "c = preload(['cudacatcher']); "
+            "print(json.dumps({'skipped': r.skipped, 'loaded': r.loaded, 'safe': fork_safety(r.tainted), "
+            "'caught': fork_safety(c.tainted), "
             "'torch_cuda_ok': sys.modules['torch'].cuda._lazy_init.__name__}))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
@@ -207,6 +211,8 @@ def test_preload_refuses_cuda_and_never_loads_dsakit(tmp_path: Path) -> None:
     assert report["skipped"]["cudatoucher"].startswith("CudaTouched"), report
     assert "never preloaded" in report["skipped"]["dsakit.topk.checks"]
     assert report["loaded"] == ["json"] and report["safe"] is None
+    # a module that swallowed the refusal may cache "no GPU": the server must not serve at all
+    assert report["caught"][0] == "fork-server-cuda-caught" and "cudacatcher" in report["caught"][1]
     assert report["torch_cuda_ok"] == "_lazy_init"  # the guard is removed after the preload
 
 

@@ -37,6 +37,7 @@ class CudaTouched(RuntimeError):
 class Preload:
     loaded: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    tainted: list[str] = field(default_factory=list)  # imported although CUDA was refused inside
     seconds: float = 0.0
 
 
@@ -96,9 +97,13 @@ def _guard(cuda: Any) -> None:
     _GUARDS.append((cuda, cuda._lazy_init))
 
     def refuse() -> None:
+        _REFUSALS.append(1)
         raise CudaTouched("initialises CUDA at import")
 
     cuda._lazy_init = refuse
+
+
+_REFUSALS: list[int] = []  # one entry per refused CUDA initialisation
 
 
 def preload(modules: Sequence[str]) -> Preload:
@@ -109,9 +114,12 @@ def preload(modules: Sequence[str]) -> Preload:
             if name == "dsakit" or name.startswith("dsakit."):
                 result.skipped[name] = "dsakit is never preloaded (its assertion rewriting must apply)"
                 continue
+            refused = len(_REFUSALS)
             try:
                 importlib.import_module(name)
                 result.loaded.append(name)
+                if len(_REFUSALS) > refused:  # caught somewhere: its module state may assume no GPU
+                    result.tainted.append(name)
             except CudaTouched as error:
                 result.skipped[name] = f"CudaTouched: {error}"
             except BaseException as error:  # noqa: BLE001 - a module that cannot load is not preloaded
@@ -126,10 +134,14 @@ def native_threads() -> int:
     return 1
 
 
-def fork_safety() -> tuple[str, str] | None:
+def fork_safety(tainted: Sequence[str] = ()) -> tuple[str, str] | None:
     """Why forking this process would be unsafe now (None: safe). Extra *native* threads are
     tolerated and reported: the pools libraries start at import (OpenBLAS under numpy) shut down
-    in a pthread_atfork handler; a Python thread could hold a lock the child then never gets."""
+    in a pthread_atfork handler; a Python thread could hold a lock the child then never gets.
+    A module that swallowed the CUDA refusal may hold "no GPU" state: nothing is served then."""
+    if tainted:
+        return ("fork-server-cuda-caught", f"{', '.join(tainted)} caught the refused CUDA initialisation "
+                "during its import and may have cached a wrong device state")
     cuda = getattr(sys.modules.get("torch"), "cuda", None)
     if cuda is not None and cuda.is_initialized():
         return ("fork-server-cuda", "CUDA was initialised while preloading; a forked worker could not use it")
@@ -344,7 +356,7 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller stops us (stdin EOF, SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     loaded = preload(modules)
-    unsafe = fork_safety()
+    unsafe = fork_safety(loaded.tainted)
     ready = {"ready": unsafe is None, "pid": os.getpid(), "loaded": loaded.loaded, "skipped": loaded.skipped,
              "seconds": round(loaded.seconds, 3),
              "native_threads": native_threads(), "code": unsafe[0] if unsafe else "",
