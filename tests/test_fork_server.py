@@ -197,12 +197,23 @@ def test_preload_refuses_cuda_and_never_loads_dsakit(tmp_path: Path) -> None:
     (tmp_path / "cudatoucher.py").write_text("import torch\ntorch.cuda.init()\n")
     (tmp_path / "cudacatcher.py").write_text(
         "import torch\ntry:\n    CAP = torch.cuda.get_device_capability()\nexcept Exception:\n    CAP = None\n")
+    (tmp_path / "propscatcher.py").write_text(
+        "import torch\ntry:\n    NAME = torch.cuda.get_device_name()\nexcept Exception:\n    NAME = None\n")
+    # on a GPU node (a capability from the controller): the capability query is answered, other
+    # queries are refused and, when swallowed, taint the preload; on this CPU box the refusal is
+    # what CUDA itself answers, so a swallowed one is no taint
     code = ("import json, sys; from dsakit.node.fork_server_process import preload, fork_safety; "
             "r = preload(['cudatoucher', 'dsakit.topk.checks', 'json']); "
-            "c = preload(['cudacatcher']); "
+            "cpu = preload(['cudacatcher']); "
+            "gpu = preload(['propscatcher'], capability=(9, 0)); "
+            "import cudacatcher; cudacatcher_cap = cudacatcher.CAP; del sys.modules['cudacatcher']; "
+            "answered = preload(['cudacatcher'], capability=(9, 0)); "
             "print(json.dumps({'skipped': r.skipped, 'loaded': r.loaded, 'safe': fork_safety(r.tainted), "
-            "'caught': fork_safety(c.tainted), "
-            "'torch_cuda_ok': sys.modules['torch'].cuda._lazy_init.__name__}))")
+            "'cpu': fork_safety(cpu.tainted), 'caught': fork_safety(gpu.tainted), "
+            "'answered': [sys.modules['cudacatcher'].CAP, fork_safety(answered.tainted)], "
+            "'cpu_cap': cudacatcher_cap, "
+            "'torch_cuda_ok': [getattr(sys.modules['torch'].cuda, n).__name__ "
+            "for n in ('_lazy_init', 'current_device', 'get_device_capability')]}))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                           env=env, check=False, timeout=300)
@@ -211,9 +222,12 @@ def test_preload_refuses_cuda_and_never_loads_dsakit(tmp_path: Path) -> None:
     assert report["skipped"]["cudatoucher"].startswith("CudaTouched"), report
     assert "never preloaded" in report["skipped"]["dsakit.topk.checks"]
     assert report["loaded"] == ["json"] and report["safe"] is None
+    assert report["cpu"] is None and report["cpu_cap"] is None
     # a module that swallowed the refusal may cache "no GPU": the server must not serve at all
-    assert report["caught"][0] == "fork-server-cuda-caught" and "cudacatcher" in report["caught"][1]
-    assert report["torch_cuda_ok"] == "_lazy_init"  # the guard is removed after the preload
+    assert report["caught"][0] == "fork-server-cuda-caught" and "propscatcher" in report["caught"][1]
+    assert report["answered"] == [[9, 0], None]  # answered from the node's probe: no refusal
+    # the guard is removed after the preload
+    assert report["torch_cuda_ok"] == ["_lazy_init", "current_device", "get_device_capability"]
 
 
 def test_client_spawns_plainly_when_the_server_is_unreachable(tmp_path: Path) -> None:

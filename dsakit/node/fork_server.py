@@ -96,6 +96,27 @@ class ServerHandle:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def node_capability() -> str | None:
+    """The CUDA capability every GPU of this node has ("9.0"), from the NVML probe (no CUDA):
+    the fork server answers `get_device_capability()` with it while preloading. None without an
+    NVIDIA GPU, or when the node mixes GPU kinds (then the preload refuses those queries)."""
+    from dsakit.gates.device_model import REAL, resolve_device
+
+    try:
+        device = resolve_device(REAL)
+    except Exception:  # noqa: BLE001 - no answer: the preload refuses the queries instead
+        return None
+    if device.vendor != "nvidia" or device.sm is None or device.simulated:
+        return None
+    capability = f"{device.sm[0]}.{device.sm[1]}"
+    try:  # every GPU, not only the first the device model describes
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20, check=False).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        listed = []
+    return capability if set(listed) <= {capability} else None
+
+
 def start(modules: Sequence[str], env: dict[str, str] | None = None, *, directory: str = "",
           keep_s: float = 0.0) -> ServerHandle:
     """Start the server in the background with `env` (default: ours); `wait_ready` collects its
@@ -109,6 +130,9 @@ def start(modules: Sequence[str], env: dict[str, str] | None = None, *, director
     os.chmod(directory, 0o700)
     handle = ServerHandle(directory, kept=keep_s > 0)
     idle = ["--idle", str(keep_s)] if keep_s > 0 else []
+    capability = node_capability()
+    if capability:
+        idle += ["--capability", capability]
     env = dict(os.environ) if env is None else env
     # the preload's import-time warnings would interleave with pytest's output: to a log instead
     log = open(os.path.join(directory, "preload.log"), "wb")  # noqa: SIM115 - the child holds it

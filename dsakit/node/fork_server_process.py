@@ -65,11 +65,14 @@ class _TorchCudaWatcher:
 
 
 @contextlib.contextmanager
-def _cuda_guard() -> Iterator[None]:
-    """While preloading: NVML answers `torch.cuda.is_available()` (no cuInit), and anything that
-    would create a CUDA context raises CudaTouched instead."""
+def _cuda_guard(capability: tuple[int, int] | None) -> Iterator[None]:
+    """While preloading: NVML answers `torch.cuda.is_available()` (no cuInit); with the node's
+    `capability` (every GPU's, from the controller's NVML probe) `current_device()` is 0 and
+    `get_device_capability()` answers it, as CUDA would; anything else that would create a CUDA
+    context raises CudaTouched."""
     had_env = os.environ.get(NVML_CHECK_ENV)
     os.environ[NVML_CHECK_ENV] = "1"
+    _CAPABILITY[:] = [capability] if capability else []
     watcher = _TorchCudaWatcher()
     sys.meta_path.insert(0, watcher)
     if "torch.cuda" in sys.modules:
@@ -80,36 +83,44 @@ def _cuda_guard() -> Iterator[None]:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(watcher)
         while _GUARDS:
-            cuda, original = _GUARDS.pop()
-            cuda._lazy_init = original
+            cuda, originals = _GUARDS.pop()
+            for name, original in originals.items():
+                setattr(cuda, name, original)
         if had_env is None:
             os.environ.pop(NVML_CHECK_ENV, None)
         else:
             os.environ[NVML_CHECK_ENV] = had_env
 
 
-_GUARDS: list[tuple[Any, Any]] = []
+_GUARDS: list[tuple[Any, dict[str, Any]]] = []
+_CAPABILITY: list[tuple[int, int]] = []
+_REFUSALS: list[int] = []  # one entry per refused CUDA initialisation
 
 
 def _guard(cuda: Any) -> None:
     if any(guarded is cuda for guarded, _ in _GUARDS) or not hasattr(cuda, "_lazy_init"):
         return
-    _GUARDS.append((cuda, cuda._lazy_init))
+    names = ["_lazy_init"] + (["current_device", "get_device_capability"] if _CAPABILITY else [])
+    _GUARDS.append((cuda, {name: getattr(cuda, name) for name in names}))
 
     def refuse() -> None:
         _REFUSALS.append(1)
         raise CudaTouched("initialises CUDA at import")
 
     cuda._lazy_init = refuse
+    if _CAPABILITY:
+        capability = _CAPABILITY[0]
+        cuda.current_device = lambda: 0
+        cuda.get_device_capability = lambda device=None: capability
 
 
-_REFUSALS: list[int] = []  # one entry per refused CUDA initialisation
-
-
-def preload(modules: Sequence[str]) -> Preload:
+def preload(modules: Sequence[str], capability: tuple[int, int] | None = None) -> Preload:
+    """Import `modules` under the CUDA guard. A module that imports although a CUDA
+    initialisation was refused inside it is `tainted` when the node has a GPU (it may have cached
+    "no GPU"); without one, the refusal is what CUDA itself would have answered."""
     result = Preload()
     tic = time.perf_counter()
-    with _cuda_guard():
+    with _cuda_guard(capability):
         for name in modules:
             if name == "dsakit" or name.startswith("dsakit."):
                 result.skipped[name] = "dsakit is never preloaded (its assertion rewriting must apply)"
@@ -118,7 +129,7 @@ def preload(modules: Sequence[str]) -> Preload:
             try:
                 importlib.import_module(name)
                 result.loaded.append(name)
-                if len(_REFUSALS) > refused:  # caught somewhere: its module state may assume no GPU
+                if len(_REFUSALS) > refused and _gpu_present(capability):
                     result.tainted.append(name)
             except CudaTouched as error:
                 result.skipped[name] = f"CudaTouched: {error}"
@@ -126,6 +137,16 @@ def preload(modules: Sequence[str]) -> Preload:
                 result.skipped[name] = f"{type(error).__name__}: {error}"
     result.seconds = time.perf_counter() - tic
     return result
+
+
+def _gpu_present(capability: tuple[int, int] | None) -> bool:
+    if capability is not None:
+        return True
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return bool(cuda is not None and cuda.is_available())  # NVML-based here: no context
+    except Exception:  # noqa: BLE001 - an NVML that cannot answer: assume a GPU (the safe side)
+        return True
 
 
 def native_threads() -> int:
@@ -343,19 +364,24 @@ def _run_child(task: ChildTask) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python fork_server_process.py DIR [--idle S] MODULE...`: one JSON line on stdout (ready
+    """`python fork_server_process.py DIR [--idle S] [--capability 9.0] MODULE...`: one JSON line on stdout (ready
     or why not; also DIR/ready.json), then serve until stdin closes (or, with --idle, until S
     seconds pass without a worker). A kept server (--idle) removes DIR when it stops."""
     directory, modules = argv[0], list(argv[1:])
-    idle_s = 0.0
-    if modules[:1] == ["--idle"]:
-        idle_s, modules = float(modules[1]), modules[2:]
+    idle_s, capability = 0.0, None
+    while modules[:1] in (["--idle"], ["--capability"]):
+        if modules[0] == "--idle":
+            idle_s = float(modules[1])
+        else:
+            major, minor = modules[1].split(".")
+            capability = (int(major), int(minor))
+        modules = modules[2:]
     if sys.path:
         sys.path[0] = ""  # run by path: not this file's folder, but the cwd, as `python -c` has it
     _SERVER_PID[0] = os.getpid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller stops us (stdin EOF, SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    loaded = preload(modules)
+    loaded = preload(modules, capability)
     unsafe = fork_safety(loaded.tainted)
     ready = {"ready": unsafe is None, "pid": os.getpid(), "loaded": loaded.loaded, "skipped": loaded.skipped,
              "seconds": round(loaded.seconds, 3),
