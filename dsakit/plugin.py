@@ -79,9 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         choices=("auto", "on", "off", "keep"),
         help="fork xdist workers from one server that imported torch and SGLang once, without CUDA "
-        "(auto, the default: with 2 or more workers; keep: the server outlives the run and later runs "
-        "with the same interpreter, cwd and environment reuse it; falls back to a plain spawn with a "
-        "reason in the header; ini: dsakit_fork_server)",
+        "(on: started by this run; keep: it outlives the run and later runs with the same interpreter, "
+        "cwd and environment reuse it; auto, the default: reuse a kept one if alive, else spawn plainly; "
+        "off. Falls back to a plain spawn with a reason in the header; ini: dsakit_fork_server)",
     )
     parser.addini("dsakit_fork_server", "default of --dsakit-fork-server (auto, on, off, keep)", default="auto")
     parser.addini("dsakit_fork_server_keep_s", "seconds a kept fork server waits for the next run (default 900)",

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,10 +62,18 @@ def pytest_xdist_setupnodes(config, specs):
 """
 
 
-def _setup(pytester: pytest.Pytester, tmp_path: Path) -> tuple[Path, Path]:
-    seen, tmp = tmp_path / "seen", tmp_path / "tmp"
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short TMPDIR for the runs: the server's unix socket path must stay under 107 bytes (a
+    longer temp folder makes dsakit put it in /tmp, where these tests would not look)."""
+    path = Path(tempfile.mkdtemp(prefix="dsk-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _setup(pytester: pytest.Pytester, tmp_path: Path, tmp: Path) -> tuple[Path, Path]:
+    seen = tmp_path / "seen"
     seen.mkdir()
-    tmp.mkdir()
     pytester.makepyfile(forkmarker=MARKER)
     pytester.makeconftest(CONFTEST)
     for name, value in (("SEEN", str(seen)), ("TMPDIR", str(tmp)), ("DSAKIT_GPU_COUNT", "2")):
@@ -94,8 +105,8 @@ def _left_behind(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.glob("dsakit-fs-*"))
 
 
-def test_workers_are_forked_and_keep_pin_threads_env(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    seen, tmp = _setup(pytester, tmp_path)
+def test_workers_are_forked_and_keep_pin_threads_env(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    seen, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(test_fork=SUITE + """
 @pytest.mark.parametrize("i", range(4))
 def test_threads(i):
@@ -103,7 +114,7 @@ def test_threads(i):
     time.sleep(0.3)
     _dump(f"threads{i}", threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"))
 """)
-    result = _run(pytester, "torch forkmarker")
+    result = _run(pytester, "torch forkmarker", "--dsakit-fork-server=on")
     result.assert_outcomes(passed=8, failed=1)
     server = _server_pid(result)
     records = [json.loads(p.read_text()) for p in seen.glob("*.json")]
@@ -125,8 +136,8 @@ def test_threads(i):
     assert _left_behind(tmp) == []
 
 
-def test_crash_is_reported_against_its_test_and_worker_replaced(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    _, tmp = _setup(pytester, tmp_path)
+def test_crash_is_reported_against_its_test_and_worker_replaced(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    _, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(test_crash="""
 import os
 def test_crash():
@@ -135,7 +146,7 @@ def test_a(): pass
 def test_b(): pass
 def test_c(): pass
 """)
-    result = _run(pytester, "forkmarker")
+    result = _run(pytester, "forkmarker", "--dsakit-fork-server=on")
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'test_crash.py::test_crash'*"])
     result.assert_outcomes(passed=3, failed=1)
     assert "fork server pid" in result.stdout.str()
@@ -147,11 +158,11 @@ def test_c(): pass
      "fork-server-threads"),
     ("import os\nos._exit(7)\n", "fork-server-crash"),
 ])
-def test_unsafe_or_crashing_preload_falls_back_to_spawn(pytester: pytest.Pytester, tmp_path: Path,
+def test_unsafe_or_crashing_preload_falls_back_to_spawn(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path,
                                                         module: str, code: str) -> None:
-    seen, tmp = _setup(pytester, tmp_path)
+    seen, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(badpreload=module, test_fork=SUITE)
-    result = _run(pytester, "forkmarker badpreload")
+    result = _run(pytester, "forkmarker badpreload", "--dsakit-fork-server=on")
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines([f"dsakit: fork server off, workers spawn [[]{code}[]]*"])
     records = [json.loads(p.read_text()) for p in seen.glob("*.json")]
@@ -159,10 +170,10 @@ def test_unsafe_or_crashing_preload_falls_back_to_spawn(pytester: pytest.Pyteste
     assert _left_behind(tmp) == []
 
 
-def test_off_and_single_worker_start_no_server(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    _, tmp = _setup(pytester, tmp_path)
+def test_off_and_auto_without_kept_server_start_none(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    _, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(test_fork=SUITE)
-    for args in (("--dsakit-fork-server=off",), ("-n", "1")):
+    for args in (("--dsakit-fork-server=off",), ()):  # auto without a kept server: plain spawn
         result = _run(pytester, "forkmarker", *args)
         result.assert_outcomes(passed=4, failed=1)
         assert "fork server" not in result.stdout.str()
@@ -171,8 +182,8 @@ def test_off_and_single_worker_start_no_server(pytester: pytest.Pytester, tmp_pa
     assert _left_behind(tmp) == []
 
 
-def test_interrupted_run_leaves_nothing_behind(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    _, tmp = _setup(pytester, tmp_path)
+def test_interrupted_run_leaves_nothing_behind(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    _, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makeconftest(CONFTEST + """
 import os
 def pytest_configure(config):
@@ -186,7 +197,7 @@ def test_interrupt():
 def test_other():
     time.sleep(20)
 """)
-    result = _run(pytester, "forkmarker")
+    result = _run(pytester, "forkmarker", "--dsakit-fork-server=on")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     server = _server_pid(result)
     assert not _alive(server)
@@ -241,8 +252,8 @@ def test_client_spawns_plainly_when_the_server_is_unreachable(tmp_path: Path) ->
     assert "cannot use the fork server" in done.stderr and "starting this worker plainly" in done.stderr
 
 
-def test_kept_server_is_reused_until_a_preloaded_file_changes(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    seen, tmp = _setup(pytester, tmp_path)
+def test_kept_server_is_reused_until_a_preloaded_file_changes(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    seen, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(test_fork=SUITE)
     keep = ("--dsakit-fork-server=keep", "-o", "dsakit_fork_server_keep_s=60")
     first = _run(pytester, "forkmarker", *keep)
@@ -251,7 +262,7 @@ def test_kept_server_is_reused_until_a_preloaded_file_changes(pytester: pytest.P
         server = _server_pid(first)
         first.stdout.fnmatch_lines(["*fork server pid * (kept for later runs)*"])
         assert _alive(server) and len(_left_behind(tmp)) == 1  # it outlives the run, by design
-        second = _run(pytester, "forkmarker", *keep)
+        second = _run(pytester, "forkmarker")  # auto: reuses the live kept server
         second.assert_outcomes(passed=4, failed=1)
         second.stdout.fnmatch_lines([f"*fork server pid {server} (kept from an earlier run)*"])
         records = [json.loads(p.read_text()) for p in seen.glob("*.json")]
@@ -271,8 +282,8 @@ def test_kept_server_is_reused_until_a_preloaded_file_changes(pytester: pytest.P
             os.kill(_server_pid(first), signal.SIGKILL)
 
 
-def test_kept_server_stops_itself_when_idle(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    _, tmp = _setup(pytester, tmp_path)
+def test_kept_server_stops_itself_when_idle(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
+    _, tmp = _setup(pytester, tmp_path, short_tmp)
     pytester.makepyfile(test_fork=SUITE)
     result = _run(pytester, "forkmarker", "--dsakit-fork-server=keep", "-o", "dsakit_fork_server_keep_s=1")
     server = _server_pid(result)

@@ -193,16 +193,24 @@ def start_kept(modules: Sequence[str], keep_s: float, env: dict[str, str] | None
     after `keep_s` seconds without a worker (or when a preloaded file changes)."""
     env = dict(os.environ) if env is None else env
     directory = kept_directory(modules, env)
+    handle = live_kept(modules, env)
+    if handle is not None:
+        return handle
+    shutil.rmtree(directory, ignore_errors=True)
+    return start(modules, env, directory=directory, keep_s=keep_s)
+
+
+def live_kept(modules: Sequence[str], env: dict[str, str]) -> ServerHandle | None:
+    """The kept server an earlier run started for this key, when it is alive and ready."""
+    directory = kept_directory(modules, env)
     with contextlib.suppress(OSError, ValueError):
-        stat = os.stat(directory)
-        if stat.st_uid == os.getuid():
+        if os.stat(directory).st_uid == os.getuid():
             with open(os.path.join(directory, "ready.json"), encoding="utf-8") as handle_file:
                 info = json.load(handle_file)
             handle = ServerHandle(directory, info=info, kept=True, reused=True)
             if info.get("ready") and handle.serving:
                 return handle
-    shutil.rmtree(directory, ignore_errors=True)
-    return start(modules, env, directory=directory, keep_s=keep_s)
+    return None
 
 
 def wait_ready(handle: ServerHandle, timeout: float) -> ServerHandle:
@@ -276,11 +284,17 @@ def wanted(config: pytest.Config) -> Reason | None:
         return Reason("fork-server-off", "--dsakit-fork-server=off")
     if any(tx != "popen" for tx in getattr(config.option, "tx", None) or ()):  # -n N gives N plain "popen"
         return Reason("fork-server-tx", "--tx gateways are the user's own; workers spawn as given")
-    if chosen == "auto" and _workers(config) < 2:  # on / keep: also -n 1
-        return Reason("fork-server-auto", "auto: fewer than 2 xdist workers")
     if _workers(config) < 1:
         return Reason("fork-server-no-xdist", "no xdist workers in this run")
+    if chosen == "auto" and live_kept(_modules(config), dict(os.environ)) is None:
+        return Reason("fork-server-auto", "auto: no kept fork server for this interpreter, cwd and "
+                      "environment (--dsakit-fork-server=keep starts one)")
     return None
+
+
+def _modules(config: pytest.Config) -> list[str]:
+    configured = config.getini(PRELOAD_INI)
+    return list(configured) if configured else list(default_preload())
 
 
 class XdistForkServer:
@@ -291,17 +305,13 @@ class XdistForkServer:
 
         self.config = config
         env = dict(os.environ)
-        if mode(config) == "keep":  # serves runs with any -n: the pools keep their default size
-            self.handle = start_kept(self._modules(), float(config.getini(KEEP_INI) or 900), env)
+        if mode(config) in ("keep", "auto"):  # serves runs with any -n: the pools keep their default size
+            self.handle = start_kept(_modules(config), float(config.getini(KEEP_INI) or 900), env)
             return
         threads = cpu_threads_per_worker(_workers(config))
         if threads is not None:
             env[THREADS_ENV] = str(threads)  # what every worker gets (gpu_pinning's split)
-        self.handle = start(self._modules(), env)
-
-    def _modules(self) -> list[str]:
-        configured = self.config.getini(PRELOAD_INI)
-        return list(configured) if configured else list(default_preload())
+        self.handle = start(_modules(config), env)
 
     def ready(self) -> ServerHandle:
         timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
