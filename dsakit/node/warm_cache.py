@@ -101,7 +101,9 @@ def _bytecode_files(root: Path, modules: Sequence[str]) -> list[Path]:
     for source in sources:
         if not Path(source).resolve().is_relative_to(root) or _needs_compile(source):
             continue
-        out.append(Path(importlib.util.cache_from_source(source)))
+        cached = Path(importlib.util.cache_from_source(source))
+        if cached.resolve().is_relative_to(root):  # not in a PYTHONPYCACHEPREFIX elsewhere
+            out.append(cached)
     return out
 
 
