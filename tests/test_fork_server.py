@@ -279,7 +279,7 @@ def test_kept_server_is_reused_until_a_preloaded_file_changes(pytester: pytest.P
         assert not _alive(server) and _left_behind(tmp) == []  # the stale server stopped itself
     finally:
         with contextlib.suppress(Exception):
-            os.kill(_server_pid(first), signal.SIGKILL)
+            os.kill(_server_pid(first), signal.SIGTERM)  # it removes its folder
 
 
 def test_kept_server_stops_itself_when_idle(pytester: pytest.Pytester, tmp_path: Path, short_tmp: Path) -> None:
@@ -295,4 +295,4 @@ def test_kept_server_stops_itself_when_idle(pytester: pytest.Pytester, tmp_path:
         assert not _alive(server) and _left_behind(tmp) == []
     finally:
         with contextlib.suppress(Exception):
-            os.kill(server, signal.SIGKILL)
+            os.kill(server, signal.SIGTERM)  # it removes its folder
