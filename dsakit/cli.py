@@ -60,7 +60,17 @@ def _capabilities(args: argparse.Namespace) -> int:
 def _warm(args: argparse.Namespace) -> int:
     from dsakit.node.warm import run_warm
 
-    return run_warm(args.selection, targets=args.target or (), as_json=args.json, device_name=args.device)
+    from dsakit.node.warm_cache import run_export, run_import
+
+    if args.import_path:
+        code = run_import(args.import_path, device_name=args.device)
+        if not (args.selection or args.target):
+            return code
+    code = run_warm(args.selection, targets=args.target or (), as_json=args.json, device_name=args.device) \
+        if (args.selection or args.target or not (args.import_path or args.export_path)) else 0
+    if args.export_path and code == 0:
+        return run_export(args.export_path, device_name=args.device)
+    return code
 
 
 def _rerun_test(args: argparse.Namespace) -> int:
@@ -92,6 +102,13 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
                       help="warm this target without collecting (flashinfer-topk, sglang-topk-v2, sglang-bytecode); repeatable")
     warm.add_argument("--device", metavar="NAME", help="simulate a device for the targets' gates")
     warm.add_argument("--json", action="store_true", help="print the report as JSON")
+    warm.add_argument("--export", dest="export_path", metavar="PATH",
+                      help="after warming (if a selection or --target is given), write the JIT caches and the "
+                      "SGLang bytecode to PATH (a tarball keyed by GPU arch, Python, torch, SGLang, flashinfer, "
+                      "triton and the install path)")
+    warm.add_argument("--import", dest="import_path", metavar="PATH",
+                      help="first extract a cache written by --export (refused, exit 2, when its key differs "
+                      "from this node's); then warm the selection, if one is given")
     warm.set_defaults(handler=_warm)
 
     rerun = commands.add_parser("rerun-test", help="rerun test files one process each, like SGLang's CI bot")

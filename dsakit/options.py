@@ -61,6 +61,12 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-workers-per-gpu", "xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). "
               "Each worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
               "GPUs x N", default=1, kind="int", metavar="N"),
+    # -- xdist workers forked from a preloaded interpreter (dsakit.node.fork_server)
+    RunOption("--dsakit-fork-server", "fork xdist workers from one server that imported torch and SGLang once, "
+              "without CUDA (on: started by this run; keep: it outlives the run and later runs with the same "
+              "interpreter, cwd and environment reuse it; auto: reuse a kept one if alive, else spawn "
+              "plainly; off). Falls back to a plain spawn with a reason in the header", default="auto",
+              choices=("auto", "on", "off", "keep")),
     # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     RunOption("--dsakit-topk-subset", "top-k backend matrix subset for every `topk_cell` test of this run "
               "(overrides the dsakit_topk_matrix marker; default: the marker's, else pairwise)",

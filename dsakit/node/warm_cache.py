@@ -1,0 +1,230 @@
+"""`dsakit warm --export PATH` / `--import PATH`: a warm node's JIT caches and SGLang bytecode as one
+keyed tarball, so a fresh node is warm in seconds.
+
+Owns: the cache key (GPU arch, torch / SGLang / flashinfer / triton versions, Python, the install
+path the caches and bytecode are keyed by), writing the tarball and the safe, key-checked extraction.
+Must not build anything (`dsakit.node.warm` does) and imports no torch or SGLang.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tarfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from dsakit.errors import UsageError
+
+KEY_MEMBER = "dsakit-warm-key.json"
+FORMAT = 1
+DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "triton": "triton"}
+
+
+def cache_roots() -> dict[str, Path]:
+    """The JIT caches a warm node holds, by their name in the tarball (XDG_CACHE_HOME and
+    TRITON_CACHE_DIR move them, as they move the libraries' own)."""
+    from dsakit.node.warm import _home_cache
+
+    triton = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
+    return {"flashinfer": Path(_home_cache("flashinfer")), "tvm-ffi": Path(_home_cache("tvm-ffi")),
+            "sglang": Path(_home_cache("sglang")), "triton": Path(triton)}
+
+
+def install_root(package: str = "sglang") -> Path | None:
+    """The folder `package` is installed in (its bytecode and the JIT caches' paths depend on it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve().parent
+
+
+def _version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
+def gpu_arch(device: Any) -> str:
+    if device.vendor == "amd":
+        return str(device.gfx or "gfx-unknown")
+    if device.vendor == "nvidia":
+        return f"sm{device.sm[0]}{device.sm[1]}" if device.sm else "sm-unknown"
+    return "cpu"
+
+
+def current_key(device_name: str | None = None) -> dict[str, Any]:
+    from dsakit.gates.device_model import resolve_device
+
+    root = install_root()
+    return {"format": FORMAT, "gpu_arch": gpu_arch(resolve_device(device_name)),
+            "python": ".".join(map(str, sys.version_info[:2])),
+            **{name: _version(dist) for name, dist in DISTRIBUTIONS.items()},
+            "install_path": str(root) if root else None}
+
+
+def key_mismatch(expected: dict[str, Any], found: dict[str, Any]) -> list[str]:
+    """'field: cache X, this node Y' for every differing field."""
+    return [f"{name}: cache {found.get(name)!r}, this node {expected.get(name)!r}"
+            for name in expected if expected.get(name) != found.get(name)]
+
+
+# ---------------------------------------------------------------- export
+
+
+@dataclass
+class ExportResult:
+    path: str
+    files: dict[str, int]  # per cache (and "bytecode"): files written
+    bytes: int
+    seconds: float
+
+
+def _bytecode_files(root: Path, modules: Sequence[str]) -> list[Path]:
+    """The valid .pyc of the import chain of `modules` that lie under `root`."""
+    import importlib.util
+
+    from dsakit.node.bytecode import _needs_compile, imported_sources
+
+    sources, _failed = imported_sources(modules)
+    out = []
+    for source in sources:
+        if not Path(source).resolve().is_relative_to(root) or _needs_compile(source):
+            continue
+        cached = Path(importlib.util.cache_from_source(source))
+        if cached.resolve().is_relative_to(root):  # not in a PYTHONPYCACHEPREFIX elsewhere
+            out.append(cached)
+    return out
+
+
+def export_cache(path: str, *, device_name: str | None = None, modules: Sequence[str] | None = None) -> ExportResult:
+    from dsakit.node.bytecode import SGLANG_IMPORTS
+
+    tic = time.perf_counter()
+    key = current_key(device_name)
+    files: dict[str, int] = {}
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
+            data = json.dumps(key, indent=2).encode()
+            info = tarfile.TarInfo(KEY_MEMBER)
+            info.size, info.mtime = len(data), int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+            for name, root in cache_roots().items():
+                count = 0
+                for file in sorted(root.rglob("*")) if root.is_dir() else ():
+                    if file.is_file() and not file.is_symlink() and not file.name.endswith(".lock"):
+                        tar.add(file, f"jit/{name}/{file.relative_to(root).as_posix()}", recursive=False)
+                        count += 1
+                files[name] = count
+            install = key["install_path"]
+            pycs = _bytecode_files(Path(install), modules or SGLANG_IMPORTS) if install else []
+            for pyc in pycs:
+                tar.add(pyc, f"bytecode/{pyc.relative_to(install).as_posix()}", recursive=False)
+            files["bytecode"] = len(pycs)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ExportResult(str(target), files, target.stat().st_size, time.perf_counter() - tic)
+
+
+# ---------------------------------------------------------------- import
+
+
+@dataclass
+class ImportResult:
+    files: dict[str, int]
+    seconds: float
+    key: dict[str, Any]
+
+
+def _safe_target(member: tarfile.TarInfo, roots: dict[str, Path], install: str | None) -> Path:
+    """Where a member goes; UsageError for anything but a plain file inside its root."""
+    parts = PurePosixPath(member.name).parts
+    if member.name.startswith("/") or ".." in parts or len(parts) < 3:
+        raise UsageError(f"refusing cache member {member.name!r}: not a relative path inside a cache")
+    if not member.isfile():
+            raise UsageError(f"refusing cache member {member.name!r}: only regular files are extracted "
+                         "(no links or devices)")
+    if parts[0] == "jit" and parts[1] in roots:
+        base, rest = roots[parts[1]], parts[2:]
+    elif parts[0] == "bytecode" and install:
+        base, rest = Path(install), parts[1:]
+        if (rest[-2:-1] != ("__pycache__",) or not rest[-1].endswith(".pyc")):
+            raise UsageError(f"refusing cache member {member.name!r}: bytecode members must be "
+                             "__pycache__/*.pyc")
+    else:
+        raise UsageError(f"refusing cache member {member.name!r}: unknown cache {'/'.join(parts[:2])!r}")
+    target = base.joinpath(*rest).resolve()
+    if not target.is_relative_to(base.resolve()):
+        raise UsageError(f"refusing cache member {member.name!r}: it resolves outside {base}")
+    return target
+
+
+def import_cache(path: str, *, device_name: str | None = None) -> ImportResult:
+    tic = time.perf_counter()
+    if not Path(path).is_file():
+        raise UsageError(f"no warm cache at {path}: pass a file written by `dsakit warm --export PATH`")
+    try:
+        tar = tarfile.open(path, "r:*")
+    except tarfile.TarError as error:
+        raise UsageError(f"{path} is not a dsakit warm cache (a tarball from `dsakit warm --export`): {error}") from None
+    with tar:
+        try:
+            handle = tar.extractfile(KEY_MEMBER)
+            found = json.loads(handle.read()) if handle else None
+        except KeyError:
+            found = None
+        if not isinstance(found, dict):
+            raise UsageError(f"{path} has no {KEY_MEMBER}: not a cache written by `dsakit warm --export`")
+        expected = current_key(device_name)
+        differ = key_mismatch(expected, found)
+        if differ:
+            raise UsageError(f"refusing the warm cache {path}: it was built for another stack; differing "
+                             "fields: " + "; ".join(differ) + ". Export one on a node with this stack "
+                             "or run `dsakit warm` here")
+        roots = cache_roots()
+        files: dict[str, int] = {}
+        members = [m for m in tar.getmembers() if m.name != KEY_MEMBER and not m.isdir()]
+        targets = [(m, _safe_target(m, roots, expected["install_path"])) for m in members]  # all or nothing
+        for member, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as out:
+                out.write(source.read())
+            os.utime(tmp, (member.mtime, member.mtime))
+            tmp.replace(target)  # atomic: a concurrent reader sees the old file or the new one
+            group = PurePosixPath(member.name).parts
+            name = group[1] if group[0] == "jit" else "bytecode"
+            files[name] = files.get(name, 0) + 1
+    return ImportResult(files, time.perf_counter() - tic, found)
+
+
+def run_export(path: str, *, device_name: str | None = None) -> int:
+    result = export_cache(path, device_name=device_name)
+    counts = ", ".join(f"{name} {n}" for name, n in result.files.items())
+    print(f"dsakit warm: exported {sum(result.files.values())} files ({counts}; "
+          f"{result.bytes / 2**20:.1f} MiB) to {result.path} in {result.seconds:.2f} s")
+    return 0
+
+
+def run_import(path: str, *, device_name: str | None = None) -> int:
+    result = import_cache(path, device_name=device_name)
+    counts = ", ".join(f"{name} {n}" for name, n in result.files.items()) or "nothing"
+    print(f"dsakit warm: imported {sum(result.files.values())} files ({counts}) from {path} "
+          f"in {result.seconds:.2f} s")
+    return 0
