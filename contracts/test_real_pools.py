@@ -19,6 +19,7 @@ def _small(role: str, **overrides: object) -> dsakit.MockModelRunner:
 
 @pytest.mark.parametrize("role", ["target", "draft"])
 def test_req_to_token_pool_is_sglangs_sized_from_the_runner(role: str) -> None:
+    import torch
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
 
     runner = _small(role)
@@ -27,7 +28,7 @@ def test_req_to_token_pool_is_sglangs_sized_from_the_runner(role: str) -> None:
     assert type(pool) is ReqToTokenPool
     assert pool.size == 3 and pool.available_size() == 3  # 0.5.23 pads one row 0 on top
     assert pool.req_to_token.shape[1] == 256 and pool.req_to_token.shape[0] >= 3
-    assert str(pool.req_to_token.device) == runner.device
+    assert pool.req_to_token.device.type == torch.device(runner.device).type
 
 
 def test_dsa_kv_pool_stores_a_token_where_it_is_read() -> None:
@@ -39,9 +40,9 @@ def test_dsa_kv_pool_stores_a_token_where_it_is_read() -> None:
         runner.req_to_token_pool = dsakit.req_to_token_pool(runner)
         pool = dsakit.dsa_kv_pool(runner)
         assert type(pool) is DSATokenToKVPool and pool.size == slot_capacity(runner)
-        latent = torch.randn(1, 1, 512, dtype=torch.bfloat16)
-        rope = torch.randn(1, 1, 64, dtype=torch.bfloat16)
-        slot = torch.tensor([pool.size - 1])
+        latent = torch.randn(1, 1, 512, dtype=torch.bfloat16, device=runner.device)
+        rope = torch.randn(1, 1, 64, dtype=torch.bfloat16, device=runner.device)
+        slot = torch.tensor([pool.size - 1], device=runner.device)
         pool.set_mla_kv_buffer(_layer(0), slot, latent, rope)
         stored = pool.get_key_buffer(0)[slot]
     assert torch.equal(stored[..., :512], latent) and torch.equal(stored[..., 512:], rope)

@@ -43,6 +43,11 @@ def probe_cuda() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return None
+    simulation = sys.modules.get("dsakit.upstream.simulated_device")
+    if simulation is not None and simulation.active_simulation() is not None:
+        # torch.cuda answers as the simulated device until the fixture's teardown restores it:
+        # a sync now would report the simulation, not the device; the teardown phase checks
+        return None
     try:
         torch.cuda.synchronize()
     except Exception as error:  # noqa: BLE001 - any error raised by a sync is the device's

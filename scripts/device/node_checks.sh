@@ -14,5 +14,5 @@ t $P tests/test_fault_isolation_gpu.py -q -rA -p no:randomly > "$OUT/faults.txt"
 echo "== fault isolation:"; grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)|rc=" "$OUT/faults.txt" | tail -6
 t python scripts/device/dsv4_forward_probe.py > "$OUT/dsv4_probe.txt" 2>&1; echo "== dsv4 probe:"; tail -25 "$OUT/dsv4_probe.txt" | cut -c1-250
 R=$PWD; rm -rf /tmp/dsp; cp -r tests/downstream_project /tmp/dsp
-( cd /tmp/dsp && PYTHONPATH=$R:/tmp/dsp $P --snapshot-update -q > "$OUT/downstream.txt" 2>&1; PYTHONPATH=$R:/tmp/dsp $P -n 2 -q >> "$OUT/downstream.txt" 2>&1; echo "rc=$?" >> "$OUT/downstream.txt" )
+( cd /tmp/dsp && PYTHONPATH=$R:/tmp/dsp:$PYTHONPATH $P --snapshot-update -q > "$OUT/downstream.txt" 2>&1; PYTHONPATH=$R:/tmp/dsp:$PYTHONPATH $P -n 2 -q >> "$OUT/downstream.txt" 2>&1; echo "rc=$?" >> "$OUT/downstream.txt" )
 echo "== downstream:"; grep -E "[0-9]+ (passed|failed)|rc=" "$OUT/downstream.txt"
