@@ -296,3 +296,15 @@ def test_kept_server_stops_itself_when_idle(pytester: pytest.Pytester, tmp_path:
     finally:
         with contextlib.suppress(Exception):
             os.kill(server, signal.SIGTERM)  # it removes its folder
+
+
+def test_fork_canary_reports_what_a_forked_child_hits() -> None:
+    """The server's last check before serving on a GPU node: a CUDA driver initialised before the
+    fork shows only in a forked child (seen on the H200: 'CUDA error: initialization error')."""
+    from dsakit.node.fork_server_process import fork_canary
+
+    def broken_driver() -> None:
+        raise RuntimeError("CUDA error: initialization error")
+
+    assert fork_canary(lambda: None) is None
+    assert fork_canary(broken_driver) == "RuntimeError: CUDA error: initialization error"

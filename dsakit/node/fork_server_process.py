@@ -20,7 +20,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,6 +171,39 @@ def fork_safety(tainted: Sequence[str] = ()) -> tuple[str, str] | None:
         return ("fork-server-threads", f"the preload left Python threads running ({names}); forking a "
                 "multi-threaded process is unsafe")
     return None
+
+
+def fork_canary(check: Callable[[], object]) -> str | None:
+    """Run `check` in a forked child, as a worker would run: None when it returns, else what it
+    raised. torch's own guard only sees its lazy init, not a CUDA driver that a preloaded
+    extension initialised (cuInit) before the fork; then every forked worker gets 'CUDA error:
+    initialization error' (seen on the H200 with SGLang 0.5.17), and only a real fork shows it."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running any of the server's cleanup
+        os.close(read_end)
+        try:
+            check()
+            message = b""
+        except BaseException as error:  # noqa: BLE001 - whatever the child hit is the answer
+            message = f"{type(error).__name__}: {error}".encode()[:2000] or b"failed"
+        os.write(write_end, message)
+        os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 4096):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    answer = b"".join(chunks).decode(errors="replace")
+    return answer or None
+
+
+def _cuda_in_a_fork() -> None:
+    import torch
+
+    torch.zeros(1, device="cuda").add_(1)
+    torch.cuda.synchronize()
 
 
 # ---------------------------------------------------------------- the server loop
@@ -383,6 +416,11 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     loaded = preload(modules, capability)
     unsafe = fork_safety(loaded.tainted)
+    if unsafe is None and _gpu_present(capability):
+        failed = fork_canary(_cuda_in_a_fork)
+        if failed is not None:
+            unsafe = ("fork-server-cuda-driver", f"a forked child cannot use CUDA ({failed.splitlines()[0]}): "
+                      "the preload initialised the CUDA driver in the server")
     ready = {"ready": unsafe is None, "pid": os.getpid(), "loaded": loaded.loaded, "skipped": loaded.skipped,
              "seconds": round(loaded.seconds, 3),
              "native_threads": native_threads(), "code": unsafe[0] if unsafe else "",
