@@ -30,9 +30,11 @@ def venv(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> Path:
                           check=True, capture_output=True, text=True).stdout.strip()
     # this interpreter's packages (torch, SGLang, pytest, syrupy, numpy, xdist), after the venv's own
     (Path(site) / "_parent_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    # the wheel with its `snapshot` extra; --no-index: every dependency must already be satisfied
+    # the wheel itself, also where this interpreter has pytest-dsakit installed (editable, as in a
+    # checkout's .venv: pip would call it satisfied and install nothing); its dependencies and the
+    # `snapshot` extra come from this interpreter's packages
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
-                    "--find-links", str(built_wheel.parent), "pytest-dsakit[snapshot]"],
+                    "--no-deps", "--ignore-installed", str(built_wheel)],
                    check=True, timeout=300, env=_env())
     return work
 
