@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "assert_topk_equal": "dsakit.topk.checks",
     "check_topk": "dsakit.topk.checks",
     "compare_topk": "dsakit.topk.checks",
-    "validate_lengths": "dsakit.topk.launch",
+    "validate_lengths": "dsakit.topk.checks",
     "TOPK_PATHS": "dsakit.topk.launch",
     "SelectionSnapshotExtension": "dsakit.topk.snapshot",
     "summarize_selection": "dsakit.topk.snapshot",

@@ -16,6 +16,7 @@ from typing import Any
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory, Role, type_matches
 from dsakit.errors import ContractViolation, UsageError
+from dsakit.call_site import call_site
 from dsakit.mocks import read_log
 
 # this module's code filenames: as imported (through dsakit/mocks in a checkout) and resolved
@@ -29,18 +30,6 @@ def _reading_frame() -> Any:
     while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIRS):
         frame = frame.f_back
     return frame
-
-
-def _site(frame: Any) -> str:
-    if frame is None:
-        return "<unknown>"
-    filename = frame.f_code.co_filename
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in filename:
-            filename = filename.split(marker, 1)[1]
-            break
-    qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-    return f"{filename}:{frame.f_lineno} in {qualname}"
 
 
 def _is_soft_read(frame: Any, name: str) -> bool:
@@ -217,7 +206,7 @@ class StrictNode:
         from dsakit.upstream.source_scan import runner_site
 
         path = self._full(name)
-        site = _site(frame)
+        site = call_site(frame)
         simulated = active_simulation()
         device = simulated.key if simulated is not None else ""
         # the device whose branch read it: a simulated one is named, or the report blames the wrong GPU
@@ -259,10 +248,10 @@ class StrictNode:
         if name not in values:
             frame = _reading_frame()
             if _is_soft_read(frame, name):
-                read_log.record(read_log.ContractRead(read_log.SOFT, self._dsakit_role.value, path, _site(frame)))
+                read_log.record(read_log.ContractRead(read_log.SOFT, self._dsakit_role.value, path, call_site(frame)))
                 raise ContractViolation(
                     f"model_runner.{path} is not in the role contract (soft read)",
-                    attribute=path, code="contract-soft-read", reading_site=_site(frame),
+                    attribute=path, code="contract-soft-read", reading_site=call_site(frame),
                 )
             raise self._violation(name, read_log.UNDECLARED, frame)
         root = self._dsakit_root if self._dsakit_root is not None else self

@@ -297,7 +297,7 @@ def _catalogue() -> dict[str, TopkCase]:
 #   * NaN is outside the ordering: torch.topk ranks NaN above +inf, the v2 JIT's fp32 collect pass
 #     never collects NaN, so a NaN position may be selected or not and may cost its row a slot
 #     (the v2 JIT writes position == slot index into such slots: `nan_slot_filler`);
-#   * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk.launch.validate_lengths`).
+#   * lengths must be >= 0; padded rows carry length 0 (see `dsakit.topk.checks.validate_lengths`).
 CASES: dict[str, TopkCase] = _catalogue()
 
 

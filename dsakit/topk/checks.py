@@ -1,8 +1,8 @@
 """Top-k selection checks: per-row index sets first, then the scores of the symmetric difference
 (a tie is fine), count, duplicates, range and -1 padding (vLLM `test_top_k_per_row.py` style).
 
-Owns: `assert_topk_valid`, `assert_topk_equal`, the per-row diff text, and the per-kernel
-refinements the launch paths declare (`CandidateBuffer`, `nan_slot_filler`). Must not launch
+Owns: `assert_topk_valid`, `assert_topk_equal`, `validate_lengths` (the one length validator), the
+per-row diff text, and the per-kernel refinements the launch paths declare (`CandidateBuffer`, `nan_slot_filler`). Must not launch
 kernels or import SGLang; torch is imported lazily and every check runs on CPU copies.
 """
 
@@ -93,11 +93,32 @@ def _exact_scores(scores: Any) -> Any:
     return sc.to(torch.int64)
 
 
+def validate_lengths(lengths: Any, *, what: str = "lengths") -> None:
+    """Refuse negative row lengths before any kernel sees them.
+
+    The fused top-k kernels read lengths as uint32: a padded row carrying -1 or -4 becomes a
+    ~4e9-token row and illegal-addresses (the MTP CUDA-graph crash). Padded rows carry 0.
+    """
+    import torch
+
+    from dsakit.errors import UsageError
+
+    values = torch.as_tensor(lengths).detach().to("cpu", torch.int64).flatten()
+    bad = torch.nonzero(values < 0).flatten().tolist()
+    if bad:
+        shown = ", ".join(f"row {r} = {int(values[r])}" for r in bad[:8])
+        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
+        raise UsageError(
+            f"negative top-k {what}: {shown}{more}. Padded rows (CUDA-graph / DP padding, "
+            f"idle MTP companions) must carry length 0, which selects nothing and returns all -1; "
+            f"the kernels read lengths as uint32, so a negative length becomes a ~4e9-token row "
+            f"and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
+
+
 def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepared:
     import torch
 
     from dsakit.errors import UsageError
-    from dsakit.topk.launch import validate_lengths
 
     raw_idx = torch.as_tensor(indices).detach()
     if raw_idx.is_floating_point() or raw_idx.is_complex() or raw_idx.dtype == torch.bool:

@@ -1,8 +1,8 @@
 """The one route from a `TopkCase` to the real SGLang top-k entry points, one named *path* each.
 
 Owns: `TOPK_PATHS` (the real call, gates, unsupported cases as `Reason`s, each kernel's sourced
-`KernelContract`), `validate_lengths` (negative lengths refused before any launch) and mapping
-each output back to row-local positions. Must not decide correctness (`dsakit.topk.checks`,
+`KernelContract`), refusing bad lengths before any launch (through `checks.validate_lengths`)
+and mapping each output back to row-local positions. Must not decide correctness (`dsakit.topk.checks`,
 `dsakit.topk.reference`); imports torch and SGLang lazily, once.
 """
 
@@ -15,33 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.topk.checks import BinOverflow, CandidateBuffer, candidate_overflow
+from dsakit.topk.checks import BinOverflow, CandidateBuffer, candidate_overflow, validate_lengths
 
 if TYPE_CHECKING:
     import pytest
     import torch
 
     from dsakit.topk.cases import TopkCase
-
-
-def validate_lengths(lengths: Any, *, what: str = "lengths") -> None:
-    """Refuse negative row lengths before any kernel sees them.
-
-    The fused top-k kernels read lengths as uint32: a padded row carrying -1 or -4 becomes a
-    ~4e9-token row and illegal-addresses (the MTP CUDA-graph crash). Padded rows carry 0.
-    """
-    import torch
-
-    values = torch.as_tensor(lengths).detach().to("cpu", torch.int64).flatten()
-    bad = torch.nonzero(values < 0).flatten().tolist()
-    if bad:
-        shown = ", ".join(f"row {r} = {int(values[r])}" for r in bad[:8])
-        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
-        raise UsageError(
-            f"negative top-k {what}: {shown}{more}. Padded rows (CUDA-graph / DP padding, "
-            f"idle MTP companions) must carry length 0, which selects nothing and returns all -1; "
-            f"the kernels read lengths as uint32, so a negative length becomes a ~4e9-token row "
-            f"and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
 
 
 # ---------------------------------------------------------------- what each kernel guarantees

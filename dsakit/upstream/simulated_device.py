@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.call_site import call_site
 from dsakit.gates.device_model import DeviceModel, simulated_device
 from dsakit.reasons import Reason
 from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES, SM_COUNTS, is_cuda, is_hip
@@ -64,12 +65,10 @@ def active_simulation() -> DeviceModel | None:
 
 
 def _caller_site() -> str:
-    from dsakit.mocks.strict_node import _site
-
     frame: Any = sys._getframe(2)
     while frame is not None and "/sglang/" not in frame.f_code.co_filename:
         frame = frame.f_back
-    return _site(frame if frame is not None else sys._getframe(2)).split(" in ")[0]
+    return call_site(frame if frame is not None else sys._getframe(2)).split(" in ")[0]
 
 
 def _launch_guard(kernel: str, device: DeviceModel) -> Callable[..., Any]:
