@@ -84,9 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and its
     # xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning), device fault
     # isolation (dsakit.node.fault_isolation), workers forked from a warm interpreter
-    # (dsakit.node.fork_server), the contract-reads summary from every xdist worker
+    # (dsakit.node.fork_server), the whole-run device simulation (dsakit.simulation.whole_run: it
+    # starts here, before collection), the contract-reads summary from every xdist worker
     from dsakit.gates import marks
     from dsakit.node import fault_isolation, fork_server, gpu_pinning
+    from dsakit.simulation import whole_run
 
     hooks_by_name: dict[str, object] = {}
     if config.pluginmanager.hasplugin("xdist"):
@@ -95,7 +97,7 @@ def pytest_configure(config: pytest.Config) -> None:
         hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
     for hooks in (marks.configure(config), gpu_pinning.configure(config),
                   fault_isolation.configure(config), fork_server.configure(config),
-                  hooks_by_name):
+                  whole_run.configure(config), hooks_by_name):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 

@@ -3,7 +3,7 @@
 Owns: patching the probes of `dsakit.upstream.device_probes` (torch facts, module constants,
 cached probe functions), the stand-ins for names bound by import-time branches, the kernel guards
 (`SimulatedKernelLaunch`, a skip reason, never a fake result), and restoring all of it on exit.
-Process-global and not thread-safe (one simulation at a time per process; xdist workers are
+Process-global and not thread-safe (simulations nest, innermost first; xdist workers are
 processes). Imports torch and SGLang only when entered.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -78,8 +79,8 @@ def _launch_guard(kernel: str, device: DeviceModel) -> Callable[..., Any]:
     return launch
 
 
-class _Patches:
-    """setattr with undo; callbacks; restored in reverse order."""
+class Patches:
+    """setattr with undo, and undo callbacks; `restore` undoes all of it in reverse order."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
@@ -167,7 +168,7 @@ def _no_gpu(what: str) -> Callable[..., Any]:
     return fail
 
 
-def _patch_torch(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+def _patch_torch(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     import torch
 
     cuda = torch.cuda
@@ -191,7 +192,7 @@ def _patch_torch(patches: _Patches, device: DeviceModel, modules: dict[str, type
         patches.set(common, "_get_device_sm_via_nvml", lambda: None)
 
 
-def _patch_constants(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+def _patch_constants(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     for probe in PROBES:
         if probe.kind != "constant" or not probe.patched or probe.value is None:
             continue
@@ -218,7 +219,7 @@ def _flash_mla_stand_in(device: DeviceModel) -> types.ModuleType:
     return stub
 
 
-def _patch_import_time_names(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+def _patch_import_time_names(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     """Names an import-time branch bound (or skipped) on the real host: replaced for the device."""
     trt = modules.get(_TRTLLM)
     if trt is not None and device.is_gpu and hasattr(trt, "_multi_ctas_kv_counter_bytes"):
@@ -237,8 +238,8 @@ def _patch_import_time_names(patches: _Patches, device: DeviceModel, modules: di
         for name in ("get_paged_mqa_logits_metadata", "get_num_sms"):
             setattr(fake, name, _launch_guard(f"deep_gemm.{name}", device))
         patches.set(dsa, "deep_gemm", fake)
-    if device.is_gpu:
-        package = importlib.import_module(KOPS)
+    package = _module(KOPS) if device.is_gpu else None
+    if package is not None:
         stub = _flash_mla_stand_in(device)
         patches.set(package, "flash_mla_interface", stub)
         old = sys.modules.get(_FLASH_MLA)
@@ -261,7 +262,7 @@ def _imports_deep_gemm(module: types.ModuleType | None) -> bool:
         return False
 
 
-def _patch_kernels(patches: _Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
+def _patch_kernels(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     for name, kernels in KERNEL_GUARDS.items():
         module = modules.get(name)
         for attribute, kernel in kernels.items():
@@ -269,33 +270,38 @@ def _patch_kernels(patches: _Patches, device: DeviceModel, modules: dict[str, ty
                 patches.set(module, attribute, _launch_guard(kernel, device))
 
 
-def _isolate_buffers(patches: _Patches) -> None:
+def _isolate_buffers(patches: Patches) -> None:
     """SGLang's get_buffer() caches by name, process-wide: the scope gets its own registry, so it
     neither reuses a real-device buffer nor leaves its own behind."""
-    from sglang.srt.runtime_context import get_context
+    try:
+        from sglang.srt.runtime_context import get_context
+    except ImportError:  # no SGLang (a downstream backend), or a release without the registry
+        return
+    resources = getattr(get_context(), "resources", None)
+    if resources is not None and hasattr(resources, "buffers"):
+        patches.set(resources, "buffers", {})
 
-    patches.set(get_context().resources, "buffers", {})
+
+def _torch_present() -> bool:
+    return importlib.util.find_spec("torch") is not None
 
 
 @contextlib.contextmanager
 def simulate_device(name: str) -> Iterator[DeviceModel]:
     """`with dsakit.simulate_device("sm103") as device:` — SGLang's backends take that device's
     branch. Names: sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu (or an alias: b300, ...).
-    Everything is restored on exit, also when the body raised. Does not nest; not thread-safe."""
+    Everything is restored on exit, also when the body raised. Nests (the innermost device answers
+    until it exits: a test's simulation inside a whole-run one); not thread-safe."""
     device = simulated_device(name)
-    if _ACTIVE:
-        raise UsageError(
-            f"simulate_device({name!r}) inside simulate_device({_ACTIVE[-1].key!r}): simulations do not "
-            "nest (they patch process-wide probes); leave the first one before entering another"
-        )
     modules = _modules()
-    patches = _Patches()
+    patches = Patches()
     _ACTIVE.append(device)
-    patches.callback(_ACTIVE.clear)
+    patches.callback(_ACTIVE.pop)
     try:
         _isolate_buffers(patches)
         patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
-        _patch_torch(patches, device, modules)
+        if _torch_present():
+            _patch_torch(patches, device, modules)
         _clear_caches(modules)  # real answers cached earlier must not win inside it
         _patch_constants(patches, device, modules)
         _patch_import_time_names(patches, device, modules)

@@ -1,0 +1,255 @@
+"""Kernel launches under a simulation: refused with `[simulated-kernel-launch]`, never faked.
+
+Owns the guards on each route to a device kernel: torch custom ops outside torch's own namespaces
+(sgl-kernel, FlashMLA, FA3, ...), Triton's `JITFunction.run`, the JIT loaders (SGLang's `load_jit`,
+flashinfer's `JitSpec`, tvm-ffi's `load_module`), DeepGEMM; and stand-in modules for the kernel
+libraries the simulated GPU would have installed but this machine lacks. Must not run a kernel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dsakit.call_site import call_site
+from dsakit.gates.device_model import DeviceModel
+from dsakit.upstream.simulated_device import Patches, SimulatedKernelLaunch
+
+# Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
+# kernels are guarded where they launch); every other namespace is a kernel library.
+TORCH_NAMESPACES = frozenset({
+    "aten", "prim", "prims", "rngprims", "higher_order", "profiler", "debugprims", "inductor",
+    "quantized", "_quantized", "mkldnn", "onednn", "c10d", "_c10d_functional", "c10d_functional",
+    "_dtensor", "sglang",
+})
+
+# Kernel libraries a GPU node of each vendor has installed (what a stand-in replaces when absent).
+KERNEL_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "nvidia": ("sgl_kernel", "flashinfer", "deep_gemm", "flash_mla", "tilelang", "fast_hadamard_transform"),
+    "amd": ("sgl_kernel", "aiter", "tilelang"),
+}
+
+# Frames a call site skips: the launching machinery, not the caller.
+_MACHINERY = ("/dsakit/", "/torch/", "/triton/", "/tvm_ffi/", "/sgl_kernel/", "/flashinfer/", "/deep_gemm/",
+              "/contextlib.py", "/functools.py", "<frozen ")
+
+
+def launch_site() -> str:
+    """The first frame outside the launch machinery: who asked for the kernel."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and any(part in frame.f_code.co_filename for part in _MACHINERY):
+        frame = frame.f_back
+    return call_site(frame).split(" in ")[0] if frame is not None else "<unknown>"
+
+
+def refuse(kernel: str, device: DeviceModel) -> SimulatedKernelLaunch:
+    return SimulatedKernelLaunch(kernel, launch_site(), device)
+
+
+def op_namespace(func: Any) -> str | None:
+    """The torch.ops namespace of an op overload (packet), else None (a plain torch function)."""
+    namespace = getattr(func, "namespace", None)
+    if isinstance(namespace, str):
+        return namespace
+    qualified = getattr(func, "_qualified_op_name", None)
+    return qualified.split("::")[0] if isinstance(qualified, str) and "::" in qualified else None
+
+
+def is_kernel_op(func: Any) -> bool:
+    namespace = op_namespace(func)
+    return namespace is not None and namespace not in TORCH_NAMESPACES
+
+
+def op_name(func: Any) -> str:
+    qualified = getattr(func, "_qualified_op_name", None) or getattr(func, "_name", None) or str(func)
+    return "torch.ops." + str(qualified).replace("::", ".")
+
+
+# ---------------------------------------------------------------- guards on present libraries
+
+
+def guard_present_libraries(patches: Patches, device: DeviceModel) -> list[str]:
+    """Guard Triton, the JIT loaders and DeepGEMM where they are installed; returns what was guarded."""
+    guarded: list[str] = []
+    for name, install in (("triton", _guard_triton), ("tvm_ffi", _guard_tvm_ffi),
+                          ("sglang.kernels.jit.utils.compile.loader", _guard_sglang_jit),
+                          ("flashinfer.jit.core", _guard_flashinfer_jit), ("deep_gemm", _guard_deep_gemm)):
+        module = _import_present(name)
+        if module is not None:
+            install(patches, module, device)
+            guarded.append(name)
+    return guarded
+
+
+def _import_present(name: str) -> types.ModuleType | None:
+    top = name.split(".")[0]
+    if top in sys.modules and isinstance(sys.modules[top], StandIn):
+        return None
+    try:
+        if importlib.util.find_spec(top) is None:
+            return None
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - a broken optional library is not guarded (it cannot launch either)
+        return None
+
+
+def _guard_triton(patches: Patches, triton: types.ModuleType, device: DeviceModel) -> None:
+    from triton.runtime.jit import JITFunction
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(getattr(self, "fn", None), "__qualname__", None) or getattr(self, "__name__", "?")
+        raise refuse(f"the Triton kernel {name}", device)
+
+    patches.set(JITFunction, "run", run)
+
+
+def _guard_tvm_ffi(patches: Patches, tvm_ffi: types.ModuleType, device: DeviceModel) -> None:
+    original = getattr(tvm_ffi, "load_module", None)
+    if callable(original):
+        def load_module(path: Any, *args: Any, **kwargs: Any) -> Any:
+            raise refuse(f"the JIT module {path} (tvm_ffi.load_module)", device)
+
+        rebind_everywhere(patches, original, load_module)
+
+
+def _guard_sglang_jit(patches: Patches, loader: types.ModuleType, device: DeviceModel) -> None:
+    original = getattr(loader, "load_jit", None)
+    if callable(original):
+        def load_jit(*args: Any, **kwargs: Any) -> Any:
+            raise refuse(f"SGLang's JIT kernel {'/'.join(map(str, args)) or '?'} (load_jit)", device)
+
+        rebind_everywhere(patches, original, load_jit)
+
+
+def _guard_flashinfer_jit(patches: Patches, core: types.ModuleType, device: DeviceModel) -> None:
+    spec = getattr(core, "JitSpec", None)
+    for method in ("build_and_load", "load"):
+        if spec is not None and callable(getattr(spec, method, None)):
+            def refused(self: Any, *args: Any, _method: str = method, **kwargs: Any) -> Any:
+                raise refuse(f"flashinfer's JIT module {getattr(self, 'name', '?')} (JitSpec.{_method})", device)
+
+            patches.set(spec, method, refused)
+
+
+def _guard_deep_gemm(patches: Patches, deep_gemm: types.ModuleType, device: DeviceModel) -> None:
+    for name, value in list(vars(deep_gemm).items()):
+        if not name.startswith("_") and callable(value) and not isinstance(value, (type, types.ModuleType)):
+            rebind_everywhere(patches, value, _refusing(f"deep_gemm.{name}", device))
+
+
+def _refusing(kernel: str, device: DeviceModel) -> Callable[..., Any]:
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        raise refuse(kernel, device)
+
+    return launch
+
+
+def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:
+    """Replace `original` in every loaded module that bound it (`from x import f` copies the name)."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if value is original:
+                patches.set(module, name, replacement)
+
+
+# ---------------------------------------------------------------- stand-ins for absent libraries
+
+
+class _GuardType(type):
+    """A stand-in attribute: a class (so `isinstance` and subclassing still parse) whose call refuses."""
+
+    _dsakit_kernel: str
+    _dsakit_device: DeviceModel
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise refuse(cls._dsakit_kernel, cls._dsakit_device)
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _guard(f"{cls._dsakit_kernel}.{name}", cls._dsakit_device)
+
+
+def _guard(kernel: str, device: DeviceModel) -> Any:
+    return _GuardType(kernel.rsplit(".", 1)[-1], (), {"_dsakit_kernel": kernel, "_dsakit_device": device})
+
+
+class StandIn(types.ModuleType):
+    """A kernel library this machine lacks: importable (with any submodule); every name refuses to launch."""
+
+    def __init__(self, name: str, device: DeviceModel) -> None:
+        super().__init__(name, f"dsakit stand-in: {name} is not installed here; simulated {device.key} has it")
+        self._dsakit_device = device
+        self.__path__: list[str] = []  # a package: submodules import through the finder
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _guard(f"{self.__name__}.{name}", self._dsakit_device)
+        setattr(self, name, value)
+        return value
+
+
+class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds `lib` and `lib.*` for each absent kernel library; installed first on sys.meta_path."""
+
+    def __init__(self, libraries: Sequence[str], device: DeviceModel) -> None:
+        self.libraries = tuple(libraries)
+        self.device = device
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".")[0] not in self.libraries:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return StandIn(spec.name, self.device)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def absent_libraries(device: DeviceModel) -> list[str]:
+    """The vendor's kernel libraries this machine does not have."""
+    absent: list[str] = []
+    for name in KERNEL_LIBRARIES.get(device.vendor, ()):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            absent.append(name)
+    return absent
+
+
+def install_stand_ins(patches: Patches, device: DeviceModel) -> list[str]:
+    """Stand-ins for the absent libraries, removed (modules included) when `patches` restore."""
+    libraries = absent_libraries(device)
+    if not libraries:
+        return []
+    finder = StandInFinder(libraries, device)
+    sys.meta_path.insert(0, finder)
+
+    def uninstall() -> None:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for name in [n for n, m in sys.modules.items() if isinstance(m, StandIn)]:
+            del sys.modules[name]
+
+    patches.callback(uninstall)
+    return libraries
+
+
+def is_stand_in(name: str) -> bool:
+    """Is `name` (a module gate's module) served by a stand-in right now? Gates treat it as absent."""
+    finder = next((f for f in sys.meta_path if isinstance(f, StandInFinder)), None)
+    return finder is not None and name.split(".")[0] in finder.libraries

@@ -1,0 +1,133 @@
+"""`--dsakit-device NAME`: the whole test process runs as the simulated device.
+
+Owns entering the simulation at configure (before collection: import-time `skipIf(torch.cuda...)`,
+SGLang's module constants and cached probes see it) and leaving it at unconfigure; the header line;
+a `SimulatedKernelLaunch` turned into a skip; and the report sections of a failure under
+simulation. An xdist controller runs no test: its workers simulate. Imports torch and SGLang only
+when a device is simulated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import pytest
+
+from dsakit.gates.device_model import REAL, SIMULATED, DeviceModel, real_device, simulated_device
+
+SECTION = "dsakit simulated device"
+EXPLAINED = "dsakit model_runner read"
+
+
+def requested_device(config: pytest.Config) -> DeviceModel | None:
+    """The one simulated device this process runs as (None: the real device, or a fleet of several)."""
+    from dsakit.gates.device_model import validate_device_name
+    from dsakit.options import value
+
+    raw = value(config, "dsakit_device")
+    if raw and "," in str(raw):
+        return None
+    name = validate_device_name(raw)
+    return None if name == REAL else simulated_device(name)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+
+
+class WholeRun:
+    """The run's simulation: started at configure, stopped at unconfigure (also after a failed run)."""
+
+    def __init__(self, config: pytest.Config, device: DeviceModel) -> None:
+        from dsakit.simulation.runtime import plan
+
+        self.config = config
+        self.device = device
+        self.plan = plan(device, real_device())
+        self.in_this_process = not _is_xdist_controller(config)
+        self.stand_ins: list[str] = []
+        self._stack = contextlib.ExitStack()
+        self._modules_before: set[str] = set()
+
+    def start(self) -> None:
+        from dsakit.simulation import kernels, runtime
+        from dsakit.upstream.simulated_device import Patches, simulate_device
+
+        self._modules_before = set(sys.modules)
+        try:
+            self._stack.enter_context(simulate_device(self.device.key))
+            patches = Patches()
+            self._stack.callback(patches.restore)
+            if not self.plan.exact:
+                if self.device.is_gpu:
+                    self.stand_ins = kernels.install_stand_ins(patches, self.device)
+                kernels.guard_present_libraries(patches, self.device)
+                runtime.install(patches, self.plan)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        try:
+            self._stack.close()
+        finally:
+            # SGLang modules first imported under the simulation computed their constants from it
+            for name in set(sys.modules) - self._modules_before:
+                if name == "sglang" or name.startswith("sglang."):
+                    sys.modules.pop(name, None)
+
+    # ------------------------------------------------------------ hooks
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        where = "this process" if self.in_this_process else "every xdist worker"
+        line = (f"dsakit: {where} runs as simulated {self.device.key} ({self.device.name}) on "
+                f"{self.plan.real.describe()}: {self.plan.describe()}")
+        if self.stand_ins:
+            line += f"; absent kernel libraries stand in: {', '.join(self.stand_ins)}"
+        return [line]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.in_this_process:
+            self.stop()
+
+
+class FailureSections:
+    """Reports of a process that ran under a simulation (whole-run, marker or fixture): a kernel launch
+    skips; a failure names the device it ran as, and a model-runner read is explained."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        outcome = yield
+        report = outcome.get_result()
+        simulation = sys.modules.get("dsakit.upstream.simulated_device")  # never entered: nothing to do
+        device = simulation.active_simulation() if simulation is not None else None
+        if device is None or not report.failed or call.excinfo is None:
+            return
+        if call.excinfo.errisinstance(simulation.SimulatedKernelLaunch):
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {call.excinfo.value.reason}")
+            return
+        report.sections.append((SECTION, f"ran as simulated {device.key} ({device.name}) on "
+                                         f"{real_device().describe()}"))
+        from dsakit.simulation.explain import explain, missing_read
+
+        read = missing_read(call.excinfo)
+        if read is not None:
+            devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
+            report.sections.append((EXPLAINED, explain(read, devices)))
+
+
+def configure(config: pytest.Config) -> dict[str, object]:
+    """The hook objects of this run's simulation (none when the run is not simulated)."""
+    hooks: dict[str, object] = {"dsakit-simulation-reports": FailureSections()}
+    device = requested_device(config)
+    if device is None:
+        return hooks
+    run = WholeRun(config, device)
+    if run.in_this_process:
+        run.start()
+    hooks["dsakit-whole-run"] = run
+    return hooks
