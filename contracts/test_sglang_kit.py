@@ -55,7 +55,10 @@ def kit_reads() -> Iterator[list[read_log.ContractRead]]:
     """The contract reads this test triggered; checked after it: no hard violation, every soft
     read a listed finding, SGLang's runtime state as before (taken after importing the kit: SGLang's
     imports set their own defaults)."""
-    kit_module("attention_methods.dsv4_attention")
+    # kit modules set SGLang defaults when first imported (dense_attention: a parallel override that
+    # stays entered); a family whose test skips elsewhere may be the first to import them
+    for module in (*(kit.module for kit in KIT_FAMILIES.values()), "attention_methods.dense_attention"):
+        kit_module(module)
     before_state = sglang_state()
     start = len(read_log.contract_reads())
     reads: list[read_log.ContractRead] = []

@@ -92,7 +92,8 @@ def _compare(args: argparse.Namespace) -> int:
 def _report_merge(args: argparse.Namespace) -> int:
     from dsakit.node.report_merge import run_report_merge
 
-    return run_report_merge(args.reports, must_run=args.must_run, json_path=args.json, markdown_path=args.markdown)
+    return run_report_merge(args.reports, must_run=args.must_run, json_path=args.json, markdown_path=args.markdown,
+                            must_run_real=args.must_run_real)
 
 
 def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -141,6 +142,8 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     merge.add_argument("--must-run", default="", metavar="CODE,...",
                        help="fail (exit 1) when a test behind these gates ran on no node (added to the "
                        "reports' own --dsakit-must-run codes)")
+    merge.add_argument("--must-run-real", action="store_true",
+                       help="a must-run gate met only by simulated devices (--dsakit-device) fails too")
     merge.add_argument("--json", metavar="PATH", help="write the merged coverage as JSON")
     merge.add_argument("--markdown", metavar="PATH", help="write a PR comment as markdown")
     merge.set_defaults(handler=_report_merge)

@@ -102,6 +102,21 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(plugin, name)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """`--dsakit-device sm90,sm103,...`: one pytest run per device, in parallel, then the fleet table
+    (dsakit.simulation.fleet); this process runs no test itself."""
+    from dsakit.options import value
+
+    raw = value(config, "dsakit_device")
+    if not raw or "," not in str(raw) or config.option.help or config.option.version:
+        return None
+    from dsakit.simulation.fleet import fleet_devices, run_fleet
+
+    devices = fleet_devices(str(raw))
+    return run_fleet(config, devices) if devices else None
+
+
 # ---------------------------------------------------------------- capability gates
 
 

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.errors import UsageError
@@ -159,13 +159,20 @@ def _note(device: DeviceModel) -> str:
     return _SIMULATED_NOTE if device.simulated else ""
 
 
-@functools.lru_cache(maxsize=None)
-def _package_dir(name: str) -> Path | None:
-    """The directory of a top-level package, found without importing it (None if absent)."""
+def _find_spec(name: str) -> Any:
+    """The module's spec on this machine: a whole-run simulation's stand-in for an absent kernel
+    library (its loader says `dsakit_stand_in`) counts as absent."""
     try:
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         return None
+    return None if spec is None or getattr(spec.loader, "dsakit_stand_in", False) else spec
+
+
+@functools.lru_cache(maxsize=None)
+def _package_dir(name: str) -> Path | None:
+    """The directory of a top-level package, found without importing it (None if absent)."""
+    spec = _find_spec(name)
     if spec is None:
         return None
     if spec.submodule_search_locations:
@@ -175,10 +182,7 @@ def _package_dir(name: str) -> Path | None:
 
 @functools.lru_cache(maxsize=None)
 def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+    return _find_spec(name) is not None
 
 
 @functools.lru_cache(maxsize=None)

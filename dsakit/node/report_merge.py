@@ -40,6 +40,7 @@ class NodeReport:
     shard: tuple[int, int] | None  # (group, splits)
     tests: dict[str, dict[str, Any]]
     must_run: tuple[str, ...]
+    simulated: bool = False  # a --dsakit-device run: its coverage is not real hardware coverage
 
 
 def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
@@ -98,6 +99,7 @@ def load_report(path: str) -> NodeReport:
         shard=shard,
         tests=tests,
         must_run=tuple(str(c) for c in _field(data, "must_run", dict, path).get("codes", [])),
+        simulated=bool(device.get("simulated")),
     )
 
 
@@ -119,6 +121,10 @@ class Node:
     @property
     def splits(self) -> int | None:
         return self.reports[0].shard[1] if self.reports[0].shard else None
+
+    @property
+    def simulated(self) -> bool:
+        return self.reports[0].simulated
 
     @property
     def shards_text(self) -> str:
@@ -164,7 +170,7 @@ def group_nodes(reports: Iterable[NodeReport]) -> list[Node]:
     for node in result:
         _check_shards(node)
         node.label = node.host
-        if hosts.count(node.host) > 1:
+        if hosts.count(node.host) > 1 or node.simulated:  # a simulated column always says so
             node.label = f"{node.host} ({node.device_key})"
         for report in node.reports:
             for nodeid, entry in report.tests.items():
@@ -194,6 +200,7 @@ def _reasons(entry: dict[str, Any]) -> list[tuple[str, str]]:
 class Merged:
     nodes: list[Node]
     must_run: tuple[str, ...]
+    must_run_real: bool = False  # a must-run gate met only by simulated devices fails
 
     @property
     def test_ids(self) -> list[str]:
@@ -213,8 +220,13 @@ class Merged:
                 counts["failed"] += entry["outcome"] in FAILING
         return counts
 
-    def gate_ran_on(self, code: str) -> list[str]:
-        return [n.label for n in self.nodes if self.gate_cell(code, n)["ran"]]
+    def gate_ran_on(self, code: str, *, real: bool = False) -> list[str]:
+        """Labels of the nodes where tests behind the gate ran (real=True: real hardware only)."""
+        return [n.label for n in self.nodes if self.gate_cell(code, n)["ran"] and not (real and n.simulated)]
+
+    def simulated_only(self) -> list[str]:
+        """Gates whose tests ran only on simulated devices: no real hardware covered them."""
+        return [c for c in self.gate_codes() if self.gate_ran_on(c) and not self.gate_ran_on(c, real=True)]
 
     def must_run_failures(self) -> dict[str, str]:
         """Must-run gate code -> why it counts as not run on any node."""
@@ -225,6 +237,9 @@ class Merged:
                 failures[code] = "no test in any report declares this gate"
             elif not self.gate_ran_on(code):
                 failures[code] = "every test behind it was skipped on every node"
+            elif self.must_run_real and not self.gate_ran_on(code, real=True):
+                failures[code] = (f"it ran only on simulated devices ({', '.join(self.gate_ran_on(code))}); "
+                                  "--must-run-real needs real hardware")
         return failures
 
     def failures(self) -> list[FailureRow]:
@@ -306,6 +321,8 @@ def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:
     for code in sorted(set(merged.gate_codes()) | set(merged.must_run)):
         ran = merged.gate_ran_on(code)
         status = "ran on " + ", ".join(ran) if ran else "RAN ON NO NODE"
+        if ran and not merged.gate_ran_on(code, real=True):
+            status += " (simulated only: no real hardware)"
         if code in must:
             status += " (must-run: FAILED)"
         elif code in merged.must_run:
@@ -340,6 +357,10 @@ def comment(merged: Merged) -> Comment:
     nowhere = [code for code in merged.gate_codes() if not merged.gate_ran_on(code)]
     if nowhere:
         summary.append("gates that ran on no node: " + ", ".join(f"`{code}`" for code in nowhere))
+    simulated = merged.simulated_only()
+    if simulated:
+        summary.append("gates that ran only on simulated devices (not real coverage): "
+                       + ", ".join(f"`{code}`" for code in simulated))
     for code, why in must.items():
         summary.append(f"must-run gate `{code}` ran on no node: {why}")
     return Comment(
@@ -358,18 +379,20 @@ def comment(merged: Merged) -> Comment:
 
 def as_json(merged: Merged) -> dict[str, Any]:
     return {
-        "nodes": [{"label": n.label, "host": n.host, "device": n.device, "sglang": n.sglang,
+        "nodes": [{"label": n.label, "host": n.host, "device": n.device, "simulated": n.simulated, "sglang": n.sglang,
                    "shards": n.shards_text, "missing_shards": n.missing_shards,
                    "reports": [r.path for r in n.reports]} for n in merged.nodes],
         "gates": {code: {"nodes": {n.label: merged.gate_cell(code, n) for n in merged.nodes},
-                         "ran_on": merged.gate_ran_on(code)} for code in merged.gate_codes()},
+                         "ran_on": merged.gate_ran_on(code), "ran_on_real": merged.gate_ran_on(code, real=True)}
+                  for code in merged.gate_codes()},
         "tests": {t: {n.label: n.tests[t]["outcome"] for n in merged.nodes if t in n.tests}
                   for t in merged.test_ids},
         "failures": [{"test": r.test, "where": r.where, "signature": r.signature} for r in merged.failures()],
         "not_run_anywhere": merged.not_run_anywhere(),
         "skips": [{"code": g.code, "reason": g.reason, "skipped": g.skipped, "skipped_on": g.skipped_on,
                    "covered_on": g.covered_on, "uncovered": list(g.uncovered)} for g in merged.skip_groups()],
-        "must_run": {"codes": list(merged.must_run), "failed": merged.must_run_failures()},
+        "must_run": {"codes": list(merged.must_run), "real": merged.must_run_real,
+                     "failed": merged.must_run_failures()},
         "exit": merged.exit_code(),
     }
 
@@ -397,21 +420,22 @@ def format_text(merged: Merged) -> list[str]:
     return lines
 
 
-def merge(paths: Sequence[str], must_run: Sequence[str] = ()) -> Merged:
+def merge(paths: Sequence[str], must_run: Sequence[str] = (), *, must_run_real: bool = False) -> Merged:
     """The reports merged; must-run gates: `must_run` (validated here) and every report's own."""
     from dsakit.gates.table import validate_codes
 
     codes = validate_codes(must_run) if must_run else ()
     reports = [load_report(p) for p in paths]
-    return Merged(group_nodes(reports), tuple(dict.fromkeys([*codes, *(c for r in reports for c in r.must_run)])))
+    return Merged(group_nodes(reports), tuple(dict.fromkeys([*codes, *(c for r in reports for c in r.must_run)])),
+                  must_run_real)
 
 
 def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str | None = None,
-                     markdown_path: str | None = None) -> int:
+                     markdown_path: str | None = None, must_run_real: bool = False) -> int:
     from dsakit.gates.table import split_codes
     from dsakit.node import markdown
 
-    merged = merge(paths, split_codes(must_run))
+    merged = merge(paths, split_codes(must_run), must_run_real=must_run_real)
     print("\n".join(format_text(merged)))
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,8 @@ class StandIn(types.ModuleType):
 class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds `lib` and `lib.*` for each absent kernel library; installed first on sys.meta_path."""
 
+    dsakit_stand_in = True  # module gates (dsakit.gates.table) see through it: still absent here
+
     def __init__(self, libraries: Sequence[str], device: DeviceModel) -> None:
         self.libraries = tuple(libraries)
         self.device = device

@@ -151,6 +151,7 @@ def _patch_cuda_runtime(patches: Patches, device: DeviceModel) -> None:
     cuda = torch.cuda
     stream = _Stream()
     memory = device.memory_bytes or 0
+    cpu = torch.default_generator
 
     def graph_refused(*args: Any, **kwargs: Any) -> Any:
         raise refuse("CUDA graph capture (torch.cuda.graph / CUDAGraph)", device)
@@ -168,6 +169,11 @@ def _patch_cuda_runtime(patches: Patches, device: DeviceModel) -> None:
         "max_memory_allocated": lambda *a: 0, "memory_reserved": lambda *a: 0,
         "max_memory_reserved": lambda *a: 0, "reset_peak_memory_stats": lambda *a: None,
         "CUDAGraph": graph_refused, "graph": graph_refused, "graph_pool_handle": graph_refused,
+        # "cuda" tensors are drawn from the CPU generator: seeding CUDA seeds that one
+        "get_rng_state": lambda *a, **k: cpu.get_state(),
+        "set_rng_state": lambda state, *a, **k: cpu.set_state(state),
+        "manual_seed": cpu.manual_seed, "manual_seed_all": cpu.manual_seed, "seed": cpu.seed, "seed_all": cpu.seed,
+        "initial_seed": cpu.initial_seed,
     }
     for name, value in answers.items():
         if hasattr(cuda, name):

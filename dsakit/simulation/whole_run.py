@@ -26,10 +26,15 @@ def requested_device(config: pytest.Config) -> DeviceModel | None:
     from dsakit.gates.device_model import validate_device_name
     from dsakit.options import value
 
+    from dsakit.errors import UsageError
+
     raw = value(config, "dsakit_device")
     if raw and "," in str(raw):
         return None
-    name = validate_device_name(raw)
+    try:
+        name = validate_device_name(raw)
+    except UsageError as error:
+        raise pytest.UsageError(f"--dsakit-device: {error}") from None
     return None if name == REAL else simulated_device(name)
 
 
