@@ -119,7 +119,8 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     rerun.add_argument("--only-matching", action="store_true",
                        help="skip files whose CI registration does not match this node")
     rerun.add_argument("--show-output", action="store_true", help="print every file's full output")
-    rerun.add_argument("--device", metavar="NAME", help="simulate a device for the runner match")
+    rerun.add_argument("--device", metavar="NAME", help="simulate a device: for the runner match and, through "
+                       "--dsakit-device NAME, for each file's whole run")
     rerun.set_defaults(handler=_rerun_test)
 
     compare = commands.add_parser("compare", help="one pytest selection against two SGLang trees: regressions, fixes, ...")

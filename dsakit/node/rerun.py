@@ -293,7 +293,10 @@ def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *
     registrations = ci_registrations(path)
     name = _safe_name(path)
     junit = junit_dir / f"{name}.xml"
-    script = runs_as_script(path)
+    # a simulated device needs dsakit's plugin in the child: a script-style file runs through pytest
+    script = runs_as_script(path) and not device.simulated
+    if device.simulated:
+        pytest_args = [*pytest_args, f"--dsakit-device={device.key}"]
     if script:
         command = [sys.executable, str(path), "-v"]
     else:

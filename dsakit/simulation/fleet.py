@@ -67,7 +67,9 @@ class DeviceRun:
 def _report_paths(given: str | None, devices: list[str]) -> tuple[Path, bool]:
     """Where the per-device reports go: beside --dsakit-report PATH (kept) or a temp dir (removed)."""
     if given:
-        return Path(given).expanduser().resolve().parent, True
+        folder = Path(given).expanduser().resolve().parent
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder, True
     return Path(tempfile.mkdtemp(prefix="dsakit-fleet-")), False
 
 

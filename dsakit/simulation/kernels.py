@@ -12,6 +12,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -45,7 +46,11 @@ def launch_site() -> str:
     frame: Any = sys._getframe(1)
     while frame is not None and any(part in frame.f_code.co_filename for part in _MACHINERY):
         frame = frame.f_back
-    return call_site(frame).split(" in ")[0] if frame is not None else "<unknown>"
+    if frame is None:
+        return "<unknown>"
+    site = call_site(frame).split(" in ")[0]
+    here = os.getcwd() + os.sep
+    return site[len(here):] if site.startswith(here) else site  # a test file: relative to the run's folder
 
 
 def refuse(kernel: str, device: DeviceModel) -> SimulatedKernelLaunch:

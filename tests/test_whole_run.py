@@ -1,0 +1,333 @@
+"""`--dsakit-device NAME` simulates the whole test process: import-time CUDA checks, unittest classes,
+tensor placement, kernel launches, failure sections, xdist workers, restore at the end.
+
+The suites below are written the way SGLang writes its own (unittest.TestCase, a hand-written
+runner class on device="cuda", a class-level `skipIf(not torch.cuda.is_available())`); they import
+torch (and SGLang), so every run is a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dsakit.gates.device_model import real_device
+
+try:
+    import importlib.util as _util
+
+    HAS_TORCH = _util.find_spec("torch") is not None
+    HAS_SGLANG = _util.find_spec("sglang") is not None
+    HAS_TRITON = _util.find_spec("triton") is not None
+except (ImportError, ValueError):
+    HAS_TORCH = HAS_SGLANG = HAS_TRITON = False
+
+torch_needed = pytest.mark.skipif(not HAS_TORCH, reason="[module:torch] the simulation patches torch")
+sglang_needed = pytest.mark.skipif(not HAS_SGLANG, reason="[module:sglang] the suite builds SGLang's backend")
+no_gpu_here = pytest.mark.skipif(real_device().is_gpu, reason="[real-gpu] checks CPU placement: this machine has a GPU")
+
+IMPORT_TIME_SKIP = '''
+import unittest
+import torch
+
+AT_IMPORT = torch.cuda.is_available()
+
+
+@unittest.skipIf(not torch.cuda.is_available(), "Test requires CUDA")
+class TestOnCuda(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.capability = torch.cuda.get_device_capability()
+
+    def test_sees_the_device(self):
+        self.assertTrue(AT_IMPORT)
+        self.assertEqual(self.capability, (10, 3))
+        self.assertEqual(torch.cuda.get_device_name(), "NVIDIA B300")
+
+    def test_tensors_on_cuda(self):
+        x = torch.arange(4, device="cuda", dtype=torch.float32)
+        layer = torch.nn.Linear(4, 2).cuda()
+        with torch.device("cuda"):
+            y = torch.ones(4)
+        torch.cuda.synchronize()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            z = (x + y).to("cuda", non_blocking=True)
+        self.assertEqual(layer(z).shape, (2,))
+        self.assertEqual(str(z.device), PLACED)
+'''
+
+# Shaped like SGLang's DSA indexer test at the role-split PR: the hand-written runner sets
+# is_draft_worker (the split reads it) but not max_running_requests (read on SM >= 10 only).
+SGLANG_SHAPED = '''
+import unittest
+
+import torch
+
+from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+
+class MockModelRunner:
+    def __init__(self):
+        self.device = "cuda"
+        self.dtype = torch.bfloat16
+        self.kv_cache_dtype = torch.float8_e4m3fn
+        self.is_draft_worker = False
+        self.page_size = 64
+        self.sliding_window_size = None
+        self.is_hybrid_swa = False
+        hf = type("Hf", (), {"architectures": ["DeepseekV3ForCausalLM"], "index_topk": 64,
+                             "index_head_dim": 128, "index_n_heads": 32})()
+        self.model_config = type("Mc", (), {"context_len": 512, "is_multimodal": False,
+                                            "num_attention_heads": 128, "kv_lora_rank": 512,
+                                            "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                                            "hf_config": hf})()
+        self.req_to_token_pool = type("Pool", (), {"size": 4, "req_to_token": torch.zeros(
+            4, 512, dtype=torch.int32, device=self.device)})()
+        self.token_to_kv_pool = DSATokenToKVPool(
+            size=4 * 512, page_size=64, dtype=torch.float8_e4m3fn, kv_lora_rank=512,
+            qk_rope_head_dim=64, layer_num=1, device=self.device, index_head_dim=128,
+            enable_memory_saver=False, kv_cache_dim=576)
+        self.server_args = type("Sa", (), {"kv_cache_dtype": "auto", "speculative_eagle_topk": None,
+                                           "speculative_num_draft_tokens": 0,
+                                           "enable_deterministic_inference": False,
+                                           "dsa_prefill_backend": "flashmla_sparse",
+                                           "dsa_decode_backend": "fa3", "dsa_topk_backend": "sgl-kernel",
+                                           "disaggregation_mode": "null",
+                                           "enable_two_batch_overlap": False})()
+        self.hisparse_coordinator = None
+
+
+@unittest.skipIf(not torch.cuda.is_available(), "Test requires CUDA")
+class TestBackendFromAHandWrittenRunner(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        args = ServerArgs(model_path="dummy")
+        args.dsa_prefill_backend = "flashmla_sparse"
+        args.dsa_decode_backend = "flashmla_sparse"
+        set_global_server_args_for_scheduler(args)
+
+    def test_backend_builds(self):
+        DeepseekSparseAttnBackend(MockModelRunner())
+
+    def test_pools_build(self):
+        self.assertEqual(MockModelRunner().req_to_token_pool.req_to_token.shape, (4, 512))
+'''
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *args)
+
+
+@torch_needed
+@no_gpu_here
+def test_import_time_cuda_checks_and_unittest_classes_see_the_simulated_gpu(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=IMPORT_TIME_SKIP.replace("PLACED", "'cpu'"))
+    plain = _run(pytester)
+    plain.assert_outcomes(skipped=2)
+    simulated = _run(pytester, "--dsakit-device", "b300")
+    simulated.assert_outcomes(passed=2)
+    simulated.stdout.fnmatch_lines([
+        "dsakit: this process runs as simulated sm103 (NVIDIA B300) on CPU*: tensors and pools created on "
+        '"cuda" live on the CPU; kernel launches skip with [[]simulated-kernel-launch[]]*'])
+
+
+@torch_needed
+def test_the_env_variable_and_the_ini_key_simulate_the_whole_run_too(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_cap="import torch\n\ndef test_cap():\n"
+                                 "    assert torch.cuda.get_device_capability() == (9, 4)\n")
+    monkeypatch.setenv("DSAKIT_DEVICE", "gfx942")
+    _run(pytester).assert_outcomes(passed=1)
+    monkeypatch.delenv("DSAKIT_DEVICE")
+    pytester.makeini("[pytest]\ndsakit_device = mi300\n")
+    _run(pytester).assert_outcomes(passed=1)
+
+
+@torch_needed
+def test_everything_is_restored_after_the_run_also_when_a_test_raised(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_boom="import torch\n\ndef test_boom():\n"
+                                  "    assert torch.cuda.is_available()\n    raise RuntimeError('boom')\n")
+    script = pytester.makepyfile(check=textwrap.dedent(f"""
+        import json, sys
+        import pytest
+        import torch
+        before = (torch.cuda.is_available(), torch.version.cuda, list(sys.meta_path))
+        code = pytest.main(["-p", "no:cacheprovider", "-q", {str(pytester.path / 'test_boom.py')!r},
+                            "--dsakit-device", "sm103"])
+        from torch.overrides import _get_current_function_mode_stack
+        after = (torch.cuda.is_available(), torch.version.cuda, list(sys.meta_path))
+        print(json.dumps({{"code": int(code), "same": before == after,
+                          "modes": len(_get_current_function_mode_stack()),
+                          "stand_ins": [n for n, m in sys.modules.items() if type(m).__name__ == "StandIn"],
+                          "placed": str(torch.zeros(1).device)}}))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=pytester.path)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"code": 1, "same": True, "modes": 0, "stand_ins": [], "placed": "cpu"}, done.stdout
+
+
+@torch_needed
+@no_gpu_here
+@pytest.mark.skipif(not HAS_TRITON, reason="[module:triton] launches a real Triton kernel")
+def test_kernel_launches_skip_naming_the_kernel_and_the_call_site(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kernels='''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + 1, mask=mask)
+
+
+def test_triton():
+    x = torch.zeros(8, device="cuda")
+    add_one[(1,)](x, 8, BLOCK=8)
+    assert False, "a simulated Triton launch must not run"
+
+
+def test_kernel_library_op():
+    lib = torch.library.Library("dsakit_test_kernels", "DEF")
+    lib.define("scale(Tensor x) -> Tensor")
+    lib.impl("scale", lambda x: x * 2, "CompositeExplicitAutograd")
+    torch.ops.dsakit_test_kernels.scale(torch.ones(2, device="cuda"))
+    assert False, "a kernel library's op must not run"
+
+
+def test_absent_kernel_library():
+    from sgl_kernel import fast_topk  # the simulated GPU has sgl-kernel; this machine has not
+    fast_topk(torch.ones(1, 8, device="cuda"), torch.ones(1, 8), 4)
+
+
+def test_cuda_graph():
+    torch.cuda.CUDAGraph()
+
+
+def test_torch_ops_run():
+    assert torch.ops.aten.add(torch.ones(2, device="cuda"), 1).sum().item() == 4
+''')
+    result = _run(pytester, "--dsakit-device", "sm100")
+    result.assert_outcomes(passed=1, skipped=4)
+    result.stdout.fnmatch_lines_random([
+        "SKIPPED [[]1[]] test_kernels.py:*: [[]simulated-kernel-launch[]] the Triton kernel add_one "
+        "(called at test_kernels.py:*) would launch a kernel for simulated sm100*",
+        "SKIPPED [[]1[]] test_kernels.py:*: [[]simulated-kernel-launch[]] the kernel "
+        "torch.ops.dsakit_test_kernels.scale (called at test_kernels.py:*)*",
+        "SKIPPED [[]1[]] test_kernels.py:*: [[]simulated-kernel-launch[]] sgl_kernel.fast_topk "
+        "(called at test_kernels.py:*)*",
+        "SKIPPED [[]1[]] test_kernels.py:*: [[]simulated-kernel-launch[]] CUDA graph capture*",
+    ])
+    # the gate inventory counts them under their code
+    result.stdout.fnmatch_lines(["*4 skipped*[[]simulated-kernel-launch[]]*"])
+
+
+@torch_needed
+@sglang_needed
+@no_gpu_here
+def test_an_sglang_shaped_suite_fails_on_the_simulated_b300_with_the_read_explained(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED)
+    _run(pytester).assert_outcomes(skipped=2)  # plain pytest on CPU: "Test requires CUDA"
+    _run(pytester, "--dsakit-device", "sm90").assert_outcomes(passed=2)
+    b300 = _run(pytester, "--dsakit-device", "sm103")
+    b300.assert_outcomes(failed=1, passed=1)
+    b300.stdout.fnmatch_lines([
+        "E * AttributeError: 'MockModelRunner' object has no attribute 'max_running_requests'",
+        "*dsakit simulated device*",
+        "ran as simulated sm103 (NVIDIA B300) on CPU*",
+        "*dsakit model_runner read*",
+        "model_runner.max_running_requests is missing on MockModelRunner: read at "
+        "sglang/srt/layers/attention/dsa_backend.py:*",
+        "  in DeepseekSparseAttnBackend.__init__ when * -> fails on sm100, sm103, sm120*",
+        "  the real ModelRunner: sglang/srt/model_executor/model_runner.py:*",
+    ])
+
+
+@torch_needed
+@sglang_needed
+def test_dsakits_own_mock_gets_the_same_explanation(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_strict='''
+import dsakit
+from dsakit.backends.harness import dsa_backend
+
+
+def test_omitted():
+    runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
+    with dsa_backend(runner):
+        pass
+''')
+    result = _run(pytester, "--dsakit-device", "sm100")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*ContractViolation: model_runner.max_running_requests was omitted*on simulated sm100 (NVIDIA B200)*",
+        "ran as simulated sm100 (NVIDIA B200) on *",
+        "model_runner.max_running_requests is missing on dsakit's MockModelRunner: read at "
+        "sglang/srt/layers/attention/dsa_backend.py:*",
+        "  in DeepseekSparseAttnBackend.__init__ when * -> fails on sm100, sm103, sm120*",
+    ])
+
+
+@torch_needed
+def test_xdist_workers_simulate_and_the_controller_says_so(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_w="import torch\n\ndef test_a():\n    assert torch.cuda.get_device_capability() == (10, 0)\n"
+                               "\ndef test_b():\n    assert torch.cuda.is_available()\n")
+    result = _run(pytester, "-n", "2", "--dsakit-device", "sm100")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["dsakit: every xdist worker runs as simulated sm100 (NVIDIA B200)*"])
+
+
+def test_a_failure_without_simulation_gets_no_dsakit_section(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_f="def test_f():\n    raise AttributeError('x')\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert "dsakit simulated device" not in result.stdout.str()
+
+
+def test_an_unknown_device_in_a_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    for spec in ("sm90,sm999", "sm999"):
+        result = pytester.runpytest_subprocess("--dsakit-device", spec)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*unknown dsakit device 'sm999'; valid names: real*sm90, sm100, sm103*"])
+
+
+@torch_needed
+def test_a_fleet_runs_each_device_and_prints_the_merged_table(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_fleet="import torch\n\ndef test_hopper_only():\n"
+                                   "    assert torch.cuda.get_device_capability()[0] == 9\n\n"
+                                   "def test_anywhere():\n    assert True\n")
+    tmp = pytester.path / "tmp"
+    tmp.mkdir()
+    result = _fleet(pytester, tmp, "sm90,sm103,gfx942")
+    assert result.returncode == 1, result.stdout
+    out = result.stdout
+    for line in ("dsakit fleet: 3 runs in parallel, one per device: sm90, sm103, gfx942",
+                 "dsakit fleet: sm90 (simulated sm90): 2 passed",
+                 "dsakit fleet: sm103 (simulated sm103): 1 failed, 1 passed",
+                 "dsakit report merge: 3 node(s), 3 report(s), 2 test ids; 1 failure(s)"):
+        assert line in out, out
+    assert "test_fleet.py::test_hopper_only  on " in out and "(sm103 simulated) only (passed on " in out
+    assert list(tmp.iterdir()) == [], "the fleet's report folder was left behind"
+    kept = _fleet(pytester, tmp, "sm90,sm103", "--dsakit-report", str(pytester.path / "out" / "r.json"))
+    assert kept.returncode == 1
+    assert sorted(p.name for p in (pytester.path / "out").iterdir()) == [
+        "r-sm103.json", "r-sm103.log", "r-sm90.json", "r-sm90.log"]
+
+
+def _fleet(pytester: pytest.Pytester, tmp: Path, devices: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--dsakit-device", devices,
+                           *args], capture_output=True, text=True, timeout=600, cwd=pytester.path,
+                          env={**os.environ, "TMPDIR": str(tmp)})
