@@ -101,12 +101,16 @@ def explain(read: MissingRead, devices: dict[str, Any]) -> str:
     if scanned is None:
         lines.append("  (not a read dsakit's source scan knows: no guard to evaluate)")
     else:
-        fires = [v.device for v in verdicts(scanned.guard, devices) if v.fires]
-        only = sorted({v.condition for v in verdicts(scanned.guard, devices) if not v.fires and v.condition})
+        found = verdicts(scanned.guard, devices)
+        fires = [v.device for v in found if v.fires]
+        only: dict[str, list[str]] = {}
+        for v in found:
+            if not v.fires and v.condition:
+                only.setdefault(v.condition, []).append(v.device)
         guard = f"when {scanned.guard}" if scanned.guard else "unconditionally"
         outcome = f"fails on {', '.join(fires)}" if fires else "fires on none of the simulated devices by default"
-        lines.append(f"  in {scanned.function} {guard} -> {outcome}" + (
-            f"; only with {' or '.join(only)} elsewhere" if only else ""))
+        outcome += "".join(f"; only with {c} on {', '.join(d)}" for c, d in only.items())
+        lines.append(f"  in {scanned.function} {guard} -> {outcome}")
     lines.append(f"  the real ModelRunner: {runner_site(read.path)}")
     lines.append(f"  `dsakit audit <this test file>` finds it without running; add `{read.path.split('.')[0]}` "
                  "to the mock, or build it from dsakit.MockModelRunner")

@@ -50,7 +50,10 @@ def launch_site() -> str:
         return "<unknown>"
     site = call_site(frame).split(" in ")[0]
     here = os.getcwd() + os.sep
-    return site[len(here):] if site.startswith(here) else site  # a test file: relative to the run's folder
+    if site.startswith(here):
+        return site[len(here):]  # a test file: relative to the run's folder
+    index = site.rfind("/sglang/")  # an SGLang tree on PYTHONPATH: from its package down
+    return site[index + 1:] if index >= 0 else site
 
 
 def refuse(kernel: str, device: DeviceModel) -> SimulatedKernelLaunch:
@@ -66,9 +69,30 @@ def op_namespace(func: Any) -> str | None:
     return qualified.split("::")[0] if isinstance(qualified, str) and "::" in qualified else None
 
 
-def is_kernel_op(func: Any) -> bool:
+def is_kernel_op(func: Any, *, on_cpu: bool) -> bool:
+    """An op whose kernel belongs to a kernel library; placed on the CPU, also any custom op (SGLang's
+    included) that registered no CPU or composite kernel: it could only run on the device."""
     namespace = op_namespace(func)
-    return namespace is not None and namespace not in TORCH_NAMESPACES
+    if namespace is None or namespace in ("aten", "prim", "prims"):
+        return False
+    if namespace not in TORCH_NAMESPACES:
+        return True
+    return on_cpu and namespace == "sglang" and not _has_cpu_kernel(func)
+
+
+def _has_cpu_kernel(func: Any) -> bool:
+    import torch
+
+    overload = getattr(func, "_overloadname", None)
+    if overload is None:  # a packet: its default overload is what a plain call runs
+        overload = "default" if "default" in getattr(func, "overloads", lambda: [])() else ""
+    qualified = str(getattr(func, "_qualified_op_name", "") or getattr(func, "name", lambda: "")())
+    name = qualified if "." in qualified.split("::")[-1] or overload in ("", "default") else f"{qualified}.{overload}"
+    try:
+        return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+                   for key in ("CPU", "CompositeExplicitAutograd", "CompositeImplicitAutograd"))
+    except RuntimeError:  # not a registered operator name: let torch answer the call itself
+        return True
 
 
 def op_name(func: Any) -> str:

@@ -73,7 +73,7 @@ def _placement_mode(device: DeviceModel, on_cpu: bool) -> Any:
     class SimulatedPlacement(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = dict(kwargs or {})
-            if is_kernel_op(func):
+            if is_kernel_op(func, on_cpu=on_cpu):
                 raise refuse(f"the kernel {op_name(func)}", device)
             if on_cpu:
                 if func in returns_self:
@@ -85,7 +85,7 @@ def _placement_mode(device: DeviceModel, on_cpu: bool) -> Any:
                 if kwargs.get("pin_memory"):
                     kwargs["pin_memory"] = False
                 if func in moves:
-                    args = (args[0], *(_cpu_device(a) if not isinstance(a, int) else "cpu" for a in args[1:]))
+                    args = (args[0], *(_cpu_device(a) for a in args[1:]))
             return func(*args, **kwargs)
 
     return SimulatedPlacement()

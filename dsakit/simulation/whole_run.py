@@ -57,17 +57,22 @@ class WholeRun:
         self._modules_before: set[str] = set()
 
     def start(self) -> None:
+        """Stand-ins first (SGLang's import-time branches of the simulated GPU import its kernel
+        libraries), then the probes, then the guards and the placement; SGLang modules not yet
+        imported then import under the simulation."""
         from dsakit.simulation import kernels, runtime
         from dsakit.upstream.simulated_device import Patches, simulate_device
 
         self._modules_before = set(sys.modules)
         try:
-            self._stack.enter_context(simulate_device(self.device.key))
+            stand_ins = Patches()
+            self._stack.callback(stand_ins.restore)
+            if not self.plan.exact and self.device.is_gpu:
+                self.stand_ins = kernels.install_stand_ins(stand_ins, self.device)
+            self._stack.enter_context(simulate_device(self.device.key, import_first=False))
             patches = Patches()
             self._stack.callback(patches.restore)
             if not self.plan.exact:
-                if self.device.is_gpu:
-                    self.stand_ins = kernels.install_stand_ins(patches, self.device)
                 kernels.guard_present_libraries(patches, self.device)
                 runtime.install(patches, self.plan)
         except BaseException:
@@ -111,18 +116,31 @@ class FailureSections:
         device = simulation.active_simulation() if simulation is not None else None
         if device is None or not report.failed or call.excinfo is None:
             return
-        if call.excinfo.errisinstance(simulation.SimulatedKernelLaunch):
+        launch = _in_chain(call.excinfo.value, simulation.SimulatedKernelLaunch)
+        if launch is not None:  # also wrapped: SGLang's CustomTestCase re-raises after its retries
             report.outcome = "skipped"
-            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {call.excinfo.value.reason}")
+            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {launch.reason}")
             return
         report.sections.append((SECTION, f"ran as simulated {device.key} ({device.name}) on "
                                          f"{real_device().describe()}"))
         from dsakit.simulation.explain import explain, missing_read
 
-        read = missing_read(call.excinfo)
+        error = _in_chain(call.excinfo.value, AttributeError)
+        read = missing_read(pytest.ExceptionInfo.from_exception(error)) if error is not None else None
         if read is not None:
             devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
             report.sections.append((EXPLAINED, explain(read, devices)))
+
+
+def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
+    """The first exception of `kind` in `error`'s cause / context chain (None when there is none)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def configure(config: pytest.Config) -> dict[str, object]:

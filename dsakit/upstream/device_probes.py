@@ -176,7 +176,10 @@ PROBES: tuple[Probe, ...] = (
     Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", BOTH),
     Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", BOTH),
     Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, BOTH),
-    Probe("torch.version.cuda", "torch", (), lambda d: d.toolkit if is_cuda(d) else ("None" if is_hip(d) else "host"),
+    # the version torch was built with, not a fact of the GPU: a CUDA build keeps its own (torchvision
+    # and others compare it with theirs at import); a build without CUDA answers the profile's
+    Probe("torch.version.cuda", "torch", (),
+          lambda d: f"host build, else {d.toolkit}" if is_cuda(d) else ("None" if is_hip(d) else "host"),
           BOTH, "is_sm100_supported and friends also compare the CUDA version"),
     Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", BOTH),
 )

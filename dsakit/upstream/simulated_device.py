@@ -127,6 +127,12 @@ def _modules() -> dict[str, types.ModuleType]:
     return {name: mod for name in sorted(names) if (mod := _module(name)) is not None}
 
 
+def _imported_modules() -> dict[str, types.ModuleType]:
+    """The modules of `_modules` that are imported already (nothing is imported)."""
+    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {_TRTLLM, COMMON, _JIT_COMMON}
+    return {name: sys.modules[name] for name in sorted(names) if name in sys.modules}
+
+
 def _clear_caches(modules: dict[str, types.ModuleType]) -> None:
     common = modules.get(COMMON)
     if common is not None:
@@ -184,8 +190,11 @@ def _patch_torch(patches: Patches, device: DeviceModel, modules: dict[str, types
         for name in ("get_device_capability", "get_device_properties", "get_device_name", "current_device"):
             patches.set(cuda, name, _no_gpu(f"torch.cuda.{name}"))
     host_cuda = torch.version.cuda
-    patches.set(torch.version, "cuda", device.toolkit if is_cuda(device) else (None if is_hip(device) else host_cuda))
+    patches.set(torch.version, "cuda", (host_cuda or device.toolkit) if is_cuda(device) else (None if is_hip(device) else host_cuda))
     patches.set(torch.version, "hip", device.toolkit if is_hip(device) else None)
+
+
+def _patch_sm_query(patches: Patches, modules: dict[str, types.ModuleType]) -> None:
     common = modules.get(COMMON)
     if common is not None and hasattr(common, "_get_device_sm_via_nvml"):
         # 0.5.23 asks NVML before torch: on a real GPU host it would answer the real SM
@@ -287,21 +296,28 @@ def _torch_present() -> bool:
 
 
 @contextlib.contextmanager
-def simulate_device(name: str) -> Iterator[DeviceModel]:
+def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceModel]:
     """`with dsakit.simulate_device("sm103") as device:` — SGLang's backends take that device's
     branch. Names: sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu (or an alias: b300, ...).
     Everything is restored on exit, also when the body raised. Nests (the innermost device answers
-    until it exits: a test's simulation inside a whole-run one); not thread-safe."""
+    until it exits: a test's simulation inside a whole-run one); not thread-safe.
+
+    import_first=True imports the probed SGLang modules on the real host before patching their
+    constants (a scope inside a run); False patches only modules already imported and lets the rest
+    import under the simulation, their import-time branches taking the device's (a whole run)."""
     device = simulated_device(name)
-    modules = _modules()
+    modules = _modules() if import_first else _imported_modules()
     patches = Patches()
     _ACTIVE.append(device)
     patches.callback(_ACTIVE.pop)
     try:
-        _isolate_buffers(patches)
-        patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
         if _torch_present():
             _patch_torch(patches, device, modules)
+        _isolate_buffers(patches)  # imports SGLang's runtime context (under the simulation when lazy)
+        if not import_first:
+            modules.update(_imported_modules())
+        _patch_sm_query(patches, modules)
+        patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
         _clear_caches(modules)  # real answers cached earlier must not win inside it
         _patch_constants(patches, device, modules)
         _patch_import_time_names(patches, device, modules)
