@@ -136,6 +136,40 @@ def _guard_triton(patches: Patches, triton: types.ModuleType, device: DeviceMode
         raise refuse(f"the Triton kernel {name}", device)
 
     patches.set(JITFunction, "run", run)
+    import triton.runtime.driver as driver_module  # the module (triton.runtime.driver may name the instance)
+
+    config = getattr(sys.modules.get("triton.runtime.driver", driver_module), "driver", None)
+    if config is not None and hasattr(config, "_active"):
+        # SGLang asks Triton's driver which target it compiles for (rocm_mla_decode_rope.is_hip at
+        # import): the simulated device answers; anything beyond that query would launch
+        simulated = _SimulatedTritonDriver(device)
+        patches.set(config, "_default", simulated)
+        patches.set(config, "_active", simulated)
+
+
+class _SimulatedTritonDriver:
+    def __init__(self, device: DeviceModel) -> None:
+        self._device = device
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+
+        device = self._device
+        if device.vendor == "amd":
+            return GPUTarget("hip", device.gfx or "gfx942", 64)
+        major, minor = device.sm or (0, 0)
+        return GPUTarget("cuda", major * 10 + minor, 32)
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def is_active(self) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise refuse(f"Triton's driver ({name}) for simulated {self._device.key}", self._device)
 
 
 def _guard_tvm_ffi(patches: Patches, tvm_ffi: types.ModuleType, device: DeviceModel) -> None:
