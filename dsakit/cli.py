@@ -89,6 +89,13 @@ def _compare(args: argparse.Namespace) -> int:
                        markdown_path=args.markdown)
 
 
+def _pr_check(args: argparse.Namespace) -> int:
+    from dsakit.node.pr_check import run_pr_check
+
+    return run_pr_check(args.base, args.pr, args.pytest_args, devices=args.devices, json_path=args.json,
+                        markdown_path=args.markdown, must_run=args.must_run, keep=args.keep, timeout=args.timeout)
+
+
 def _report_merge(args: argparse.Namespace) -> int:
     from dsakit.node.report_merge import run_report_merge
 
@@ -134,6 +141,20 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     compare.add_argument("--timeout", type=float, default=None, metavar="S", help="per-run timeout in seconds")
     compare.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS")
     compare.set_defaults(handler=_compare)
+
+    check = commands.add_parser("pr-check", help="the PR gate: base vs PR on every device (real here, else "
+                                "simulated): regressions, pre-existing failures, flaky, new model_runner reads")
+    check.add_argument("--base", required=True, metavar="TREE", help="the base SGLang tree")
+    check.add_argument("--pr", required=True, metavar="TREE", help="the PR's SGLang tree")
+    check.add_argument("--devices", metavar="LIST", help="comma-separated devices, or all (default: sm90,sm100,sm103,gfx942)")
+    check.add_argument("--json", metavar="PATH", help="write the verdicts as JSON")
+    check.add_argument("--markdown", metavar="PATH", help="write the PR comment as markdown")
+    check.add_argument("--must-run", default="", metavar="CODE,...",
+                       help="exit 1 when no test behind these gates ran on any device in the PR runs")
+    check.add_argument("--keep", metavar="DIR", help="keep overlays, records and logs in DIR")
+    check.add_argument("--timeout", type=float, default=None, metavar="S", help="per-run timeout in seconds")
+    check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS")
+    check.set_defaults(handler=_pr_check)
 
     report = commands.add_parser("report", help="--dsakit-report files of several nodes and shards")
     report_commands = report.add_subparsers(dest="report_command", required=True, parser_class=_Parser)

@@ -57,6 +57,7 @@ class Comment:
     failures: list[FailureSection] = field(default_factory=list)
     skips: list[SkipGroup] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
+    lead_tables: list[Table] = field(default_factory=list)  # right after the first failure section
 
 
 def _cell(text: str) -> str:
@@ -106,6 +107,9 @@ def render(comment: Comment) -> str:
     for position, section in enumerate(comment.failures):
         if section.rows or position == 0:  # the first section always shows, even when empty
             lines += _failure_section(section)
+        if position == 0:
+            for table in comment.lead_tables:
+                lines += [f"### {table.title}", "", *(_table(table.header, table.rows) if table.rows else ["none"]), ""]
     lines.append(f"### Skips by reason code ({len(comment.skips)})")
     lines.append("")
     if comment.skips:

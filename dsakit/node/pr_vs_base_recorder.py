@@ -47,6 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("dsakit").addoption(
         "--dsakit-record", default=None, metavar="PATH",
         help="(dsakit compare) append one JSON line per test outcome, and the environment, to PATH")
+    parser.getgroup("dsakit").addoption(
+        "--dsakit-record-only", default=None, metavar="PATH",
+        help="(dsakit pr-check) run only the test ids listed in PATH, one per line (the rerun of failures)")
 
 
 def fingerprint() -> dict[str, Any]:
@@ -91,7 +94,11 @@ def _failure(report: pytest.TestReport) -> dict[str, Any]:
     if not message:
         lines = str(report.longrepr or "").strip().splitlines()
         message = lines[-1] if lines else ""
-    return {"message": message, "frame": frame}
+    failure = {"message": message, "frame": frame}
+    explained = dict(report.sections).get("dsakit model_runner read")  # dsakit.simulation.whole_run
+    if explained:
+        failure["explained"] = explained
+    return failure
 
 
 def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> dict[str, Any] | None:
@@ -147,6 +154,17 @@ class Recorder:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._write({"kind": "end", "exitstatus": int(exitstatus)})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    listed = config.getoption("dsakit_record_only")
+    if not listed:
+        return
+    keep = set(Path(listed).read_text(encoding="utf-8").split())
+    deselected = [item for item in items if item.nodeid not in keep]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.nodeid in keep]
 
 
 def pytest_configure(config: pytest.Config) -> None:

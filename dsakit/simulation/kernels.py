@@ -27,7 +27,7 @@ from dsakit.upstream.simulated_device import Patches, SimulatedKernelLaunch
 TORCH_NAMESPACES = frozenset({
     "aten", "prim", "prims", "rngprims", "higher_order", "profiler", "debugprims", "inductor",
     "quantized", "_quantized", "mkldnn", "onednn", "c10d", "_c10d_functional", "c10d_functional",
-    "_dtensor", "sglang",
+    "_dtensor", "sglang", "torchvision", "torchaudio",
 })
 
 # Kernel libraries a GPU node of each vendor has installed (what a stand-in replaces when absent).
@@ -69,15 +69,24 @@ def op_namespace(func: Any) -> str | None:
     return qualified.split("::")[0] if isinstance(qualified, str) and "::" in qualified else None
 
 
-def is_kernel_op(func: Any, *, on_cpu: bool) -> bool:
-    """An op whose kernel belongs to a kernel library; placed on the CPU, also any custom op (SGLang's
-    included) that registered no CPU or composite kernel: it could only run on the device."""
+def is_kernel_op(func: Any, args: Any, kwargs: Any, *, on_cpu: bool) -> bool:
+    """A custom op call that would launch a device kernel: it takes tensors (a version or config
+    query does not), and, placed on the CPU, has no CPU or composite kernel (one that has runs for
+    real on the CPU); on a GPU of another arch, it is not torch's own (or SGLang's Python op)."""
     namespace = op_namespace(func)
-    if namespace is None or namespace in ("aten", "prim", "prims"):
+    if namespace is None or namespace in ("aten", "prim", "prims") or not _takes_tensors(args, kwargs):
         return False
-    if namespace not in TORCH_NAMESPACES:
-        return True
-    return on_cpu and namespace == "sglang" and not _has_cpu_kernel(func)
+    if on_cpu:
+        return not _has_cpu_kernel(func)
+    return namespace not in TORCH_NAMESPACES
+
+
+def _takes_tensors(args: Any, kwargs: Any) -> bool:
+    import torch
+
+    values = [*args, *(kwargs or {}).values()]
+    return any(isinstance(v, torch.Tensor) or (isinstance(v, (list, tuple)) and any(
+        isinstance(x, torch.Tensor) for x in v)) for v in values)
 
 
 def _has_cpu_kernel(func: Any) -> bool:
@@ -104,11 +113,10 @@ def op_name(func: Any) -> str:
 
 
 def guard_present_libraries(patches: Patches, device: DeviceModel) -> list[str]:
-    """Guard Triton, the JIT loaders and DeepGEMM where they are installed; returns what was guarded."""
+    """Guard Triton, the JIT loaders and DeepGEMM where they are installed (importing them); returns
+    what was guarded. A whole run guards each as it imports instead (`GUARDED_LIBRARIES`)."""
     guarded: list[str] = []
-    for name, install in (("triton", _guard_triton), ("tvm_ffi", _guard_tvm_ffi),
-                          ("sglang.kernels.jit.utils.compile.loader", _guard_sglang_jit),
-                          ("flashinfer.jit.core", _guard_flashinfer_jit), ("deep_gemm", _guard_deep_gemm)):
+    for name, install in GUARDED_LIBRARIES.items():
         module = _import_present(name)
         if module is not None:
             install(patches, module, device)
@@ -211,6 +219,15 @@ def _refusing(kernel: str, device: DeviceModel) -> Callable[..., Any]:
         raise refuse(kernel, device)
 
     return launch
+
+
+GUARDED_LIBRARIES: dict[str, Callable[[Patches, types.ModuleType, DeviceModel], None]] = {
+    "triton.runtime.jit": lambda p, m, d: _guard_triton(p, sys.modules["triton"], d),
+    "tvm_ffi": lambda p, m, d: _guard_tvm_ffi(p, m, d),
+    "sglang.kernels.jit.utils.compile.loader": lambda p, m, d: _guard_sglang_jit(p, m, d),
+    "flashinfer.jit.core": lambda p, m, d: _guard_flashinfer_jit(p, m, d),
+    "deep_gemm": lambda p, m, d: _guard_deep_gemm(p, m, d),
+}
 
 
 def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:

@@ -73,7 +73,7 @@ def _placement_mode(device: DeviceModel, on_cpu: bool) -> Any:
     class SimulatedPlacement(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = dict(kwargs or {})
-            if is_kernel_op(func, on_cpu=on_cpu):
+            if is_kernel_op(func, args, kwargs, on_cpu=on_cpu):
                 raise refuse(f"the kernel {op_name(func)}", device)
             if on_cpu:
                 if func in returns_self:
@@ -156,6 +156,10 @@ def _patch_cuda_runtime(patches: Patches, device: DeviceModel) -> None:
     def graph_refused(*args: Any, **kwargs: Any) -> Any:
         raise refuse("CUDA graph capture (torch.cuda.graph / CUDAGraph)", device)
 
+    # classes stay classes: annotations such as `torch.cuda.CUDAGraph | None` run at import
+    refused_graph = type("CUDAGraph", (), {"__init__": lambda self, *a, **k: graph_refused()})
+    refused_capture = type("graph", (), {"__init__": lambda self, *a, **k: graph_refused()})
+
     @contextlib.contextmanager
     def nothing(*args: Any, **kwargs: Any) -> Iterator[Any]:
         yield stream
@@ -168,7 +172,7 @@ def _patch_cuda_runtime(patches: Patches, device: DeviceModel) -> None:
         "mem_get_info": lambda *a: (memory, memory), "memory_allocated": lambda *a: 0,
         "max_memory_allocated": lambda *a: 0, "memory_reserved": lambda *a: 0,
         "max_memory_reserved": lambda *a: 0, "reset_peak_memory_stats": lambda *a: None,
-        "CUDAGraph": graph_refused, "graph": graph_refused, "graph_pool_handle": graph_refused,
+        "CUDAGraph": refused_graph, "graph": refused_capture, "graph_pool_handle": graph_refused,
         # "cuda" tensors are drawn from the CPU generator: seeding CUDA seeds that one
         "get_rng_state": lambda *a, **k: cpu.get_state(),
         "set_rng_state": lambda state, *a, **k: cpu.set_state(state),

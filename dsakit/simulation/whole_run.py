@@ -57,24 +57,36 @@ class WholeRun:
         self._modules_before: set[str] = set()
 
     def start(self) -> None:
-        """Stand-ins first (SGLang's import-time branches of the simulated GPU import its kernel
-        libraries), then the probes, then the guards and the placement; SGLang modules not yet
-        imported then import under the simulation."""
+        """Stand-ins now (the simulated GPU's import-time branches import its kernel libraries); the
+        rest as each module arrives: torch's facts, placement and runtime when torch imports, guards
+        when Triton / a JIT loader / DeepGEMM import, probes when SGLang's modules import. A suite
+        that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.upstream.simulated_device import Patches, simulate_device
+        from dsakit.simulation.import_hooks import AfterImport
+        from dsakit.upstream.simulated_device import Patches, announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
         try:
-            stand_ins = Patches()
-            self._stack.callback(stand_ins.restore)
-            if not self.plan.exact and self.device.is_gpu:
-                self.stand_ins = kernels.install_stand_ins(stand_ins, self.device)
-            self._stack.enter_context(simulate_device(self.device.key, import_first=False))
             patches = Patches()
             self._stack.callback(patches.restore)
+            self._stack.enter_context(announced(self.device))
+            if not self.plan.exact and self.device.is_gpu:
+                self.stand_ins = kernels.install_stand_ins(patches, self.device)
+            hooks = AfterImport()
+            patches.callback(hooks.close)
+            device, simulation = self.device, self.plan
+
+            def on_torch(module: Any) -> None:
+                patch_arrived(patches, device, "torch", module)
+                if not simulation.exact:
+                    runtime.install(patches, simulation)
+
+            hooks.watch("torch", on_torch)
+            for name in watched_modules()[1:]:
+                hooks.watch(name, lambda module, name=name: patch_arrived(patches, device, name, module))
             if not self.plan.exact:
-                kernels.guard_present_libraries(patches, self.device)
-                runtime.install(patches, self.plan)
+                for name, guard in kernels.GUARDED_LIBRARIES.items():
+                    hooks.watch(name, lambda module, guard=guard: guard(patches, module, device))
         except BaseException:
             self.stop()
             raise

@@ -327,6 +327,42 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
         patches.restore()
 
 
+# ---------------------------------------------------------------- a whole run: patches as modules arrive
+
+
+def watched_modules() -> list[str]:
+    """The modules whose arrival a whole-run simulation patches (torch first)."""
+    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {COMMON, _JIT_COMMON}
+    return ["torch", "sglang.srt.runtime_context", *sorted(names)]
+
+
+def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: types.ModuleType) -> None:
+    """What the simulation patches once `name` has imported: torch's facts, SGLang's buffer registry,
+    a probe module's constants, cached probes and kernel entry points."""
+    if name == "torch":
+        _patch_torch(patches, device, {})
+        return
+    if name == "sglang.srt.runtime_context":
+        _isolate_buffers(patches)
+        return
+    modules = {name: module}
+    _patch_sm_query(patches, modules)
+    _clear_caches(modules)
+    patches.callback(lambda: _clear_caches(modules))
+    _patch_constants(patches, device, modules)
+    _patch_kernels(patches, device, modules)
+
+
+@contextlib.contextmanager
+def announced(device: DeviceModel) -> Iterator[DeviceModel]:
+    """`active_simulation()` answers `device` inside (a whole run, whose patches come as modules arrive)."""
+    _ACTIVE.append(device)
+    try:
+        yield device
+    finally:
+        _ACTIVE.pop()
+
+
 # ---------------------------------------------------------------- pytest wiring (plugin hands off)
 
 MARKER = "dsakit_simulate"
