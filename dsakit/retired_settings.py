@@ -13,8 +13,8 @@ import pytest
 _FORK_SERVER = (
     "the fork server was removed (it failed on every CUDA node with `CUDA error: initialization error` "
     "and fell back to a plain spawn; the plain xdist spawn met the scaling goals: bench/README.md, "
-    "\"Fork server\"). xdist workers always spawn plainly; `dsakit warm` makes their first test fast. "
-    "Delete the line"
+    "\"Why the fork server was removed\"). xdist workers always spawn plainly; `dsakit warm` makes "
+    "their first test fast. Delete the line"
 )
 
 RETIRED_INI: dict[str, str] = {

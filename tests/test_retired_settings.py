@@ -41,7 +41,8 @@ def test_without_strict_config_the_run_goes_on_with_a_config_warning(pytester: p
     _ini(pytester, "dsakit_fork_server = on\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["*PytestConfigWarning: ini key dsakit_fork_server = 'on'*the fork server was removed*"])
+    result.stdout.fnmatch_lines(
+        ["*PytestConfigWarning: ini key dsakit_fork_server = 'on'*the fork server was removed*Delete the line"])
     assert "Unknown config option" not in result.stdout.str()
 
 
