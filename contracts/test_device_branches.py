@@ -38,7 +38,7 @@ DSV4 = "DeepseekV4AttnBackend"
 
 def _topk_args() -> dict[str, str]:
     """torch top-k for both roles: the default sgl-kernel backend plans top-k with a JIT kernel."""
-    from dsakit.upstream.release import installed_release
+    from dsakit.sglang_release import installed_release
 
     args = {"dsa_topk_backend": "torch"}
     if installed_release().has("topk-role-split"):
@@ -60,7 +60,7 @@ def reads_on(entry: ContractEntry, backend: str, device: DeviceModel) -> bool:
 @functools.lru_cache(maxsize=1)
 def _conditional_read_sites() -> dict[str, set[str]]:
     """path -> file:line of every device-conditional read the source scan finds in this SGLang."""
-    from dsakit.upstream.release import installed_release
+    from dsakit.sglang_release import installed_release
     from dsakit.upstream.source_scan import scan_runner_reads
 
     sites: dict[str, set[str]] = {}

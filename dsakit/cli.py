@@ -90,7 +90,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _pr_check(args: argparse.Namespace) -> int:
-    from dsakit.node.pr_check import run_pr_check
+    from dsakit.pr_check import run_pr_check
 
     return run_pr_check(args.base, args.pr, args.pytest_args, devices=args.devices, json_path=args.json,
                         markdown_path=args.markdown, must_run=args.must_run, keep=args.keep, timeout=args.timeout)

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from dsakit import retired_settings
+
 
 @dataclass(frozen=True)
 class RunOption:
@@ -61,12 +63,6 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-workers-per-gpu", "xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). "
               "Each worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
               "GPUs x N", default=1, kind="int", metavar="N"),
-    # -- xdist workers forked from a preloaded interpreter (dsakit.node.fork_server)
-    RunOption("--dsakit-fork-server", "fork xdist workers from one server that imported torch and SGLang once, "
-              "without CUDA (on: started by this run; keep: it outlives the run and later runs with the same "
-              "interpreter, cwd and environment reuse it; auto: reuse a kept one if alive, else spawn "
-              "plainly; off). Falls back to a plain spawn with a reason in the header", default="auto",
-              choices=("auto", "on", "off", "keep")),
     # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     RunOption("--dsakit-topk-subset", "top-k backend matrix subset for every `topk_cell` test of this run "
               "(overrides the dsakit_topk_matrix marker; default: the marker's, else pairwise)",
@@ -90,6 +86,7 @@ def register(parser: pytest.Parser) -> None:
                             type=int if option.kind == "int" else None)
         # type "string" everywhere (converted in `value`): "int"/"bool" ini types differ across pytest 8.x
         parser.addini(option.ini, f"{option.help} ({PRECEDENCE})", type="string", default=None)
+    retired_settings.register(parser)
 
 
 def value(config: pytest.Config, dest: str) -> Any:
@@ -133,3 +130,4 @@ def check_all(config: pytest.Config) -> None:
     option this run would never read."""
     for option in OPTIONS:
         value(config, option.dest)
+    retired_settings.check(config)

@@ -25,11 +25,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from dsakit.options import register
 
     register(parser)
-    # the fork server's own settings beside its option (dsakit.node.fork_server)
-    parser.addini("dsakit_fork_server_keep_s", "seconds a kept fork server waits for the next run (default 900)",
-                  default="900")
-    parser.addini("dsakit_fork_server_preload", "modules the fork server imports (default: torch and the "
-                  "SGLang modules the contract suites import)", type="args", default=[])
 
 
 # Every marker dsakit knows, registered here and nowhere else (names are read by the modules
@@ -83,11 +78,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # the hook objects each concern asks for, registered here: the skip-inventory reporter and its
     # xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning), device fault
-    # isolation (dsakit.node.fault_isolation), workers forked from a warm interpreter
-    # (dsakit.node.fork_server), the whole-run device simulation (dsakit.simulation.whole_run: it
-    # starts here, before collection), the contract-reads summary from every xdist worker
+    # isolation (dsakit.node.fault_isolation), the whole-run device simulation
+    # (dsakit.simulation.whole_run: it starts here, before collection), the contract-reads summary
+    # from every xdist worker
     from dsakit.gates import marks
-    from dsakit.node import fault_isolation, fork_server, gpu_pinning
+    from dsakit.node import fault_isolation, gpu_pinning
     from dsakit.simulation import whole_run
 
     hooks_by_name: dict[str, object] = {}
@@ -96,8 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
     for hooks in (marks.configure(config), gpu_pinning.configure(config),
-                  fault_isolation.configure(config), fork_server.configure(config),
-                  whole_run.configure(config), hooks_by_name):
+                  fault_isolation.configure(config), whole_run.configure(config), hooks_by_name):
         for name, plugin in hooks.items():
             config.pluginmanager.register(plugin, name)
 

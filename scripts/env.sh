@@ -30,6 +30,7 @@ case "$job" in
     exec python -m pytest contracts -n 2 --dsakit-report dsakit-report.json
     ;;
   test)
+    lint-imports --no-cache --no-logo  # the wing order in pyproject.toml [tool.importlinter]
     exec python -m pytest tests -n 2
     ;;
 esac

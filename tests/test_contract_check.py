@@ -16,7 +16,7 @@ import pytest
 
 from dsakit.upstream.contract_check import check_release
 from dsakit.errors import UsageError
-from dsakit.upstream.release import (
+from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,

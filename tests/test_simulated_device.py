@@ -16,7 +16,7 @@ import pytest
 
 import dsakit
 from dsakit.upstream import device_probes
-from dsakit.upstream.release import installed_release
+from dsakit.sglang_release import installed_release
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from dsakit.audit.report import AuditResult
 from dsakit.audit.usage import find_usage
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_device
-from dsakit.upstream.release import SGLangRelease, installed_release, release_from_tree
+from dsakit.sglang_release import SGLangRelease, installed_release, release_from_tree
 from dsakit.upstream.source_scan import runner_assignments, scan_runner_flow
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".venv", "venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache"}

@@ -17,7 +17,7 @@ from dsakit.audit.usage import ASSUMED, BACKENDS, Backend, BackendCall
 from dsakit.contracts.schema import Contract
 from dsakit.gates.device_model import DeviceModel
 from dsakit.upstream.contract_check import coverage
-from dsakit.upstream.release import SGLangRelease
+from dsakit.sglang_release import SGLangRelease
 from dsakit.upstream.source_scan import RunnerFlow, RunnerRead
 
 _SHORT_PREFIX = "sglang/srt/layers/attention/"

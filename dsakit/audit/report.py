@@ -12,7 +12,7 @@ from typing import Any
 from dsakit.audit.device_guards import probe_table
 from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, short_site
 from dsakit.audit.usage import ASSUMED, BackendCall
-from dsakit.upstream.release import SGLangRelease
+from dsakit.sglang_release import SGLangRelease
 
 CONFIG_RULE = (
     "a read 'fails on' a device when it fires there in the default configuration (configuration "

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 
 from dsakit.audit.mock_finder import MockValue, Scope, SuiteIndex, _functions, _own_nodes
-from dsakit.upstream.release import DEEPSEEK_V4_BACKEND_FILE, DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE
+from dsakit.sglang_release import DEEPSEEK_V4_BACKEND_FILE, DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE
 
 
 @dataclass(frozen=True)

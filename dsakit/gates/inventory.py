@@ -172,7 +172,7 @@ def _device_text(device: DeviceModel) -> str:
 
 def _sglang_version() -> str | None:
     from dsakit.errors import UsageError
-    from dsakit.upstream.release import installed_release
+    from dsakit.sglang_release import installed_release
 
     try:
         return installed_release().version
@@ -224,7 +224,7 @@ class InventoryReporter:
         self.inventory.record(report)
         if self.report_path and not self.is_worker:
             # every test's outcome, from this process's reports and the workers' that arrive here
-            from dsakit.node.pr_vs_base_recorder import next_outcome
+            from dsakit.outcomes import next_outcome
 
             record = next_outcome(self.outcomes.get(report.nodeid), report)
             if record is not None:
@@ -273,7 +273,7 @@ class InventoryReporter:
 
     def tests_json(self) -> dict[str, dict[str, Any]]:
         """Per test id: outcome, the gates it declared, skip reasons (codes) or failure signature."""
-        from dsakit.node.pr_vs_base_recorder import FAILING, signature
+        from dsakit.outcomes import FAILING, signature
 
         tests: dict[str, dict[str, Any]] = {}
         for nodeid, record in self.outcomes.items():

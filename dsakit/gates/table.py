@@ -252,7 +252,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.upstream.release import FEATURES, installed_release
+        from dsakit.sglang_release import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -311,7 +311,7 @@ _SGLANG_COVERED_BY = {
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.upstream.release import FEATURES
+    from dsakit.sglang_release import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dsakit.errors import UsageError
 from dsakit.output_paths import writable_dir, writable_file
 from dsakit.pytest_invocation import plugin_args
-from dsakit.node.pr_vs_base_recorder import FAILING, signature
+from dsakit.outcomes import FAILING, signature
 from dsakit.reasons import Reason
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-c
 
 def package_dir(src: str) -> Path:
     """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
-    from dsakit.upstream.release import release_from_tree
+    from dsakit.sglang_release import release_from_tree
 
     return release_from_tree(src).package_dir
 

@@ -1,8 +1,8 @@
 """A small plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) recording each test's
 outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
-Owns: what an outcome is, the raw failure data and the environment fingerprint. Runs on the xdist
-controller only. Never imports torch or SGLang.
+Owns: the record file and the environment fingerprint (what an outcome is: dsakit.outcomes). Runs
+on the xdist controller only. Never imports torch or SGLang.
 """
 
 from __future__ import annotations
@@ -11,33 +11,12 @@ import importlib.metadata
 import importlib.util
 import json
 import platform
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-FAILING = ("failed", "error", "crashed", "xpassed")
-
-_NORMALISERS = (
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
-    (re.compile(r"\.py:\d+"), ".py"),
-    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
-    (re.compile(r"\bline \d+"), "line ?"),
-    (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
-    (re.compile(r"\s+"), " "),
-)
-
-
-def signature(outcome: dict[str, Any]) -> str:
-    """A failure's identity across runs: message (with its exception type) and crash frame file,
-    without line numbers, addresses, pids or temp paths."""
-    text = str(outcome.get("message", "")).strip().splitlines()[0] if outcome.get("message") else ""
-    for pattern, repl in _NORMALISERS:
-        text = pattern.sub(repl, text)
-    frame = re.sub(r":\d+", "", str(outcome.get("frame", "")))
-    return f"{text.strip()[:200]} @ {frame}" if frame else text.strip()[:200]
-
+from dsakit.outcomes import next_outcome
 
 KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
                    "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
@@ -71,59 +50,13 @@ def fingerprint() -> dict[str, Any]:
 
 
 def sglang_tree() -> dict[str, Any]:
-    from dsakit.upstream.release import _version_from_tree
+    from dsakit.sglang_release import _version_from_tree
 
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return {"path": None, "version": None}
     path = Path(next(iter(spec.submodule_search_locations)))
     return {"path": str(path), "version": _version_from_tree(path)}
-
-
-def _failure(report: pytest.TestReport) -> dict[str, Any]:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    message = str(getattr(crash, "message", "") or "")
-    frame = ""
-    if crash is not None:
-        frame = f"{Path(str(crash.path)).name}"
-        entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", None) or []
-        if entries:
-            loc = getattr(entries[-1], "reprfileloc", None)
-            if loc is not None:
-                frame = f"{Path(str(loc.path)).name}"
-    if not message:
-        lines = str(report.longrepr or "").strip().splitlines()
-        message = lines[-1] if lines else ""
-    failure = {"message": message, "frame": frame}
-    explained = dict(report.sections).get("dsakit model_runner read")  # dsakit.simulation.whole_run
-    if explained:
-        failure["explained"] = explained
-    return failure
-
-
-def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> dict[str, Any] | None:
-    """A test's outcome record after one more phase report (`current`: the record so far), or None
-    when the phase changes nothing. Also the per-test outcome of `--dsakit-report`."""
-    detail: dict[str, Any] = {}
-    if hasattr(report, "wasxfail"):
-        outcome = "xfailed" if report.skipped else "xpassed"
-        detail = {"reason": str(report.wasxfail)}
-    elif report.skipped:
-        outcome = "skipped"
-        longrepr = report.longrepr
-        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-        detail = {"reason": str(reason).removeprefix("Skipped: ")}
-    elif report.failed:
-        outcome = "failed" if report.when == "call" else "error"
-        detail = _failure(report)
-    elif report.when == "call":
-        outcome = "passed"
-    else:
-        return None
-    if current is not None and current["outcome"] in ("failed", "error"):
-        return None  # a teardown pass never hides an earlier failure
-    return {"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
-            "duration": round(report.duration, 4), **detail}
 
 
 class Recorder:

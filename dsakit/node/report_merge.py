@@ -18,7 +18,7 @@ from typing import Any
 from dsakit.errors import UsageError
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND, UNCODED
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base_recorder import FAILING
+from dsakit.outcomes import FAILING
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)

@@ -71,7 +71,7 @@ def _absolute(file: str, excinfo: Any) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _reads_of(package_dir: str) -> dict[tuple[str, int], Any]:
-    from dsakit.upstream.release import release_from_tree
+    from dsakit.sglang_release import release_from_tree
     from dsakit.upstream.source_scan import scan_runner_reads
 
     release = release_from_tree(package_dir)

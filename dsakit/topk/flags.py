@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.upstream.release import SGLangRelease, installed_release
+from dsakit.sglang_release import SGLangRelease, installed_release
 
 TARGET_FIELD = "dsa_topk_backend"
 DRAFT_FIELD = "speculative_dsa_topk_backend"
@@ -128,7 +128,7 @@ def _find_field(release: SGLangRelease, name: str) -> ServerArgField | None:
 
 
 def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
-    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE
+    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE
 
     try:
         tree = ast.parse(release.file(DSA_TOPK_BACKEND_FILE).read_text(encoding="utf-8"))
@@ -146,7 +146,7 @@ def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
 
 
 def _env_defaults(release: SGLangRelease) -> dict[str, object]:
-    from dsakit.upstream.release import ENVIRON_FILE
+    from dsakit.sglang_release import ENVIRON_FILE
 
     try:
         tree = ast.parse(release.file(ENVIRON_FILE).read_text(encoding="utf-8"))

@@ -285,7 +285,7 @@ def _chain(*checks: Callable[[TopkCase], Reason | None]) -> Callable[[TopkCase],
 def _v2_ragged_or_2048(case: TopkCase) -> Reason | None:
     # 0.5.23 routes RAGGED to the v2 JIT (any k <= 2048); 0.5.17 has no v2 ragged entry and falls
     # back to sgl_kernel's fused ragged kernel, which asserts topk == 2048 (feature probe, no import)
-    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
 
     if case.k == 2048 or installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
         return None
@@ -308,7 +308,7 @@ def _any(case: TopkCase) -> Reason | None:
 def _v2_refines_overflow() -> bool:
     """SGLang 0.5.23's v2 JIT re-stages an overflowing threshold bin exactly (refine_ties) on its
     register/streaming paths; 0.5.17's does not (probe of the installed JIT header, no import)."""
-    from dsakit.upstream.release import installed_release
+    from dsakit.sglang_release import installed_release
 
     try:
         return "refine_ties" in installed_release().file(_V2_IMPL_HEADER).read_text(encoding="utf-8")
@@ -356,7 +356,7 @@ def _v2_fold_contract(case: TopkCase) -> KernelContract:
 
 
 def _v2_ragged_contract(case: TopkCase) -> KernelContract:
-    from dsakit.upstream.release import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
 
     if installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged"):
         return KernelContract(nan_slot_filler=True) if _v2_refines_overflow() else KernelContract(

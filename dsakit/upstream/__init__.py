@@ -1,1 +1,2 @@
-"""What dsakit knows of the SGLang under test: release probes, the configuration scope, source scans, `dsakit contract check`."""
+"""What dsakit does with the SGLang under test: the configuration scope, source scans, device probes and
+simulation, `dsakit contract check` (the release and its feature probes: dsakit.sglang_release)."""

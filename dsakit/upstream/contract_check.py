@@ -17,7 +17,7 @@ from typing import Any
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.upstream.release import SGLangRelease, installed_release, release_from_tree
+from dsakit.sglang_release import SGLangRelease, installed_release, release_from_tree
 from dsakit.upstream.source_scan import (
     RunnerRead,
     SourceSite,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
-from dsakit.upstream.release import SGLangRelease
+from dsakit.sglang_release import SGLangRelease
 
 ProbeKind = Literal["constant", "cached", "torch"]
 

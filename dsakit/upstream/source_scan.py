@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsakit.errors import UsageError
-from dsakit.upstream.release import (
+from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,
@@ -165,7 +165,7 @@ def runner_site(attribute: str, release: SGLangRelease | None = None) -> str:
     name = attribute.split(".", 1)[0]
     try:
         if release is None:
-            from dsakit.upstream.release import installed_release
+            from dsakit.sglang_release import installed_release
 
             release = installed_release()
         site = runner_assignments(release).get(name)

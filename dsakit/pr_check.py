@@ -24,7 +24,7 @@ from dsakit.errors import UsageError
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_device
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, package_dir, run_selection
-from dsakit.node.pr_vs_base_recorder import FAILING, signature
+from dsakit.outcomes import FAILING, signature
 from dsakit.output_paths import writable_dir, writable_file
 
 DEFAULT_DEVICES = ("sm90", "sm100", "sm103", "gfx942")
@@ -188,7 +188,7 @@ class ReadChange:
 
 
 def _reads_by_key(src: str) -> dict[tuple[str, str], list[Any]]:
-    from dsakit.upstream.release import release_from_tree
+    from dsakit.sglang_release import release_from_tree
     from dsakit.upstream.source_scan import scan_runner_reads
 
     reads: dict[tuple[str, str], list[Any]] = {}
@@ -226,7 +226,7 @@ def read_changes(base_src: str, pr_src: str, devices: Sequence[str]) -> list[Rea
 def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, devices: Sequence[str]) -> list[ReadChange]:
     """Each added / re-guarded read with the selection's mocks that lack it (dsakit audit of the PR tree)."""
     from dsakit.audit.command import audit, python_files
-    from dsakit.upstream.release import release_from_tree
+    from dsakit.sglang_release import release_from_tree
 
     files = [str(p) for p in python_files(suites)] if suites else []
     if not files or not changes:

@@ -4,6 +4,8 @@ dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 st
 so code asks for *features*, never for version numbers. Every probe reads source files (text or
 AST) of the installed package or of a source tree: nothing here imports SGLang or torch, so probes
 are cheap at collection time and work on a tree that cannot be imported on this machine.
+A leaf of the layering (imports only dsakit.errors): the gates, the SGLang adapters in
+dsakit.upstream, top-k, node and audit all read it.
 """
 
 from __future__ import annotations

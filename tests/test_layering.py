@@ -1,0 +1,54 @@
+"""The wing order in pyproject.toml ([tool.importlinter]) holds, and holds for lazy imports too: a
+copy of the package with one function-level import that runs backwards is refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("importlinter", reason="[import-linter-missing] pip install -r requirements/test.txt "
+                    "(import-linter checks the declared layering)")
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LINT, "--no-cache", "--no-logo"], cwd=tree,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """The package as lint-imports sees it (dsakit/mocks and dsakit/contracts stay links)."""
+    for name in ("dsakit", "mocks", "contracts"):
+        shutil.copytree(ROOT / name, tmp_path / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "__snapshots__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_the_declared_layering_holds(tree: Path) -> None:
+    result = _lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "target"), [
+    ("reasons.py", "dsakit.cli"),  # a leaf reaching the top
+    ("gates/table.py", "dsakit.upstream.scope"),  # gates below upstream
+    ("mocks/read_log.py", "dsakit.topk.cases"),  # through a linked folder
+])
+def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, target: str) -> None:
+    path = tree / "dsakit" / module
+    # dsakit/mocks links to the copied mocks/: the edit stays in tmp_path
+    path.write_text(path.read_text(encoding="utf-8")
+                    + f"\n\ndef _backwards() -> None:\n    import {target}  # noqa: F401\n", encoding="utf-8")
+    result = _lint(tree)
+    assert result.returncode == 1
+    importer = "dsakit." + module.removesuffix(".py").replace("/", ".")
+    assert f"- {importer} -> {target} (l." in result.stdout, result.stdout
