@@ -191,25 +191,25 @@ def audit_mock(
             entry[1].update(on)
     hard: dict[str, list[ReadFinding]] = {}
     soft: dict[str, list[ReadFinding]] = {}
-    for read, (backends, on) in sorted(by_read.items(), key=lambda item: (item[0].site.file, item[0].site.line)):
+    for read, (names, on) in sorted(by_read.items(), key=lambda item: (item[0].site.file, item[0].site.line)):
         missing = mock.tree.missing(read.path)
         if missing is None or (read.soft and missing != read.path):
             continue  # a soft read below a missing object: the object's own (hard) read reports it
         ordered = dict(sorted(on.items(), key=lambda kv: order.get(kv[0], len(order))))
-        finding = _read_finding(read, tuple(dict.fromkeys(backends)), ordered)
+        finding = read_verdict(read, tuple(dict.fromkeys(names)), ordered)
         if finding is None:
             continue
         (soft if read.soft else hard).setdefault(missing, []).append(finding)
     for path, reads in sorted(hard.items()):
-        entry = coverage(contract, path)
-        result.missing.append(MissingEntry(path, entry.path if entry else None, tuple(reads)))
+        covering = coverage(contract, path)
+        result.missing.append(MissingEntry(path, covering.path if covering else None, tuple(reads)))
     for path, reads in sorted(soft.items()):
-        entry = coverage(contract, path)
-        result.soft.append(MissingEntry(path, entry.path if entry else None, tuple(reads)))
+        covering = coverage(contract, path)
+        result.soft.append(MissingEntry(path, covering.path if covering else None, tuple(reads)))
     return result
 
 
-def _read_finding(read: RunnerRead, backends: tuple[str, ...], devices: dict[str, DeviceModel]) -> ReadFinding | None:
+def read_verdict(read: RunnerRead, backends: tuple[str, ...], devices: dict[str, DeviceModel]) -> ReadFinding | None:
     """The read's verdict on the devices its backends run on; None when it fires on none of them in
     any configuration. On a device dsakit does not simulate, only reads without a device guard count."""
     fails_on: list[str] = []

@@ -140,14 +140,14 @@ def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool, expect
             else "  note (expected to raise): lacks " if expected else "  lacks ")
     groups: dict[tuple[str, str], list[ReadFinding]] = {}
     for read in entry.reads:  # reads with one guard and one outcome share a line
-        groups.setdefault((read.read.guard, _outcome(read, devices)), []).append(read)
-    lines = [_render_group(reads, outcome) for (_, outcome), reads in groups.items()]
+        groups.setdefault((read.read.guard, outcome_text(read, devices)), []).append(read)
+    lines = [render_reads(reads, outcome) for (_, outcome), reads in groups.items()]
     if len(lines) == 1:
         return [f"{head}{entry.path}{contract}: {lines[0]}"]
     return [f"{head}{entry.path}{contract}:", *(f"      {line}" for line in lines)]
 
 
-def _render_group(reads: list[ReadFinding], outcome: str) -> str:
+def render_reads(reads: list[ReadFinding], outcome: str) -> str:
     sites = ", ".join(dict.fromkeys(short_site(str(r.read.site)) for r in reads))
     functions = ", ".join(dict.fromkeys(_function(r) for r in reads))
     guard = reads[0].read.guard
@@ -164,7 +164,7 @@ def _function(read: ReadFinding) -> str:
     return text
 
 
-def _outcome(read: ReadFinding, devices: list[str]) -> str:
+def outcome_text(read: ReadFinding, devices: list[str]) -> str:
     fails = "falls back" if read.read.soft else "fails"
     outcomes: list[str] = []
     if read.fails_on:

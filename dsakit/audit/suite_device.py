@@ -18,7 +18,11 @@ from dsakit.gates.device_model import DeviceModel
 
 REGISTRATIONS = {"register_cuda_ci": "nvidia", "register_amd_ci": "amd", "register_xpu_ci": "xpu",
                  "register_npu_ci": "npu", "register_cpu_ci": "cpu", "register_musa_ci": "musa"}
-NOT_SIMULATED = ("xpu", "npu", "musa", "hpu")
+NOT_SIMULATED = ("xpu", "npu", "musa", "hpu", "cpu-engine")
+# SGLang's own probes for a device dsakit does not simulate: `skipUnless(is_xpu())` runs on XPU.
+_NOT_SIMULATED_PROBES = {"is_xpu()": "xpu", "_is_xpu": "xpu", "is_npu()": "npu", "_is_npu": "npu",
+                         "is_musa()": "musa", "_is_musa": "musa", "is_hpu()": "hpu", "_is_hpu": "hpu",
+                         "is_cpu()": "cpu-engine", "_is_cpu": "cpu-engine", "_is_xpu_alike": "xpu"}
 _DEVICE_STRINGS = {"cuda": ("nvidia", "amd"), "xpu": ("xpu",), "npu": ("npu",), "musa": ("musa",), "hpu": ("hpu",)}
 # torch's availability probes, spelled as the probe table knows them
 _AVAILABLE = {"torch.cuda.is_available()": "_is_cuda_alike", "torch.xpu.is_available()": "_is_xpu",
@@ -27,7 +31,7 @@ _AVAILABLE = {"torch.cuda.is_available()": "_is_cuda_alike", "torch.xpu.is_avail
 
 def stand_in(kind: str) -> DeviceModel:
     """A device dsakit does not simulate: no CUDA, no ROCm, no capability (every device probe false)."""
-    return DeviceModel(kind, "cpu", f"{kind.upper()} (not a simulated device)", simulated=True)
+    return DeviceModel(kind, "cpu", f"{kind} (not a simulated device)", simulated=True)
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,21 @@ def mock_device(tree: AttrTree) -> str | None:
     return value.split(":", 1)[0] if isinstance(value, str) else None
 
 
+def _required_stand_in(condition: str, skips_when_true: bool) -> str | None:
+    """`skipUnless(is_xpu())` / `skipIf(not is_xpu())`: the not-simulated device the suite requires."""
+    try:
+        node = ast.parse(condition, mode="eval").body
+    except SyntaxError:
+        return None
+    if skips_when_true:
+        if not (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            return None
+        node = node.operand
+    text = ast.unparse(node)
+    text = text.split(".")[-1] if text.startswith(("torch.", "sglang.")) else text
+    return _NOT_SIMULATED_PROBES.get(text)
+
+
 def suite_devices(scope: Scope, tree: AttrTree, selected: dict[str, DeviceModel]) -> SuiteDevices:
     """The selected devices this call can run on, plus the not-simulated devices the suite names."""
     kinds: set[str] | None = None
@@ -103,6 +122,11 @@ def suite_devices(scope: Scope, tree: AttrTree, selected: dict[str, DeviceModel]
     if kinds is not None:
         devices.update({kind: stand_in(kind) for kind in NOT_SIMULATED if kind in kinds})
     for condition, skips_when_true, where in _skip_guards(scope):
+        required = _required_stand_in(condition, skips_when_true)
+        if required is not None:
+            why.append(where)
+            devices = {required: stand_in(required)}
+            continue
         try:  # a device the guard does not decide (configuration left, a stand-in) keeps running
             kept = {k: d for k, d in devices.items()
                     if k in NOT_SIMULATED or (value := decided(condition, d)) is None or value != skips_when_true}

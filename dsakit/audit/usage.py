@@ -233,11 +233,40 @@ def _site(file: SourceFile, node: ast.AST) -> str:
     return f"{file.display}:{getattr(node, 'lineno', 0)}"
 
 
-def _contexts(file: SourceFile, function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[dict[int, str], dict[int, str]]:
+def _skip_classes(file: SourceFile) -> set[str]:
+    """Exception classes of `file` that stand for a skip: SkipTest subclasses, or a docstring saying so."""
+    found = set()
+    for node in ast.walk(file.tree):
+        if isinstance(node, ast.ClassDef):
+            doc = (ast.get_docstring(node) or "").lower()
+            if any(_last(b) == "SkipTest" for b in node.bases) or ("skip" in doc and any(
+                    (_last(b) or "").endswith(("Error", "Exception", "Unavailable")) for b in node.bases)):
+                found.add(node.name)
+    return found
+
+
+def _skipping_handler(handler: ast.ExceptHandler, skips: set[str]) -> bool:
+    """An `except` that catches AttributeError (or broader) and turns it into a skip."""
+    if not _catches_attribute_error(handler):
+        return False
+    for node in (n for s in handler.body for n in ast.walk(s)):
+        if isinstance(node, ast.Call) and _last(node.func) in _SKIPS:
+            return True
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            raised = _last(node.exc.func if isinstance(node.exc, ast.Call) else node.exc)
+            if raised in _SKIPS or raised in skips:
+                return True
+    return False
+
+
+def _contexts(file: SourceFile, function: ast.FunctionDef | ast.AsyncFunctionDef,
+              cls: ast.ClassDef | None) -> tuple[dict[int, str], dict[int, str], str]:
     """Nodes of `function` inside `with assertRaises*(...)` / `pytest.raises`, and inside a `try` whose
-    handler catches AttributeError (or broader) and skips: node id -> the site of that context."""
+    handler catches AttributeError (or broader) and skips: node id -> the site of that context. The
+    third value: where a method of the same class calls this one inside such a `try` ("" if none)."""
     expected: dict[int, str] = {}
     skipped: dict[int, str] = {}
+    skips = _skip_classes(file)
     for node in ast.walk(function):
         if isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -248,17 +277,25 @@ def _contexts(file: SourceFile, function: ast.FunctionDef | ast.AsyncFunctionDef
                         expected.update({id(n): where for n in ast.walk(inner)})
         elif isinstance(node, ast.Try):
             for handler in node.handlers:
-                if _catches_attribute_error(handler) and any(
-                    isinstance(n, ast.Call) and _last(n.func) in _SKIPS for s in handler.body for n in ast.walk(s)
-                ) or _catches_attribute_error(handler) and any(
-                    isinstance(n, ast.Raise) and n.exc is not None and _last(
-                        n.exc.func if isinstance(n.exc, ast.Call) else n.exc) in _SKIPS
-                    for s in handler.body for n in ast.walk(s)
-                ):
-                    where = f"except {ast.unparse(handler.type) if handler.type else ''} at {_site(file, handler)}"
+                if _skipping_handler(handler, skips):
+                    caught = ast.unparse(handler.type) if handler.type else "(bare)"
+                    where = f"except {caught} at {_site(file, handler)}"
                     for inner in node.body:
-                        skipped.update({id(n): where.replace("except  at", "bare except at") for n in ast.walk(inner)})
-    return expected, skipped
+                        skipped.update({id(n): where for n in ast.walk(inner)})
+    wrapped = ""
+    for method in (cls.body if cls is not None else []):
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or method is function:
+            continue
+        for node in ast.walk(method):
+            if isinstance(node, ast.Try) and any(_skipping_handler(h, skips) for h in node.handlers):
+                calls = [n for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call)
+                         and isinstance(n.func, ast.Attribute) and n.func.attr == function.name
+                         and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+                if calls:
+                    handler = next(h for h in node.handlers if _skipping_handler(h, skips))
+                    caught = ast.unparse(handler.type) if handler.type else "(bare)"
+                    wrapped = f"except {caught} at {_site(file, handler)} (around self.{function.name}())"
+    return expected, skipped, wrapped
 
 
 def _catches_attribute_error(handler: ast.ExceptHandler) -> bool:
@@ -284,7 +321,7 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
         nested = [Scope(file, node, s.cls) for s in scopes for node in _own_nodes_deep(s)]
         for scope in [*scopes, *nested]:
             assert scope.function is not None
-            expected, skipped = _contexts(file, scope.function)
+            expected, skipped, wrapped = _contexts(file, scope.function, scope.cls)
             for node in _own_nodes(scope.function):
                 if not isinstance(node, ast.Call):
                     continue
@@ -294,7 +331,7 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
                     continue
                 via, reached = found
                 call = BackendCall(via, reached, f"{file.display}:{node.lineno}", ast.unparse(argument), scope,
-                                   expected.get(id(node), ""), skipped.get(id(node), ""))
+                                   expected.get(id(node), ""), skipped.get(id(node), wrapped))
                 if not reached:
                     usage.not_dsa.append(call)
                     value = index.value(argument, scope)
