@@ -9,6 +9,7 @@ no torch, no GPU. Exit 0 nothing lacking, 1 a mock lacks a read entry or a file 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,9 +109,17 @@ def own_backends(backend_src: str | None) -> tuple[list[Path], tuple[Backend, ..
 
 def _flow(release: SGLangRelease, extra: list[Path]) -> RunnerFlow:
     """SGLang's DSA / DSv4 reads, the HIP DeepSeek-V4 backend's, and a downstream backend's."""
+    stamps = tuple((path, path.stat().st_mtime_ns, path.stat().st_size) for path in extra)
+    return _cached_flow(release, stamps)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_flow(release: SGLangRelease, extra: tuple[tuple[Path, int, int], ...]) -> RunnerFlow:
+    """One scan per tree (and backend file versions): SGLang's installed tree does not change in a run."""
     scan_runner_flow(release)  # the usage error for a tree without a DSA backend
     hip = release.file(HIP_RADIX_FILE)
-    return scan_files_flow(release, [*reader_files(release), *([hip] if hip.is_file() else []), *extra])
+    return scan_files_flow(release, [*reader_files(release), *([hip] if hip.is_file() else []),
+                                     *(path for path, _, _ in extra)])
 
 
 def audit(paths: Sequence[str], devices: dict[str, DeviceModel], release: SGLangRelease,

@@ -191,12 +191,12 @@ def audit_mock(
             entry[1].update(on)
     hard: dict[str, list[ReadFinding]] = {}
     soft: dict[str, list[ReadFinding]] = {}
-    for read, (names, on) in sorted(by_read.items(), key=lambda item: (item[0].site.file, item[0].site.line)):
+    for read, (reached, on) in sorted(by_read.items(), key=lambda item: (item[0].site.file, item[0].site.line)):
         missing = mock.tree.missing(read.path)
         if missing is None or (read.soft and missing != read.path):
             continue  # a soft read below a missing object: the object's own (hard) read reports it
         ordered = dict(sorted(on.items(), key=lambda kv: order.get(kv[0], len(order))))
-        finding = read_verdict(read, tuple(dict.fromkeys(names)), ordered)
+        finding = read_verdict(read, tuple(dict.fromkeys(reached)), ordered)
         if finding is None:
             continue
         (soft if read.soft else hard).setdefault(missing, []).append(finding)
