@@ -126,7 +126,7 @@ class MockFinding:
             "open": mock.tree.open,
             "provides": mock.tree.names(),
             "failing": self.failing,
-            "missing": [m.as_dict() for m in self.missing],
+            "missing": [{**m.as_dict(), "failing": m.failing and not self.expected} for m in self.missing],
             "soft_reads_missing": [m.as_dict() for m in self.soft],
         }
 
