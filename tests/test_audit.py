@@ -492,10 +492,33 @@ def test_direct_call_matches_the_command(suite: Path, monkeypatch: pytest.Monkey
         select_devices("sm100,h300")
 
 
-def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path) -> None:
-    source = os.environ.get("DSAKIT_SGLANG_0517")
-    if not source:
-        pytest.skip("[sglang-0.5.17-tree-missing] set DSAKIT_SGLANG_0517 to an unpacked SGLang 0.5.17 tree")
+@pytest.fixture(scope="session")
+def sglang_0517(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An unpacked SGLang 0.5.17 wheel (the GPU node's release), downloaded once with pip into the
+    pytest cache; skips with [sglang-0517-unavailable] when pip cannot fetch it (an offline box)."""
+    import zipfile
+
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    root = Path(cache.mkdir("dsakit-sglang-0517") if cache is not None else tmp_path_factory.mktemp("sglang-0517"))
+    tree = root / "tree"
+    if (tree / "sglang" / "__init__.py").is_file():
+        return tree
+    wheels = root / "wheels"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+         "--disable-pip-version-check", "sglang==0.5.17", "-d", str(wheels)],
+        capture_output=True, text=True, timeout=300, check=False)
+    found = sorted(wheels.glob("sglang-0.5.17-*.whl")) if done.returncode == 0 else []
+    if not found:
+        pytest.skip("[sglang-0517-unavailable] `pip download sglang==0.5.17` found no wheel: "
+                    + (done.stderr.strip().splitlines() or ["pip found no wheel"])[-1])
+    with zipfile.ZipFile(found[0]) as wheel:
+        wheel.extractall(tree, [n for n in wheel.namelist() if n.startswith("sglang/")])
+    return tree
+
+
+def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path, sglang_0517: Path) -> None:
+    source = str(sglang_0517)
     release = release_from_tree(source)
     line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
     data = _json(suite, "other_suite", "--sglang-src", source)
@@ -505,3 +528,26 @@ def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path) -> No
     assert entry["reads"][0]["fails_on"] == ["sm100", "sm103", "sm120"]
     assert "is_draft_worker" not in [m["path"] for m in _mock(data, "MockModelRunner")["missing"]]
     assert ast.parse(entry["reads"][0]["guard"])
+
+
+def test_attention_kits_of_0517_and_0523(sglang_0517: Path) -> None:
+    """SGLang's own kit: its DSA and DSv4 runners lack nothing on their own release, its six or seven
+    other runners are counted, not listed; the 0.5.17 kit judged against 0.5.23 says it does not match."""
+    installed = _installed()
+    old = release_from_tree(sglang_0517)
+    for release in (old, installed):
+        kit = release.file("test/kits/attention_unittest")
+        if not kit.is_dir():
+            pytest.skip(f"[sglang:attention-unittest-kit] SGLang {release.version} ships no attention kit")
+        data = _json(kit, ".", "--sglang-src", str(release.package_dir))
+        assert data["exit_code"] == 0, data["summary"]
+        assert sorted(m["label"] for m in data["mocks"]) == ["DSAMockModelRunner", "MockDSV4ModelRunner"]
+        assert len(data["not_for_dsa"]) >= 6 and all("ModelRunner" in m["label"] for m in data["not_for_dsa"])
+        assert data["release_mismatch"] == []
+    mixed = _json(old.file("test/kits/attention_unittest"), ".", "--sglang-src", str(installed.package_dir))
+    assert mixed["release_mismatch"] and all(f"SGLang {installed.version} lacks" in w for w in mixed["release_mismatch"])
+    if installed.has("hip-radix-reads-model"):  # 0.5.23's HIP backend reads model_runner.model
+        dsv4 = _mock(mixed, "MockDSV4ModelRunner")
+        model = _missing(dsv4, "model")
+        amd = [k for k, d in SIMULATED.items() if d.vendor == "amd"]
+        assert model["fails_on"] == amd
