@@ -180,7 +180,8 @@ def audit_mock(
             for route in found:
                 if verdict(route.guard, key, device).fires:
                     active.setdefault(route.backend, {})[key] = device
-    result.narrowed_by = tuple(dict.fromkeys(narrowed))
+    # another use on every device (the kit's own call besides an AMD suite's) leaves nothing narrowed
+    result.narrowed_by = tuple(dict.fromkeys(narrowed)) if set(result.devices) != set(devices) else ()
     order = {k: i for i, k in enumerate([*devices, *NOT_SIMULATED])}
     result.devices = dict(sorted(result.devices.items(), key=lambda kv: order.get(kv[0], len(order))))
     by_read: dict[RunnerRead, tuple[list[str], dict[str, DeviceModel]]] = {}
