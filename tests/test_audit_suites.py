@@ -504,3 +504,17 @@ def test_backend_src_reads_the_users_backend_and_contract_extension(tmp_path: Pa
         tmp_path, "tests", "--backend-src", "my_backend").stdout
     missing = _cli(tmp_path, "tests", "--backend-src", "nowhere")
     assert missing.returncode == 2 and "--backend-src nowhere does not exist" in missing.stderr
+
+
+def test_registry_table_per_device() -> None:
+    """SGLang's registry read statically: "dsa" / "nsa" build DeepseekSparseAttnBackend everywhere;
+    "dsv4" builds DeepseekV4AttnBackend on CUDA (and a GPU-less host), the HIP radix backend on AMD."""
+    from dsakit.audit.registry import chosen_on, registry
+
+    table = registry(_installed())
+    for key in ("dsa", "nsa"):
+        assert {d: [c.qualname for c in chosen_on(table[key], d, m)] for d, m in SIMULATED.items()} == {
+            d: ["DeepseekSparseAttnBackend"] for d in SIMULATED}
+    dsv4 = {d: [c.qualname for c in chosen_on(table["dsv4"], d, m)] for d, m in SIMULATED.items()}
+    assert dsv4 == {d: ["DeepseekV4HipRadixBackend"] if d in AMD else ["DeepseekV4AttnBackend"] for d in SIMULATED}
+    assert [c.qualname for c in table["triton"]] == ["TritonAttnBackend"]

@@ -33,7 +33,6 @@ from dsakit.upstream.release import HIP_RADIX_FILE, SGLangRelease, installed_rel
 from dsakit.upstream.source_scan import (
     RunnerFlow,
     backend_files,
-    reader_files,
     runner_assignments,
     scan_files_flow,
     scan_runner_flow,
@@ -116,10 +115,13 @@ def _flow(release: SGLangRelease, extra: list[Path]) -> RunnerFlow:
 @functools.lru_cache(maxsize=8)
 def _cached_flow(release: SGLangRelease, extra: tuple[tuple[Path, int, int], ...]) -> RunnerFlow:
     """One scan per tree (and backend file versions): SGLang's installed tree does not change in a run."""
-    scan_runner_flow(release)  # the usage error for a tree without a DSA backend
+    base = scan_runner_flow(release)  # raises the usage error for a tree without a DSA backend
     hip = release.file(HIP_RADIX_FILE)
-    return scan_files_flow(release, [*reader_files(release), *([hip] if hip.is_file() else []),
-                                     *(path for path, _, _ in extra)])
+    more = [*([hip] if hip.is_file() else []), *(path for path, _, _ in extra)]
+    if not more:
+        return base
+    added = scan_files_flow(release, more)
+    return RunnerFlow(tuple(dict.fromkeys([*base.reads, *added.reads])), base.calls | added.calls)
 
 
 def audit(paths: Sequence[str], devices: dict[str, DeviceModel], release: SGLangRelease,

@@ -83,13 +83,12 @@ class _Reader:
             self.modules[relative] = _parse(self.release.file(relative))
         return self.modules[relative]
 
-    def module_of(self, dotted: str) -> tuple[str, _Module] | None:
-        """`sglang.srt.layers.attention.x` -> ("srt/layers/attention/x.py", module), under attention/ only."""
+    def file_of(self, dotted: str) -> str | None:
+        """`sglang.srt.layers.attention.x` -> "srt/layers/attention/x.py" (attention/ only, when it exists)."""
         if not dotted.startswith(_FOLLOW_UNDER):
             return None
         relative = "/".join(dotted.split(".")[1:]) + ".py"
-        module = self.module(relative)
-        return (relative, module) if module is not None else None
+        return relative if self.release.file(relative).is_file() else None
 
     def choices(self, relative: str, function: _FunctionNode, guards: tuple[str, ...], depth: int) -> list[Choice]:
         module = self.module(relative)
@@ -102,15 +101,17 @@ class _Reader:
         found: list[Choice] = []
         bound: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}  # `cls = A`: name -> classes
 
-        def target(name: str) -> tuple[str, str, _Module] | None:
-            """(qualname, file, module) of a name that denotes a function or class."""
+        def target(name: str) -> tuple[str, str, bool] | None:
+            """(qualname, file, is a class) of a name that denotes a function or class. An imported
+            name is a class when it is spelled like one (the backends' modules are not parsed for it)."""
             if name in module.functions or name in module.classes:
-                return name, relative, module
+                return name, relative, name in module.classes
             dotted = local.get(name)
-            owner = self.module_of(dotted.rpartition(".")[0]) if dotted else None
+            owner = self.file_of(dotted.rpartition(".")[0]) if dotted else None
             if dotted is None or owner is None:
                 return None
-            return dotted.rpartition(".")[2], owner[0], owner[1]
+            qualname = dotted.rpartition(".")[2]
+            return qualname, owner, qualname[:1].isupper()
 
         def called(name: str, here: tuple[str, ...]) -> None:
             if name in bound:
@@ -119,10 +120,12 @@ class _Reader:
             resolved = target(name)
             if resolved is None:
                 return
-            qualname, file, owner = resolved
-            if qualname in owner.classes:
+            qualname, file, is_class = resolved
+            if is_class:
                 found.append(Choice(qualname, file, _and(here)))
-            elif qualname in owner.functions:
+                return
+            owner = self.module(file)
+            if owner is not None and qualname in owner.functions:
                 found.extend(self.choices(file, owner.functions[qualname], here, depth + 1))
 
         def visit(body: list[ast.stmt], here: tuple[str, ...]) -> None:
@@ -137,7 +140,7 @@ class _Reader:
                         and isinstance(statement.targets[0], ast.Name)):
                     for value, extra in _alternatives(statement.value):
                         resolved = target(value) if value else None
-                        if resolved is not None and resolved[0] in resolved[2].classes:
+                        if resolved is not None and resolved[2]:
                             bound.setdefault(statement.targets[0].id, []).append(
                                 (resolved[0], resolved[1], here + extra))
                 for node in ast.walk(statement):

@@ -23,10 +23,19 @@ def _module_names(path: Path) -> frozenset[str] | None:
     except (OSError, SyntaxError, ValueError):
         return None
     names: set[str] = set()
-    for node in ast.walk(tree):  # names bound in try/if blocks at module level count too
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:  # module level, including what `if` / `try` / `with` blocks there bind
+        node = pending.pop()
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending.extend(node.body)
+            pending.extend(getattr(node, "orelse", []))
+            pending.extend(getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                pending.extend(handler.body)
+            continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-            if node.name == "__getattr__" and node in tree.body:
+            if node.name == "__getattr__":
                 return None
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:

@@ -260,13 +260,12 @@ def _skipping_handler(handler: ast.ExceptHandler, skips: set[str]) -> bool:
 
 
 def _contexts(file: SourceFile, function: ast.FunctionDef | ast.AsyncFunctionDef,
-              cls: ast.ClassDef | None) -> tuple[dict[int, str], dict[int, str], str]:
+              cls: ast.ClassDef | None, skips: set[str]) -> tuple[dict[int, str], dict[int, str], str]:
     """Nodes of `function` inside `with assertRaises*(...)` / `pytest.raises`, and inside a `try` whose
     handler catches AttributeError (or broader) and skips: node id -> the site of that context. The
     third value: where a method of the same class calls this one inside such a `try` ("" if none)."""
     expected: dict[int, str] = {}
     skipped: dict[int, str] = {}
-    skips = _skip_classes(file)
     for node in ast.walk(function):
         if isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -317,11 +316,12 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
     """Every backend call in the scanned files, with the mock its runner argument denotes."""
     usage = Usage()
     for file in index.files:
+        skips = _skip_classes(file)
         scopes = [Scope(file, function, cls) for function, cls in _functions(file)]
         nested = [Scope(file, node, s.cls) for s in scopes for node in _own_nodes_deep(s)]
         for scope in [*scopes, *nested]:
             assert scope.function is not None
-            expected, skipped, wrapped = _contexts(file, scope.function, scope.cls)
+            contexts: tuple[dict[int, str], dict[int, str], str] | None = None
             for node in _own_nodes(scope.function):
                 if not isinstance(node, ast.Call):
                     continue
@@ -329,6 +329,9 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
                 argument = _runner_argument(node) if found is not None else None
                 if found is None or argument is None:
                     continue
+                if contexts is None:  # only functions that build a backend pay for the walk
+                    contexts = _contexts(file, scope.function, scope.cls, skips)
+                expected, skipped, wrapped = contexts
                 via, reached = found
                 call = BackendCall(via, reached, f"{file.display}:{node.lineno}", ast.unparse(argument), scope,
                                    expected.get(id(node), ""), skipped.get(id(node), wrapped))
