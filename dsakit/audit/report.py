@@ -121,16 +121,19 @@ def _render_mock(mock: MockFinding, devices: list[str]) -> list[str]:
                      "is a note")
     if value.tree.open:
         lines.append(f"  provides anything below: {value.tree.open}; nothing it lacks can be shown")
+    judged = list(mock.devices) or devices
+    every = "every device" if set(judged) == set(devices) else "every device it runs on"
     if not mock.missing:
         lines.append("  lacks nothing its backends read on the devices it runs on")
     for entry in mock.missing:
-        lines.extend(_render_entry(entry, devices, soft=False, expected=bool(mock.expected)))
+        lines.extend(_render_entry(entry, judged, soft=False, expected=bool(mock.expected), every=every))
     for entry in mock.soft:
-        lines.extend(_render_entry(entry, devices, soft=True))
+        lines.extend(_render_entry(entry, judged, soft=True, every=every))
     return lines
 
 
-def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool, expected: bool = False) -> list[str]:
+def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool, expected: bool = False,
+                  every: str = "every device") -> list[str]:
     contract = ""
     if entry.contract_entry is None:
         contract = " [not in dsakit's contract]"
@@ -140,7 +143,7 @@ def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool, expect
             else "  note (expected to raise): lacks " if expected else "  lacks ")
     groups: dict[tuple[str, str], list[ReadFinding]] = {}
     for read in entry.reads:  # reads with one guard and one outcome share a line
-        groups.setdefault((read.read.guard, outcome_text(read, devices)), []).append(read)
+        groups.setdefault((read.read.guard, outcome_text(read, devices, every)), []).append(read)
     lines = [render_reads(reads, outcome) for (_, outcome), reads in groups.items()]
     if len(lines) == 1:
         return [f"{head}{entry.path}{contract}: {lines[0]}"]
@@ -164,13 +167,14 @@ def _function(read: ReadFinding) -> str:
     return text
 
 
-def outcome_text(read: ReadFinding, devices: list[str]) -> str:
+def outcome_text(read: ReadFinding, devices: list[str], every_device: str = "every device") -> str:
+    """The outcome of a read: fails on sm100, sm103; only with <configuration> on sm90 (or "every device")."""
     fails = "falls back" if read.read.soft else "fails"
     outcomes: list[str] = []
     if read.fails_on:
         every = set(devices) <= set(read.fails_on) and len(devices) > 1
-        outcomes.append(f"{fails} on {'every device' if every else ', '.join(read.fails_on)}")
+        outcomes.append(f"{fails} on {every_device if every else ', '.join(read.fails_on)}")
     for condition, where in read.only_with:
-        place = "every device" if set(devices) <= set(where) and len(devices) > 1 else ", ".join(where)
+        place = every_device if set(devices) <= set(where) and len(devices) > 1 else ", ".join(where)
         outcomes.append(f"only with {condition} on {place}")
     return "; ".join(outcomes)
