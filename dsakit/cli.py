@@ -44,7 +44,8 @@ def _contract_table(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from dsakit.audit.command import run_audit
 
-    return run_audit(args.paths, device_spec=args.device, sglang_src=args.sglang_src, as_json=args.json)
+    return run_audit(args.paths, device_spec=args.device, sglang_src=args.sglang_src, as_json=args.json,
+                     backend_src=args.backend_src)
 
 
 def _capabilities(args: argparse.Namespace) -> int:
@@ -215,6 +216,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="simulated devices (sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu; "
                        "aliases such as b300); default: every one")
     audit.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
+    audit.add_argument("--backend-src", metavar="DIR", help="your own backend's .py file or folder: a mock handed "
+                       "to one of its classes is checked against what it reads (and [tool.dsakit.contract])")
     audit.add_argument("--json", action="store_true", help="print the report as JSON")
     audit.set_defaults(handler=_audit)
 

@@ -17,20 +17,23 @@ class AttrTree:
     children  name -> the value's tree, with `sites[name]` saying where the mock sets it
     open      why anything below may exist ("" when the audit sees every attribute)
     leaf      a constant (None, a number, a list...): it has none of the attributes backends read
+    value     the constant itself when it is a literal str / int / bool (the mock's `device = "xpu"`)
     """
 
     children: dict[str, AttrTree] = field(default_factory=dict)
     sites: dict[str, str] = field(default_factory=dict)
     open: str = ""
     leaf: bool = False
+    value: str | int | float | bool | None = None
 
     @classmethod
     def opaque(cls, why: str) -> AttrTree:
         return cls(open=why)
 
     @classmethod
-    def constant(cls) -> AttrTree:
-        return cls(leaf=True)
+    def constant(cls, value: object = None) -> AttrTree:
+        literal = value if isinstance(value, (str, int, float, bool)) else None
+        return cls(leaf=True, value=literal)
 
     def set(self, name: str, value: AttrTree, site: str) -> None:
         self.children[name] = value

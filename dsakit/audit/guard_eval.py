@@ -129,6 +129,12 @@ def verdict(guard: str, key: str, device: DeviceModel) -> DeviceVerdict:
     return DeviceVerdict(key, False, _needed(part))
 
 
+def decided(guard: str, device: DeviceModel) -> bool | None:
+    """The guard's value when `device` alone decides it; None when configuration is left."""
+    part = _partial(ast.parse(guard, mode="eval").body, device)
+    return bool(part.value) if isinstance(part, _Known) else None
+
+
 def _needed(rest: ast.expr) -> str:
     """The configuration a read needs, without the conjuncts that hold by default anyway."""
     if isinstance(rest, ast.BoolOp) and isinstance(rest.op, ast.And):

@@ -117,9 +117,34 @@ def _own_nodes(function: _FunctionNode) -> Iterator[ast.AST]:
         )
 
 
+class UnparsableFile(Exception):
+    """A scanned file the audit cannot read as Python; the message says why and what would be right."""
+
+
 def parse_file(path: Path, display: str) -> SourceFile:
-    """One scanned file (raises SyntaxError / OSError / UnicodeDecodeError for the caller to report)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    """One scanned file, decoded as Python decodes it (UTF-8, or the PEP 263 coding cookie).
+
+    Raises UnparsableFile for an unreadable, binary, undecodable or syntactically broken file.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UnparsableFile(f"cannot be read ({error.strerror or error})") from None
+    if b"\0" in data:
+        raise UnparsableFile("is binary (it holds NUL bytes), not Python source") from None
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except SyntaxError as error:
+        message = str(error.msg)
+        if "unknown encoding" in message:
+            raise UnparsableFile(f"declares an encoding Python does not know ({message}); use a codec "
+                                 "name such as utf-8 or latin-1 in its coding cookie") from None
+        if "utf-8" in message.lower() or "encoding" in message.lower() or "unicode" in message.lower():
+            raise UnparsableFile(f"is not UTF-8 and declares no other encoding ({message}); save it as "
+                                 "UTF-8 or add a coding cookie such as '# -*- coding: latin-1 -*-'") from None
+        raise UnparsableFile(f"has a syntax error at line {error.lineno}: {message}") from None
+    except (ValueError, LookupError) as error:  # an unknown codec in the cookie, NUL bytes (3.11)
+        raise UnparsableFile(f"cannot be decoded as Python source ({error})") from None
     imports: dict[str, str] = {}
     modules: dict[str, str] = {}
     for node in ast.walk(tree):
@@ -263,7 +288,9 @@ class SuiteIndex:
             if chain and len(chain) == 2 and chain[0] in ("self", "cls") and scope.cls is not None:
                 return self._member_value(chain[1], scope, depth, site)
             return MockValue("opaque", "", site, AttrTree.opaque(f"{ast.unparse(node)} is not a literal mock"))
-        if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.Lambda,
+        if isinstance(node, ast.Constant):
+            return MockValue("constant", "", site, AttrTree.constant(node.value))
+        if isinstance(node, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.Lambda,
                              ast.ListComp, ast.DictComp, ast.SetComp, ast.BinOp)):
             return MockValue("constant", "", site, AttrTree.constant())
         return MockValue("opaque", "", site, AttrTree.opaque(f"{ast.unparse(node)} is not a literal mock"))
@@ -455,7 +482,8 @@ def _module_binding(file: SourceFile, name: str) -> ast.expr | None:
 
 
 def _copy(tree: AttrTree) -> AttrTree:
-    return AttrTree({k: _copy(v) for k, v in tree.children.items()}, dict(tree.sites), tree.open, tree.leaf)
+    return AttrTree({k: _copy(v) for k, v in tree.children.items()}, dict(tree.sites), tree.open, tree.leaf,
+                    tree.value)
 
 
 def _with_additions(index: SuiteIndex, value: MockValue, root: list[str], scope: Scope) -> MockValue:

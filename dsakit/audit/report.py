@@ -11,7 +11,8 @@ from typing import Any
 
 from dsakit.audit.device_guards import probe_table
 from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, short_site
-from dsakit.audit.usage import ASSUMED, BackendCall
+from dsakit.audit.suite_device import NOT_SIMULATED
+from dsakit.audit.usage import BackendCall
 from dsakit.sglang_release import SGLangRelease
 
 CONFIG_RULE = (
@@ -30,6 +31,9 @@ class AuditResult:
     untraced: list[BackendCall] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     strict: list[BackendCall] = field(default_factory=list)
+    not_dsa: list[MockFinding] = field(default_factory=list)
+    unparsed: list[str] = field(default_factory=list)  # "file: why", files that were not audited
+    mismatches: list[str] = field(default_factory=list)  # one line per file importing what the tree lacks
 
     @property
     def failing(self) -> list[MockFinding]:
@@ -37,13 +41,16 @@ class AuditResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failing else 0
+        """1 when a mock lacks an entry read on a judged device, or a file could not be audited."""
+        return 1 if self.failing or self.unparsed else 0
 
     def summary_line(self) -> str:
-        verdict = "FAILED" if self.failing else "OK"
+        verdict = "FAILED" if self.failing else "INCOMPLETE" if self.unparsed else "OK"
+        skipped = f" ({len(self.unparsed)} not audited)" if self.unparsed else ""
         return (
-            f"dsakit audit: SGLang {self.release.version}: {len(self.files)} files, {len(self.mocks)} mock "
-            f"runners, {len(self.failing)} lacking an entry read on {', '.join(self.devices)} \u2192 {verdict}"
+            f"dsakit audit: SGLang {self.release.version}: {len(self.files)} files{skipped}, {len(self.mocks)} "
+            f"mock runners for DSA / DSv4, {len(self.failing)} lacking an entry read on "
+            f"{', '.join(self.devices)}; {len(self.not_dsa)} runners not for DSA / DSv4 \u2192 {verdict}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -56,10 +63,11 @@ class AuditResult:
             "exit_code": self.exit_code,
             "summary": self.summary_line(),
             "mocks": [m.as_dict() for m in self.mocks],
-            "untraced_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
-                               for c in self.untraced],
-            "strict_mock_calls": [{"backend": c.backend.name, "site": c.site, "argument": c.argument}
-                                  for c in self.strict],
+            "not_for_dsa": [{"label": m.mock.label, "site": m.mock.site} for m in self.not_dsa],
+            "untraced_calls": [c.as_dict() for c in self.untraced],
+            "strict_mock_calls": [c.as_dict() for c in self.strict],
+            "not_audited": self.unparsed,
+            "release_mismatch": self.mismatches,
             "warnings": self.warnings,
             "probe_table": probe_table(),
         }
@@ -71,14 +79,18 @@ class AuditResult:
             lines.extend(_render_mock(mock, self.devices))
             lines.append("")
         for call in self.untraced:
-            lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): the runner argument is not a "
+            lines.append(f"note: {call.site}: {call.name}({call.argument}): the runner argument is not a "
                          "mock the audit can trace (a parameter without a fixture, or a value built elsewhere)")
         for call in self.strict:
-            lines.append(f"note: {call.site}: {call.backend.name}({call.argument}): dsakit's strict MockModelRunner "
+            lines.append(f"note: {call.site}: {call.name}({call.argument}): dsakit's strict MockModelRunner "
                          "fixture, built from the contract: nothing to audit")
+        for line in self.mismatches:
+            lines.append(f"warning: {line}")
+        for line in self.unparsed:
+            lines.append(f"warning: {line}: not audited")
         for warning in self.warnings:
             lines.append(f"warning: {warning}")
-        if self.untraced or self.warnings or self.strict:
+        if self.untraced or self.warnings or self.strict or self.mismatches or self.unparsed:
             lines.append("")
         lines.append(self.summary_line())
         return "\n".join(lines)
@@ -91,38 +103,54 @@ def _render_mock(mock: MockFinding, devices: list[str]) -> list[str]:
     if value.added:
         lines.append(f"  sets after construction: {', '.join(value.added)}")
     if mock.use_known:
-        uses = "; ".join(f"{c.backend.name} at {c.site}" for c in mock.calls)
+        uses = "; ".join(f"{c.name} at {c.site}" for c in mock.calls if c.reaches_backend)
         lines.append(f"  used with: {uses}")
     else:
-        lines.append(f"  used with: unknown (assumed every DSA/DSv4 backend: {', '.join(ASSUMED)})")
+        lines.append(f"  used with: unknown (no backend call found; assumed {', '.join(mock.backends)} from "
+                     "its file's imports)")
+    if mock.narrowed_by:
+        lines.append(f"  runs on: {', '.join(mock.devices) or 'no simulated device'} "
+                     f"(narrowed by {'; '.join(mock.narrowed_by)})")
+    for device in mock.not_simulated:
+        lines.append(f"  {device}: not a simulated device; reads checked without device guards")
+    for where in mock.skipped:
+        lines.append(f"  silent-skip harness: {where} turns construction errors into skips, so a missing "
+                     "attribute below shows as a skip, not a failure")
+    for where in mock.expected:
+        lines.append(f"  expected to raise ({where}): reads after the raise are not checked; what it lacks "
+                     "is a note")
     if value.tree.open:
         lines.append(f"  provides anything below: {value.tree.open}; nothing it lacks can be shown")
+    judged = list(mock.devices) or devices
+    every = "every device" if set(judged) == set(devices) else "every device it runs on"
     if not mock.missing:
-        lines.append("  lacks nothing its backends read on the selected devices")
+        lines.append("  lacks nothing its backends read on the devices it runs on")
     for entry in mock.missing:
-        lines.extend(_render_entry(entry, devices, soft=False))
+        lines.extend(_render_entry(entry, judged, soft=False, expected=bool(mock.expected), every=every))
     for entry in mock.soft:
-        lines.extend(_render_entry(entry, devices, soft=True))
+        lines.extend(_render_entry(entry, judged, soft=True, every=every))
     return lines
 
 
-def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool) -> list[str]:
+def _render_entry(entry: MissingEntry, devices: list[str], *, soft: bool, expected: bool = False,
+                  every: str = "every device") -> list[str]:
     contract = ""
     if entry.contract_entry is None:
         contract = " [not in dsakit's contract]"
     elif entry.contract_entry != entry.path:
         contract = f" [contract entry {entry.contract_entry}]"
-    head = "  note (soft read: getattr default / hasattr): " if soft else "  lacks "
+    head = ("  note (soft read: getattr default / hasattr): " if soft
+            else "  note (expected to raise): lacks " if expected else "  lacks ")
     groups: dict[tuple[str, str], list[ReadFinding]] = {}
     for read in entry.reads:  # reads with one guard and one outcome share a line
-        groups.setdefault((read.read.guard, _outcome(read, devices)), []).append(read)
-    lines = [_render_group(reads, outcome) for (_, outcome), reads in groups.items()]
+        groups.setdefault((read.read.guard, outcome_text(read, devices, every)), []).append(read)
+    lines = [render_reads(reads, outcome) for (_, outcome), reads in groups.items()]
     if len(lines) == 1:
         return [f"{head}{entry.path}{contract}: {lines[0]}"]
     return [f"{head}{entry.path}{contract}:", *(f"      {line}" for line in lines)]
 
 
-def _render_group(reads: list[ReadFinding], outcome: str) -> str:
+def render_reads(reads: list[ReadFinding], outcome: str) -> str:
     sites = ", ".join(dict.fromkeys(short_site(str(r.read.site)) for r in reads))
     functions = ", ".join(dict.fromkeys(_function(r) for r in reads))
     guard = reads[0].read.guard
@@ -139,13 +167,14 @@ def _function(read: ReadFinding) -> str:
     return text
 
 
-def _outcome(read: ReadFinding, devices: list[str]) -> str:
+def outcome_text(read: ReadFinding, devices: list[str], every_device: str = "every device") -> str:
+    """The outcome of a read: fails on sm100, sm103; only with <configuration> on sm90 (or "every device")."""
     fails = "falls back" if read.read.soft else "fails"
     outcomes: list[str] = []
     if read.fails_on:
-        every = len(read.fails_on) == len(devices) and len(devices) > 1
-        outcomes.append(f"{fails} on {'every device' if every else ', '.join(read.fails_on)}")
+        every = set(devices) <= set(read.fails_on) and len(devices) > 1
+        outcomes.append(f"{fails} on {every_device if every else ', '.join(read.fails_on)}")
     for condition, where in read.only_with:
-        place = "every device" if len(where) == len(devices) and len(devices) > 1 else ", ".join(where)
+        place = every_device if set(devices) <= set(where) and len(devices) > 1 else ", ".join(where)
         outcomes.append(f"only with {condition} on {place}")
     return "; ".join(outcomes)

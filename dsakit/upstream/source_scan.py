@@ -719,6 +719,11 @@ def scan_backend_reads(release: SGLangRelease, backend_src: Path) -> list[Runner
     return list(_scan(release, backend_files(backend_src)).reads)
 
 
+def scan_files_flow(release: SGLangRelease, files: list[Path]) -> RunnerFlow:
+    """The reads and runner-passing calls of `files` (SGLang's or a downstream backend's), one scan."""
+    return _scan(release, files)
+
+
 def _scan(release: SGLangRelease, files: list[Path]) -> RunnerFlow:
     scanner = _Scanner(release)
     scanner.direct = set(files)
