@@ -250,7 +250,7 @@ def test_an_sglang_shaped_suite_fails_on_the_simulated_b300_with_the_read_explai
         "*dsakit model_runner read*",
         "model_runner.max_running_requests is missing on MockModelRunner: read at "
         "sglang/srt/layers/attention/dsa_backend.py:*",
-        "  in DeepseekSparseAttnBackend.__init__ when * -> fails on sm100, sm103, sm120*",
+        "  dsa_backend.py:* (DeepseekSparseAttnBackend.__init__) when * -> fails on sm100, sm103, sm120*",
         "  the real ModelRunner: sglang/srt/model_executor/model_runner.py:*",
     ])
 
@@ -275,7 +275,7 @@ def test_omitted():
         "ran as simulated sm100 (NVIDIA B200) on *",
         "model_runner.max_running_requests is missing on dsakit's MockModelRunner: read at "
         "sglang/srt/layers/attention/dsa_backend.py:*",
-        "  in DeepseekSparseAttnBackend.__init__ when * -> fails on sm100, sm103, sm120*",
+        "  dsa_backend.py:* (DeepseekSparseAttnBackend.__init__) when * -> fails on sm100, sm103, sm120*",
     ])
 
 

@@ -7,13 +7,11 @@ to. Never imports torch or SGLang (the tree is read as source).
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from dsakit.errors import ContractViolation, UsageError
+from dsakit.errors import ContractViolation
 
 _RUNNER_LIKE = re.compile(r"runner", re.IGNORECASE)
 
@@ -69,48 +67,16 @@ def _absolute(file: str, excinfo: Any) -> str:
     return file
 
 
-@functools.lru_cache(maxsize=8)
-def _reads_of(package_dir: str) -> dict[tuple[str, int], Any]:
-    from dsakit.sglang_release import release_from_tree
-    from dsakit.upstream.source_scan import scan_runner_reads
-
-    release = release_from_tree(package_dir)
-    return {(str(release.file(r.site.file.split("/", 1)[1])), r.site.line): r for r in scan_runner_reads(release)}
-
-
-def guarded_read(read: MissingRead) -> Any:
-    """The source scan's `RunnerRead` at that site (None when the file is not in an SGLang tree the
-    scan covers, or the line is not one of its reads)."""
-    index = read.file.rfind("/sglang/")
-    if index < 0:
-        return None
-    try:
-        reads = _reads_of(read.file[: index + len("/sglang")])
-    except (UsageError, OSError, SyntaxError):
-        return None
-    return reads.get((str(Path(read.file).resolve()), read.line))
-
-
 def explain(read: MissingRead, devices: dict[str, Any]) -> str:
-    """`dsakit audit`'s sentence for the read: where, under which guard, and on which devices it fires."""
-    from dsakit.audit.guard_eval import verdicts
+    """The failure's sentence: what is missing where, `dsakit audit`'s wording of the read (guard and
+    devices it fires on), and where the real ModelRunner sets it."""
+    from dsakit.audit.explain import explain_read
     from dsakit.upstream.source_scan import runner_site
 
-    scanned = guarded_read(read)
     lines = [f"model_runner.{read.path} is missing on {read.holder}: read at {read.site}"]
-    if scanned is None:
-        lines.append("  (not a read dsakit's source scan knows: no guard to evaluate)")
-    else:
-        found = verdicts(scanned.guard, devices)
-        fires = [v.device for v in found if v.fires]
-        only: dict[str, list[str]] = {}
-        for v in found:
-            if not v.fires and v.condition:
-                only.setdefault(v.condition, []).append(v.device)
-        guard = f"when {scanned.guard}" if scanned.guard else "unconditionally"
-        outcome = f"fails on {', '.join(fires)}" if fires else "fires on none of the simulated devices by default"
-        outcome += "".join(f"; only with {c} on {', '.join(d)}" for c, d in only.items())
-        lines.append(f"  in {scanned.function} {guard} -> {outcome}")
+    worded = explain_read(read.file, read.line, read.path, devices.values())
+    lines.append(f"  {worded.text}" if worded is not None
+                 else "  (not a read dsakit's source scan knows: no guard to evaluate)")
     lines.append(f"  the real ModelRunner: {runner_site(read.path)}")
     lines.append(f"  `dsakit audit <this test file>` finds it without running; add `{read.path.split('.')[0]}` "
                  "to the mock, or build it from dsakit.MockModelRunner")
