@@ -237,8 +237,9 @@ def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, 
         for missing in getattr(mock, "missing", []):
             for found in missing.reads:
                 where = ", ".join(found.fails_on) or "no device by default"
-                name = getattr(mock.mock, "name", "mock")
-                lacking.setdefault(str(found.read.site), []).append(f"{name} (on {where})")
+                value = mock.mock
+                name = f"{value.label} ({value.site})" if value.site else value.label
+                lacking.setdefault(str(found.read.site), []).append(f"{name} on {where}")
     return [ReadChange(c.kind, c.path, c.function, c.site, c.guard, c.before, c.fires_on,
                        tuple(dict.fromkeys(lacking.get(c.site, ())))) if c.kind != "removed" else c
             for c in changes]

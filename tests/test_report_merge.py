@@ -4,6 +4,7 @@ must-run check, failures with where they happen, the markdown, and refused input
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,12 +64,14 @@ def test_two_shards_merge_into_one_node(pytester: pytest.Pytester) -> None:
     done = _merge(pytester, *shards, "--json", "merged.json")
     assert done.returncode == 0, done.stdout + done.stderr  # nothing failed, no must-run gate
     data: dict[str, Any] = json.loads((pytester.path / "merged.json").read_text())
-    assert [(n["label"], n["shards"], n["missing_shards"]) for n in data["nodes"]] == [("h200", "1,2 of 2", [])]
+    assert [(n["label"], n["shards"], n["missing_shards"]) for n in data["nodes"]] == [("h200 (sm90 simulated)", "1,2 of 2", [])]
     tests = data["tests"]
     assert sorted(tests) == ["test_suite.py::test_cuda_inside", "test_suite.py::test_fa3[0]",
                              "test_suite.py::test_fa3[1]", "test_suite.py::test_plain"]
-    assert tests["test_suite.py::test_cuda_inside"] == {"h200": "passed"}
-    assert data["gates"]["cuda"]["ran_on"] == ["h200"] and data["gates"]["fa3"]["ran_on"] == []
+    # a simulated node's column always says so: its coverage is not real hardware's
+    assert tests["test_suite.py::test_cuda_inside"] == {"h200 (sm90 simulated)": "passed"}
+    assert data["gates"]["cuda"]["ran_on"] == ["h200 (sm90 simulated)"] and data["gates"]["fa3"]["ran_on"] == []
+    assert data["gates"]["cuda"]["ran_on_real"] == []
     assert data["not_run_anywhere"] == ["test_suite.py::test_fa3[0]", "test_suite.py::test_fa3[1]"]
     assert "h200  " in done.stdout and "1,2 of 2" in done.stdout
     assert "RAN ON NO NODE" in done.stdout  # fa3: reported, but not a must-run gate here
@@ -96,7 +99,8 @@ def test_simulated_sm103_and_cpu_runs_share_one_table(pytester: pytest.Pytester)
     assert "| `fa3` | 4 | ci (sm103 simulated), ci (cpu simulated) | not covered on any node |" in md
     assert "<details><summary>Tests that ran on no node (2)</summary>" in md
     assert "- `fa3` (2): `test_suite.py::test_fa3[0]`, `test_suite.py::test_fa3[1]`" in md
-    assert "| cuda | ran 1 | skipped 1 | ran on ci (sm103 simulated) |" in md
+    assert "| cuda | ran 1 | skipped 1 | ran on ci (sm103 simulated) (simulated only: no real hardware) |" in md
+    assert "- gates that ran only on simulated devices (not real coverage): `cuda`" in md
 
 
 def test_a_must_run_gate_that_ran_on_no_node_fails_the_merge(pytester: pytest.Pytester) -> None:
@@ -106,7 +110,7 @@ def test_a_must_run_gate_that_ran_on_no_node_fails_the_merge(pytester: pytest.Py
     cpu = _run(pytester, "cpu", "--dsakit-device=cpu", "--dsakit-host-label=cpu", "-k", "not b300")
     done = _merge(pytester, *shards, cpu, "--markdown", "merged.md")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "fa3   skipped 2  skipped 2  RAN ON NO NODE (must-run: FAILED)" in done.stdout
+    assert re.search(r"\nfa3 +skipped 2 +skipped 2 +RAN ON NO NODE \(must-run: FAILED\)", done.stdout), done.stdout
     assert "must-run gate fa3 ran on no node (every test behind it was skipped on every node)" in done.stderr
     md = (pytester.path / "merged.md").read_text()
     assert "- must-run gate `fa3` ran on no node: every test behind it was skipped on every node" in md
@@ -120,6 +124,20 @@ def test_a_must_run_gate_that_ran_on_no_node_fails_the_merge(pytester: pytest.Py
     assert done.returncode == 1 and "no test in any report declares this gate" in done.stderr
 
 
+def test_a_must_run_gate_met_only_by_a_simulated_device_says_so_and_fails_with_must_run_real(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_suite=SUITE)
+    simulated = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=ci", "-k", "not b300")
+    real = _run(pytester, "cpu", "--dsakit-host-label=ci", "-k", "not b300")  # this CPU box, unsimulated
+    done = _merge(pytester, simulated, real, "--must-run", "cuda")
+    assert done.returncode == 0, done.stdout + done.stderr  # it ran (simulated): not a failure by default
+    assert "gates that ran only on simulated devices (not real coverage): `cuda`" in done.stdout
+    done = _merge(pytester, simulated, real, "--must-run", "cuda", "--must-run-real")
+    assert done.returncode == 1
+    assert ("must-run gate cuda ran on no node (it ran only on simulated devices (ci (sm103 simulated)); "
+            "--must-run-real needs real hardware)") in done.stderr
+
+
 def test_a_failure_on_one_node_fails_the_merge_and_says_where(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=b300")
@@ -127,7 +145,7 @@ def test_a_failure_on_one_node_fails_the_merge_and_says_where(pytester: pytest.P
     done = _merge(pytester, h200, b300, "--markdown", "merged.md", "--json", "merged.json")
     assert done.returncode == 1
     failures = json.loads((pytester.path / "merged.json").read_text())["failures"]
-    assert failures == [{"test": "test_suite.py::test_b300_only", "where": "b300 only (passed on h200)",
+    assert failures == [{"test": "test_suite.py::test_b300_only", "where": "b300 (sm103 simulated) only (passed on h200 (sm90 simulated))",
                          "signature": "RuntimeError: selection differs at row 0x? on B300 @ test_suite.py"}]
     md = (pytester.path / "merged.md").read_text()
     assert md.index("### Failures (1)") < md.index("### Skips by reason code")  # failures first
@@ -143,7 +161,7 @@ def test_other_sglang_releases_merge_with_a_column(pytester: pytest.Pytester) ->
     node.write_text(json.dumps(data))
     done = _merge(pytester, cpu, node)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SGLang releases differ between nodes: 0.5.17 on h200; " in done.stdout
+    assert "SGLang releases differ between nodes: 0.5.17 on h200 (sm90 simulated); " in done.stdout
     assert any(line.startswith("h200 ") and " 0.5.17 " in line for line in done.stdout.splitlines())
 
 
