@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates.device_model import real_device
+from dsakit.pytest_invocation import plugin_args
 
 try:
     import importlib.util as _util
@@ -123,8 +124,11 @@ class TestBackendFromAHandWrittenRunner(unittest.TestCase):
 '''
 
 
+PLUGIN = plugin_args()  # a checkout on PYTHONPATH (the offline GPU node) has no entry point
+
+
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs", *args)
+    return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-rs", *args)
 
 
 @torch_needed
@@ -161,7 +165,7 @@ def test_everything_is_restored_after_the_run_also_when_a_test_raised(pytester: 
         import pytest
         import torch
         before = (torch.cuda.is_available(), torch.version.cuda, list(sys.meta_path))
-        code = pytest.main(["-p", "no:cacheprovider", "-q", {str(pytester.path / 'test_boom.py')!r},
+        code = pytest.main([*{PLUGIN!r}, "-p", "no:cacheprovider", "-q", {str(pytester.path / 'test_boom.py')!r},
                             "--dsakit-device", "sm103"])
         from torch.overrides import _get_current_function_mode_stack
         after = (torch.cuda.is_available(), torch.version.cuda, list(sys.meta_path))
@@ -299,7 +303,7 @@ def test_a_failure_without_simulation_gets_no_dsakit_section(pytester: pytest.Py
 def test_an_unknown_device_in_a_list_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
     for spec in ("sm90,sm999", "sm999"):
-        result = pytester.runpytest_subprocess("--dsakit-device", spec)
+        result = pytester.runpytest_subprocess(*PLUGIN, "--dsakit-device", spec)
         assert result.ret == pytest.ExitCode.USAGE_ERROR
         result.stderr.fnmatch_lines(["*unknown dsakit device 'sm999'; valid names: real*sm90, sm100, sm103*"])
 
@@ -328,6 +332,6 @@ def test_a_fleet_runs_each_device_and_prints_the_merged_table(pytester: pytest.P
 
 
 def _fleet(pytester: pytest.Pytester, tmp: Path, devices: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--dsakit-device", devices,
+    return subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", devices,
                            *args], capture_output=True, text=True, timeout=600, cwd=pytester.path,
                           env={**os.environ, "TMPDIR": str(tmp)})

@@ -2,7 +2,7 @@
 
 Owns the guards on each route to a device kernel: torch custom ops outside torch's own namespaces
 (sgl-kernel, FlashMLA, FA3, ...), Triton's `JITFunction.run`, the JIT loaders (SGLang's `load_jit`,
-flashinfer's `JitSpec`, tvm-ffi's `load_module`), DeepGEMM; and stand-in modules for the kernel
+flashinfer's `JitSpec`; not tvm-ffi's `load_module`, which also loads non-kernel bindings), DeepGEMM; and stand-in modules for the kernel
 libraries the simulated GPU would have installed but this machine lacks. Must not run a kernel.
 """
 
@@ -180,15 +180,6 @@ class _SimulatedTritonDriver:
         raise refuse(f"Triton's driver ({name}) for simulated {self._device.key}", self._device)
 
 
-def _guard_tvm_ffi(patches: Patches, tvm_ffi: types.ModuleType, device: DeviceModel) -> None:
-    original = getattr(tvm_ffi, "load_module", None)
-    if callable(original):
-        def load_module(path: Any, *args: Any, **kwargs: Any) -> Any:
-            raise refuse(f"the JIT module {path} (tvm_ffi.load_module)", device)
-
-        rebind_everywhere(patches, original, load_module)
-
-
 def _guard_sglang_jit(patches: Patches, loader: types.ModuleType, device: DeviceModel) -> None:
     original = getattr(loader, "load_jit", None)
     if callable(original):
@@ -223,7 +214,6 @@ def _refusing(kernel: str, device: DeviceModel) -> Callable[..., Any]:
 
 GUARDED_LIBRARIES: dict[str, Callable[[Patches, types.ModuleType, DeviceModel], None]] = {
     "triton.runtime.jit": lambda p, m, d: _guard_triton(p, sys.modules["triton"], d),
-    "tvm_ffi": lambda p, m, d: _guard_tvm_ffi(p, m, d),
     "sglang.kernels.jit.utils.compile.loader": lambda p, m, d: _guard_sglang_jit(p, m, d),
     "flashinfer.jit.core": lambda p, m, d: _guard_flashinfer_jit(p, m, d),
     "deep_gemm": lambda p, m, d: _guard_deep_gemm(p, m, d),
@@ -298,6 +288,21 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         return None
+
+
+def import_present_libraries(device: DeviceModel) -> list[str]:
+    """Import the vendor's kernel libraries this machine has, before the simulation: their import picks
+    the binary for the real arch (sgl_kernel loads sm100/ ops for a capability of 10.x, which a GPU of
+    another arch does not have); their kernels are refused under the simulation anyway."""
+    imported: list[str] = []
+    for name in KERNEL_LIBRARIES.get(device.vendor, ()):
+        if name not in absent_libraries(device):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a library that does not import here cannot launch either
+                continue
+            imported.append(name)
+    return imported
 
 
 def absent_libraries(device: DeviceModel) -> list[str]:

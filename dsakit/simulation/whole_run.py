@@ -53,6 +53,7 @@ class WholeRun:
         self.plan = plan(device, real_device())
         self.in_this_process = not _is_xdist_controller(config)
         self.stand_ins: list[str] = []
+        self.imported_first: list[str] = []
         self._stack = contextlib.ExitStack()
         self._modules_before: set[str] = set()
 
@@ -71,6 +72,7 @@ class WholeRun:
             self._stack.callback(patches.restore)
             self._stack.enter_context(announced(self.device))
             if not self.plan.exact and self.device.is_gpu:
+                self.imported_first = kernels.import_present_libraries(self.device)
                 self.stand_ins = kernels.install_stand_ins(patches, self.device)
             hooks = AfterImport()
             patches.callback(hooks.close)
@@ -108,6 +110,8 @@ class WholeRun:
                 f"{self.plan.real.describe()}: {self.plan.describe()}")
         if self.stand_ins:
             line += f"; absent kernel libraries stand in: {', '.join(self.stand_ins)}"
+        if self.imported_first:
+            line += f"; imported for the real arch first: {', '.join(self.imported_first)}"
         return [line]
 
     @pytest.hookimpl(trylast=True)
