@@ -201,7 +201,9 @@ def _guard_flashinfer_jit(patches: Patches, core: types.ModuleType, device: Devi
 
 def _guard_deep_gemm(patches: Patches, deep_gemm: types.ModuleType, device: DeviceModel) -> None:
     for name, value in list(vars(deep_gemm).items()):
-        if not name.startswith("_") and callable(value) and not isinstance(value, (type, types.ModuleType)):
+        # DeepGEMM's own entry points only, not what it imported (typing.Optional is callable too)
+        own = str(getattr(value, "__module__", None) or "deep_gemm").startswith("deep_gemm")
+        if own and not name.startswith("_") and callable(value) and not isinstance(value, (type, types.ModuleType)):
             rebind_everywhere(patches, value, _refusing(f"deep_gemm.{name}", device))
 
 
@@ -228,7 +230,10 @@ def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None
             continue
         for name, value in list(namespace.items()):
             if value is original:
-                patches.set(module, name, replacement)
+                try:
+                    patches.set(module, name, replacement)
+                except AttributeError:  # a module that refuses new values (torch's config modules)
+                    continue
 
 
 # ---------------------------------------------------------------- stand-ins for absent libraries
@@ -305,8 +310,11 @@ def import_present_libraries(device: DeviceModel) -> list[str]:
     return imported
 
 
-def absent_libraries(device: DeviceModel) -> list[str]:
-    """The vendor's kernel libraries this machine does not have."""
+def absent_libraries(device: DeviceModel, *, same_vendor: bool = True) -> list[str]:
+    """The vendor's kernel libraries this machine does not have; on a machine of another vendor (or
+    none) every one of them: an installed sgl_kernel built for CUDA is not the one an MI300 has."""
+    if not same_vendor:
+        return list(KERNEL_LIBRARIES.get(device.vendor, ()))
     absent: list[str] = []
     for name in KERNEL_LIBRARIES.get(device.vendor, ()):
         try:
@@ -318,9 +326,9 @@ def absent_libraries(device: DeviceModel) -> list[str]:
     return absent
 
 
-def install_stand_ins(patches: Patches, device: DeviceModel) -> list[str]:
+def install_stand_ins(patches: Patches, device: DeviceModel, *, same_vendor: bool = True) -> list[str]:
     """Stand-ins for the absent libraries, removed (modules included) when `patches` restore."""
-    libraries = absent_libraries(device)
+    libraries = absent_libraries(device, same_vendor=same_vendor)
     if not libraries:
         return []
     finder = StandInFinder(libraries, device)

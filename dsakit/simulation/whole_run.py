@@ -72,8 +72,10 @@ class WholeRun:
             self._stack.callback(patches.restore)
             self._stack.enter_context(announced(self.device))
             if not self.plan.exact and self.device.is_gpu:
-                self.imported_first = kernels.import_present_libraries(self.device)
-                self.stand_ins = kernels.install_stand_ins(patches, self.device)
+                same_vendor = self.plan.placement == "device"
+                if same_vendor:
+                    self.imported_first = kernels.import_present_libraries(self.device)
+                self.stand_ins = kernels.install_stand_ins(patches, self.device, same_vendor=same_vendor)
             hooks = AfterImport()
             patches.callback(hooks.close)
             device, simulation = self.device, self.plan
