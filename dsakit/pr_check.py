@@ -346,7 +346,8 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
             if outcome["outcome"] != "skipped" or nodeid in ran:
                 continue
             reason = str(outcome.get("reason", ""))
-            code = (re.match(r"\s*\[([^\]]+)\]", reason) or [None, "uncoded"])[1]
+            found = re.match(r"\s*\[([^\]]+)\]", reason)
+            code = found.group(1) if found else "uncoded"
             group = groups.setdefault(code, {"reason": reason, "entries": 0, "devices": [], "tests": []})
             group["entries"] += 1
             if check.label not in group["devices"]:

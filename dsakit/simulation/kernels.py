@@ -112,30 +112,6 @@ def op_name(func: Any) -> str:
 # ---------------------------------------------------------------- guards on present libraries
 
 
-def guard_present_libraries(patches: Patches, device: DeviceModel) -> list[str]:
-    """Guard Triton, the JIT loaders and DeepGEMM where they are installed (importing them); returns
-    what was guarded. A whole run guards each as it imports instead (`GUARDED_LIBRARIES`)."""
-    guarded: list[str] = []
-    for name, install in GUARDED_LIBRARIES.items():
-        module = _import_present(name)
-        if module is not None:
-            install(patches, module, device)
-            guarded.append(name)
-    return guarded
-
-
-def _import_present(name: str) -> types.ModuleType | None:
-    top = name.split(".")[0]
-    if top in sys.modules and isinstance(sys.modules[top], StandIn):
-        return None
-    try:
-        if importlib.util.find_spec(top) is None:
-            return None
-        return importlib.import_module(name)
-    except Exception:  # noqa: BLE001 - a broken optional library is not guarded (it cannot launch either)
-        return None
-
-
 def _guard_triton(patches: Patches, triton: types.ModuleType, device: DeviceModel) -> None:
     from triton.runtime.jit import JITFunction
 
@@ -342,9 +318,3 @@ def install_stand_ins(patches: Patches, device: DeviceModel, *, same_vendor: boo
 
     patches.callback(uninstall)
     return libraries
-
-
-def is_stand_in(name: str) -> bool:
-    """Is `name` (a module gate's module) served by a stand-in right now? Gates treat it as absent."""
-    finder = next((f for f in sys.meta_path if isinstance(f, StandInFinder)), None)
-    return finder is not None and name.split(".")[0] in finder.libraries

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -85,12 +86,18 @@ class WholeRun:
                 if not simulation.exact:
                     runtime.install(patches, simulation)
 
+            def probes_of(name: str) -> Callable[[Any], None]:
+                return lambda module: patch_arrived(patches, device, name, module)
+
+            def guard_of(guard: Callable[..., None]) -> Callable[[Any], None]:
+                return lambda module: guard(patches, module, device)
+
             hooks.watch("torch", on_torch)
             for name in watched_modules()[1:]:
-                hooks.watch(name, lambda module, name=name: patch_arrived(patches, device, name, module))
+                hooks.watch(name, probes_of(name))
             if not self.plan.exact:
                 for name, guard in kernels.GUARDED_LIBRARIES.items():
-                    hooks.watch(name, lambda module, guard=guard: guard(patches, module, device))
+                    hooks.watch(name, guard_of(guard))
         except BaseException:
             self.stop()
             raise
@@ -131,8 +138,10 @@ class FailureSections:
         outcome = yield
         report = outcome.get_result()
         simulation = sys.modules.get("dsakit.upstream.simulated_device")  # never entered: nothing to do
-        device = simulation.active_simulation() if simulation is not None else None
-        if device is None or not report.failed or call.excinfo is None:
+        if simulation is None or not report.failed or call.excinfo is None:
+            return
+        device = simulation.active_simulation()
+        if device is None:
             return
         launch = _in_chain(call.excinfo.value, simulation.SimulatedKernelLaunch)
         if launch is not None:  # also wrapped: SGLang's CustomTestCase re-raises after its retries

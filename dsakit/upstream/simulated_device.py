@@ -309,7 +309,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
     _ACTIVE.append(device)
-    patches.callback(_ACTIVE.pop)
+    patches.callback(lambda: None if _ACTIVE.pop() else None)
     try:
         if _torch_present():
             _patch_torch(patches, device, modules)
