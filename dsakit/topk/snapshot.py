@@ -459,13 +459,86 @@ def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str
             f"(git checkout -- {path})")
 
 
-def refuse_update_without_runs(config: pytest.Config) -> None:
-    """`--snapshot-update` with `--collect-only`: no test runs, so syrupy would delete every golden
-    as unused. Refused before anything is touched."""
-    if config.getoption("--snapshot-update", default=False) and config.option.collectonly:
+def configure_update(config: pytest.Config) -> None:
+    """pytest_configure under `--snapshot-update`: refuse `--collect-only` (no test runs, so syrupy
+    would delete every golden as unused), and register the guard that keeps goldens when the
+    update stops early (`UpdateGuard`)."""
+    if config.option.collectonly:
         raise pytest.UsageError(
             "--snapshot-update with --collect-only would delete every golden (no test runs, so all "
             "read as unused); drop --collect-only to regenerate goldens, or --snapshot-update to list tests")
+    if not hasattr(config, "workerinput"):  # xdist workers never delete: the controller decides
+        config.pluginmanager.register(UpdateGuard(config), "dsakit-snapshot-update-guard")
+
+
+class UpdateGuard:
+    """Deletes unused goldens only after a complete update. syrupy removes every record no test
+    used once the selection matched what was collected, so an update stopped by -x, --maxfail,
+    Ctrl-C or a crashed worker would delete the goldens of every test that never ran (and of the
+    one that failed before its assertion). When selection goldens are in play and the session did
+    not run every selected test, or a test failed, syrupy's cleanup is switched off for this
+    session (`--snapshot-no-cleanup`) before it finishes, and the summary says so."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.kept: str | None = None
+        self._no_cleanup: Any = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        why = incomplete_update(session)
+        if why and _selection_goldens_in_play(session.config) and not session.config.option.no_cleanup:
+            self._no_cleanup = session.config.option.no_cleanup
+            session.config.option.no_cleanup = True  # read by syrupy's finish and its summary
+            self.kept = why
+        return (yield)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.kept:
+            terminalreporter.write_line(
+                f"dsakit: --snapshot-update did not run to its end ({self.kept}): no unused golden "
+                "was deleted; every record of a test that did not run or failed is kept (goldens of "
+                "the tests that passed were written). Unused goldens are deleted only by an update "
+                "that runs the whole selection with no failure.", yellow=True)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.kept:
+            config.option.no_cleanup = self._no_cleanup
+
+
+def incomplete_update(session: pytest.Session) -> str | None:
+    """Why this session did not run its whole selection to the end without a failure, or None."""
+    syrupy = getattr(session.config, "_syrupy", None)
+    statuses: dict[str, Any] = dict(getattr(syrupy, "_selected_items", {}) or {})
+    for report in getattr(syrupy, "_worker_reports", ()):  # the xdist controller: what workers ran
+        for nodeid, value in report.get("selected", {}).items():
+            if not statuses.get(nodeid) or getattr(statuses[nodeid], "value", statuses[nodeid]) is False:
+                statuses[nodeid] = value
+    not_run = sum(1 for v in statuses.values() if getattr(v, "value", v) is False)
+    why = []
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        why.append("interrupted")
+    stop = session.shouldfail or session.shouldstop
+    if stop:
+        why.append(str(stop) if isinstance(stop, str) else "stopped early")
+    if not_run:
+        why.append(f"{not_run} of {len(statuses)} selected tests did not run")
+    if session.testsfailed:
+        why.append(f"{session.testsfailed} failed")
+    return "; ".join(why) or None
+
+
+def _selection_goldens_in_play(config: pytest.Config) -> bool:
+    """Whether syrupy discovered selection goldens this session (in this process or, under xdist,
+    in a worker): otherwise dsakit leaves syrupy's own cleanup alone."""
+    syrupy = getattr(config, "_syrupy", None)
+    if syrupy is None:
+        return False
+    if any(isinstance(ext, SelectionSnapshotExtension) for ext in syrupy._extensions.values()):
+        return True
+    name = f"{SelectionSnapshotExtension.__module__}.{SelectionSnapshotExtension.__qualname__}"
+    return any(name == member for report in syrupy._worker_reports
+               for member in report.get("extensions", {}).values())
 
 
 # ---------------------------------------------------------------- the fixture object
