@@ -480,3 +480,32 @@ def test_equal_refuses_a_float_expected() -> None:
 def test_bad_check_inputs_are_usage_errors(call, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(dsakit.UsageError, match=message):
         call(torch.arange(4.0)[None])
+
+
+def test_a_tie_swap_is_only_inside_the_boundary_tie_group() -> None:
+    """Mutation survivors (issue 28 item 11): a position above the boundary is never a tie, and a
+    tie group that lost a member without a tied replacement is unbalanced."""
+    scores = torch.tensor([[5.0, 3.0, 3.0, 3.0, 1.0]])
+    expected = torch.tensor([[0, 1, 2]])
+    report = dsakit.compare_topk(torch.tensor([[1, 2, 3]]), expected, scores, [5])
+    assert [(p.code, p.message) for p in report.problems] == [
+        ("mismatch", "1 expected positions not selected, 1 selected positions not expected; "
+                     "not explained by ties at the boundary")]
+    assert report.problems[0].threshold == 3.0  # the k-th largest, the boundary of the tie group
+    below = dsakit.compare_topk(torch.tensor([[0, 1, 4]]), expected, scores, [5])  # 1.0 is below it
+    assert [p.code for p in below.problems] == ["mismatch"]
+    report = dsakit.compare_topk(torch.tensor([[0, 1, -1]]), expected, scores, [5])
+    assert [(p.code, p.message) for p in report.problems] == [
+        ("mismatch", "1 expected positions not selected, 0 selected positions not expected; "
+                     "tie group unbalanced (1 tied missing vs 0 tied extra)")]
+    report = dsakit.compare_topk(torch.tensor([[0, 3, 1]]), expected, scores, [5])
+    assert report.ok and report.tie_swaps == {0: ([2], [3])}
+    # a boundary at -inf: an -inf pick may be padded with -1 (free, not a tie to balance)
+    inf = float("-inf")
+    padded = dsakit.compare_topk(torch.tensor([[0, 1, -1]]), expected, torch.tensor([[5.0, inf, inf, inf]]), [4])
+    assert padded.ok and padded.tie_swaps == {0: ([2], [])}
+    filled = dsakit.compare_topk(expected, torch.tensor([[0, 1, -1]]), torch.tensor([[5.0, inf, inf, inf]]), [4])
+    assert filled.ok and filled.tie_swaps == {0: ([], [2])}
+    distinct = dsakit.compare_topk(torch.tensor([[0, 3]]), torch.tensor([[0, 1]]),
+                                   torch.tensor([[5.0, 4.0, 3.0, 1.0, 0.0]]), [5])
+    assert [p.threshold for p in distinct.problems] == [4.0]  # the k-th largest, not the (k+1)-th
