@@ -22,6 +22,7 @@ from dsakit.topk.checks import assert_topk_valid
 if TYPE_CHECKING:
     import numpy as np
     from syrupy.assertion import SnapshotAssertion
+    from syrupy.data import SnapshotCollection
     from syrupy.location import PyTestLocation
     from syrupy.types import SerializableData, SnapshotIndex
 
@@ -82,6 +83,34 @@ class SelectionSerializer(AmberDataSerializer):
     goldens written in an older format read as tainted ("needs to be regenerated")."""
 
     VERSION = "topksel-2"
+
+    @classmethod
+    def read_file(cls, filepath: str) -> SnapshotCollection:
+        """syrupy's reader, except that a damaged file (not UTF-8, a misplaced version marker)
+        reads as a tainted collection instead of raising inside syrupy's session finish, where the
+        failure details, the skip inventory and --dsakit-report would be lost. The test reading it
+        fails with the damage named (`golden_damage`)."""
+        from syrupy.data import Snapshot, SnapshotCollection
+        from syrupy.extensions.amber.serializer import MalformedAmberFile
+
+        try:
+            return super().read_file(filepath)
+        except (UnicodeDecodeError, MalformedAmberFile):
+            pass
+        # the records' names still count as stored (not "unused"); their data is never trusted
+        collection = SnapshotCollection(location=filepath)
+        collection.tainted = True
+        name: str | None = None
+        lines: list[str] = []
+        for line in Path(filepath).read_bytes().decode("utf-8", errors="replace").splitlines():
+            if line.startswith("# name: "):
+                name, lines = line[len("# name: "):].strip(), []
+            elif line == "# ---" and name:
+                collection.add(Snapshot(name=name, data="\n".join(lines), tainted=True))
+                name = None
+            elif name is not None and line.startswith("  "):
+                lines.append(line[2:])
+        return collection
 
 
 class SelectionSnapshotExtension(AmberSnapshotExtension):
@@ -415,10 +444,14 @@ def golden_damage(path: str | Path) -> str | None:
     """What is wrong with a golden file, by line ("line 9: record ... is cut off"), or None when
     it reads as a well-formed file of this format. syrupy itself only says "needs to be
     regenerated" or finds nothing; this names the file's damage."""
+    data = Path(path).read_bytes()
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        return f"byte {error.start}: not UTF-8 text (the file is garbled)"
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        return (f"line {line}: byte {data[error.start]:#04x} at column {column} is not UTF-8 text "
+                "(the file is garbled)")
     lines = text.splitlines()
     header = f"# serializer version: {SelectionSerializer.VERSION}"
     if not lines:
