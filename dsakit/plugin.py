@@ -49,9 +49,13 @@ MARKERS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    import sys
+
     from dsakit.node import fault_hookspec
+    from dsakit.pytest_invocation import load_once
 
     pluginmanager.add_hookspecs(fault_hookspec)
+    load_once(pluginmanager, sys.modules[__name__])  # one plugin under its two names
 
 
 def pytest_configure(config: pytest.Config) -> None:
