@@ -51,3 +51,22 @@ def test_a_non_utf8_byte_in_a_golden_fails_its_test_not_the_session(pytester: py
         assert (f"golden file {golden} cannot be read: line 5: byte 0xff at column 7 is not UTF-8 text"
                 in out), out
         assert report["tests"]["test_sel.py::test_sel"]["outcome"] == "failed"
+
+
+def test_a_nan_row_selecting_nothing_never_becomes_a_golden(pytester: pytest.Pytester) -> None:
+    """Issue 28 item 10: validity lets NaN cost a kernel its slots, so at k=1 a NaN row may select
+    nothing; the reference path, whose selection is written as the golden, may not."""
+    pytester.makepyfile(test_nan="""
+        import torch
+
+        def test_nan(selection_snapshot):
+            scores = torch.tensor([[float("nan"), 1.0], [2.0, 1.0]])
+            selection_snapshot.assert_selection("nan-k1", torch.tensor([[-1], [0]]), scores, [2, 2], 1,
+                                                reference=True)
+    """)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu",
+                                           "--snapshot-update")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*nan-k1: no golden written: row 0 (its window holds NaN) selects 0 of "
+                                 "min(length 2, k 1) = 1 positions*"])
+    assert not list(pytester.path.rglob("*.topksel"))

@@ -574,6 +574,24 @@ def _selection_goldens_in_play(config: pytest.Config) -> bool:
                for member in report.get("extensions", {}).values())
 
 
+def _refuse_short_reference(case_id: str, positions: Any, lengths: Any, k: int, nan_rows: set[int]) -> None:
+    """A golden comes from a complete selection: the reference path picks min(length, k) positions
+    in every row. Validity lets a kernel come back short where NaN costs it slots (the v2 collect
+    pass), so without this a NaN row selecting nothing could be recorded as the golden."""
+    import torch
+
+    idx = torch.as_tensor(positions).detach().cpu()
+    lens = [max(int(x), 0) for x in torch.as_tensor(lengths).detach().cpu().flatten().tolist()]
+    for row, length in enumerate(lens):
+        picked = int(torch.unique(idx[row][idx[row] != -1]).numel())
+        if picked < min(length, k):
+            nan = " (its window holds NaN)" if row in nan_rows else ""
+            raise AssertionError(
+                f"{case_id}: no golden written: row {row}{nan} selects {picked} of min(length {length}, "
+                f"k {k}) = {min(length, k)} positions; the path marked reference=True writes goldens and "
+                "must select every slot (torch.topk does). Mark a complete path as the reference")
+
+
 # ---------------------------------------------------------------- the fixture object
 
 
@@ -600,6 +618,8 @@ class SelectionSnapshot:
                                       nan_rows=report.nan_rows, identity=identity)
         if not self.updating:
             self._refuse_damaged(case_id)
+        if self.updating and reference:
+            _refuse_short_reference(case_id, positions, lengths, k, report.nan_rows)
         if self.updating and not reference:
             golden, tainted = self._stored(case_id)
             if golden is None:  # a new (or older-format) golden: written from dsakit's reference
