@@ -323,7 +323,7 @@ def junit_document(result: FileResult, child: ET.Element | None, log_name: str) 
     if root.tag == "testsuites":
         for key, value in totals.items():
             root.set(key, str(value))
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def _safe_name(path: Path) -> str:

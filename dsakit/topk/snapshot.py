@@ -448,9 +448,9 @@ def golden_damage(path: str | Path) -> str | None:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
+        line_no = data.count(b"\n", 0, error.start) + 1
         column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        return (f"line {line}: byte {data[error.start]:#04x} at column {column} is not UTF-8 text "
+        return (f"line {line_no}: byte {data[error.start]:#04x} at column {column} is not UTF-8 text "
                 "(the file is garbled)")
     lines = text.splitlines()
     header = f"# serializer version: {SelectionSerializer.VERSION}"
