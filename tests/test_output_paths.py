@@ -200,3 +200,13 @@ def test_warm_import_of_a_truncated_tarball_is_exit_2_naming_the_damage(tmp_path
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{cache} is truncated or damaged" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_report_ini_key_with_a_tilde_is_under_home(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = pytester.path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    pytester.makeini("[pytest]\ndsakit_report = ~/ini.json\n")
+    result = _pytest(pytester)
+    assert result.ret == 0, result.stdout.str()
+    assert (home / "ini.json").is_file()
