@@ -542,12 +542,12 @@ class UpdateGuard:
 def incomplete_update(session: pytest.Session) -> str | None:
     """Why this session did not run its whole selection to the end without a failure, or None."""
     syrupy = getattr(session.config, "_syrupy", None)
-    statuses: dict[str, Any] = dict(getattr(syrupy, "_selected_items", {}) or {})
+    # syrupy's ItemStatus per selected test: NOT_RUN's value is False, the others are outcomes
+    ran = {nodeid: bool(status.value) for nodeid, status in getattr(syrupy, "_selected_items", {}).items()}
     for report in getattr(syrupy, "_worker_reports", ()):  # the xdist controller: what workers ran
         for nodeid, value in report.get("selected", {}).items():
-            if not statuses.get(nodeid) or getattr(statuses[nodeid], "value", statuses[nodeid]) is False:
-                statuses[nodeid] = value
-    not_run = sum(1 for v in statuses.values() if getattr(v, "value", v) is False)
+            ran[nodeid] = ran.get(nodeid, False) or bool(value)
+    not_run = sum(1 for done in ran.values() if not done)
     why = []
     if session.exitstatus == pytest.ExitCode.INTERRUPTED:
         why.append("interrupted")
@@ -555,7 +555,7 @@ def incomplete_update(session: pytest.Session) -> str | None:
     if stop:
         why.append(str(stop) if isinstance(stop, str) else "stopped early")
     if not_run:
-        why.append(f"{not_run} of {len(statuses)} selected tests did not run")
+        why.append(f"{not_run} of {len(ran)} selected tests did not run")
     if session.testsfailed:
         why.append(f"{session.testsfailed} failed")
     return "; ".join(why) or None
