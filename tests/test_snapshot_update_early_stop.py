@@ -54,6 +54,14 @@ def test_d(selection_snapshot):
 """
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `pytest -n 2` these tests run in a worker whose environment says so; syrupy reads it
+    (PYTEST_XDIST_WORKER) and would treat the inner pytest as a worker, which never deletes."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def _records(pytester: pytest.Pytester) -> list[str]:
     (golden,) = Path(pytester.path, "__snapshots__", "test_goldens").glob("*.topksel")
     return re.findall(r"^# name: (\S+)", golden.read_text(), re.M)
