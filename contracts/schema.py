@@ -152,6 +152,10 @@ _BUILTINS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+# values that cannot stand for a nested object such as model_config (True, 5, "x", [..])
+_NOT_AN_OBJECT = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset)
+
+
 def _resolve_dotted(name: str) -> type:
     module_name, _, attr = name.rpartition(".")
     try:
@@ -167,8 +171,10 @@ def type_matches(type_name: str, value: Any, optional: bool = False) -> bool:
     """Does `value` satisfy a declared type? bool never passes for int (True is no batch size)."""
     if value is None:
         return optional
-    if type_name in ("object", NAMESPACE):
+    if type_name == "object":
         return True
+    if type_name == NAMESPACE:  # a mapping of its attributes, or an object (the real SGLang one)
+        return not isinstance(value, _NOT_AN_OBJECT)
     if type_name.startswith("list[") and type_name.endswith("]"):
         inner = type_name[5:-1]
         return isinstance(value, (list, tuple)) and all(type_matches(inner, v) for v in value)

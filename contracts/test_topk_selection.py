@@ -60,7 +60,7 @@ def _expect_known_bug(request: pytest.FixtureRequest, path: TopkPath, case: Topk
         dsakit.assert_topk_valid(positions, scores, case.lengths, case.k,
                                  row_starts=case.row_starts, nan_slot_filler=filler)
         dsakit.assert_topk_equal(positions, _reference(case), scores, case.lengths, topk=case.k,
-                                 row_starts=case.row_starts)
+                                 row_starts=case.row_starts, nan_slot_filler=filler)
     except AssertionError as exc:
         raise KnownKernelBug(f"{reason}\n{exc}") from None
 
@@ -78,7 +78,8 @@ def test_selection(path: TopkPath, case: TopkCase, selection_snapshot: Any,
                                    nan_slot_filler=path.contract(case).nan_slot_filler)
     if not path.reference:  # the readable per-row diff against the live reference, ties allowed
         dsakit.assert_topk_equal(positions, _reference(case), case.scores("cpu"), case.lengths,
-                                 topk=case.k, row_starts=case.row_starts)
+                                 topk=case.k, row_starts=case.row_starts,
+                                 nan_slot_filler=path.contract(case).nan_slot_filler)
 
 
 @pytest.mark.parametrize("path", list(TOPK_PATHS.values()), ids=list(TOPK_PATHS))
@@ -113,7 +114,7 @@ def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
     dsakit.assert_topk_valid(pos64, scores, case.lengths, case.k, nan_slot_filler=filler)
     dsakit.assert_topk_valid(pos1, scores, case.lengths, case.k, nan_slot_filler=filler)
     # same positions up to ties; both mapped through the one page_size-1 table, so same slots
-    report = dsakit.assert_topk_equal(pos64, pos1, scores, case.lengths, topk=case.k)
+    report = dsakit.assert_topk_equal(pos64, pos1, scores, case.lengths, topk=case.k, nan_slot_filler=filler)
     for row in range(case.num_rows):
         if row not in report.tie_swaps:
             a = sorted(x for x in slots64[row].tolist() if x != -1)

@@ -62,7 +62,10 @@ def _warm(args: argparse.Namespace) -> int:
     from dsakit.node.warm import run_warm
 
     from dsakit.node.warm_cache import run_export, run_import
+    from dsakit.output_paths import output_file
 
+    if args.export_path is not None:
+        output_file(args.export_path, "--export")  # a bad path refused before any warming
     if args.import_path:
         code = run_import(args.import_path, device_name=args.device)
         if not (args.selection or args.target):
@@ -79,7 +82,7 @@ def _rerun_test(args: argparse.Namespace) -> int:
 
     return run_rerun_test(args.files, junit_dir=args.junitxml, timeout=args.timeout,
                           only_matching=args.only_matching, show_output=args.show_output,
-                          device_name=args.device)
+                          pytest_args=getattr(args, "pytest_args", ()), device_name=args.device)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -120,7 +123,8 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
                       "from this node's); then warm the selection, if one is given")
     warm.set_defaults(handler=_warm)
 
-    rerun = commands.add_parser("rerun-test", help="rerun test files one process each, like SGLang's CI bot")
+    rerun = commands.add_parser("rerun-test", help="rerun test files one process each, like SGLang's CI bot "
+                                "(pytest arguments after --: rerun-test FILE... -- -k expr)")
     rerun.add_argument("files", nargs="+", metavar="FILE")
     rerun.add_argument("--junitxml", metavar="DIR", help="JUnit XML + log per file (default ./dsakit-rerun-junit)")
     rerun.add_argument("--timeout", type=float, default=None, metavar="S", help="per-file timeout in seconds")
@@ -241,7 +245,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        pytest_args: list[str] = []
+        if argv[:1] == ["rerun-test"] and "--" in argv:  # FILE... -- PYTEST_ARGS (files are positional too)
+            cut = argv.index("--")
+            argv, pytest_args = argv[:cut], argv[cut + 1:]
         args = _build_parser().parse_args(argv)
+        if pytest_args:
+            args.pytest_args = pytest_args
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except UsageError as error:

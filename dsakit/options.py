@@ -121,7 +121,7 @@ def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
     if option.choices and raw not in option.choices:
         raise pytest.UsageError(f"{where}: expected one of {', '.join(option.choices)}")
     if option.kind == "path" and config.inipath is not None:
-        return str(config.inipath.parent / raw)
+        return str(config.inipath.parent / os.path.expanduser(raw))  # "~/r.json" is under $HOME
     return raw
 
 

@@ -15,10 +15,14 @@ import pytest
 
 FAILING = ("failed", "error", "crashed", "xpassed")
 
+_TMP = r"(?:/tmp|/var/tmp|/private/var)/"
 _NORMALISERS = (
     (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
     (re.compile(r"\.py:\d+"), ".py"),
-    (re.compile(r"(?:/tmp|/var/tmp|/private/var)/[^\s'\":]+"), "<tmp>"),
+    # a path inside compare's overlay of a tree reads as its path in the tree ("sglang/srt/...")
+    (re.compile(_TMP + r"[^\s'\":]*?-overlay/"), ""),
+    # any other temp path keeps its file name ("<tmp>/test_x.py"), so the reading site stays named
+    (re.compile(_TMP + r"(?:[^\s'\":]+/)?([^\s'\":/]+)"), r"<tmp>/\1"),
     (re.compile(r"\bline \d+"), "line ?"),
     (re.compile(r"\b(pid|id|port)[ =]\d+", re.IGNORECASE), r"\1 ?"),
     (re.compile(r"\s+"), " "),
@@ -32,7 +36,22 @@ def signature(outcome: dict[str, Any]) -> str:
     for pattern, repl in _NORMALISERS:
         text = pattern.sub(repl, text)
     frame = re.sub(r":\d+", "", str(outcome.get("frame", "")))
-    return f"{text.strip()[:200]} @ {frame}" if frame else text.strip()[:200]
+    text = _whole_sentences(text.strip())
+    return f"{text} @ {frame}" if frame else text
+
+
+_SIGNATURE_CHARS = 400
+
+
+def _whole_sentences(text: str) -> str:
+    """`text`, or when longer than _SIGNATURE_CHARS its leading whole sentences (never a cut word)."""
+    if len(text) <= _SIGNATURE_CHARS:
+        return text
+    head = text[:_SIGNATURE_CHARS]
+    cut = max(head.rfind(mark) for mark in (". ", "; ", ": "))
+    if cut <= 0:
+        cut = head.rfind(" ")
+    return head[:cut + 1].rstrip() + " [...]" if cut > 0 else head + " [...]"
 
 
 def _failure(report: pytest.TestReport) -> dict[str, Any]:

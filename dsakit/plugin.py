@@ -49,9 +49,13 @@ MARKERS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    import sys
+
     from dsakit.node import fault_hookspec
+    from dsakit.pytest_invocation import load_once
 
     pluginmanager.add_hookspecs(fault_hookspec)
+    load_once(pluginmanager, sys.modules[__name__])  # one plugin under its two names
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,9 +70,9 @@ def pytest_configure(config: pytest.Config) -> None:
     check_all(config)
     validate_roles_option(value(config, "dsakit_roles"))
     if config.getoption("--snapshot-update", default=False):
-        from dsakit.topk.snapshot import refuse_update_without_runs
+        from dsakit.topk.snapshot import configure_update
 
-        refuse_update_without_runs(config)
+        configure_update(config)  # also keeps goldens when the update stops early
 
     # the suite's own contract entries ([tool.dsakit.contract] in its pyproject.toml): every mock
     # of this run is built from dsakit's contract plus them

@@ -25,7 +25,7 @@ from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_de
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
-from dsakit.output_paths import writable_dir, writable_file
+from dsakit.output_paths import output_file, writable_dir
 
 DEFAULT_DEVICES = ("sm90", "sm100", "sm103", "gfx942")
 VERDICTS = ("regression", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
@@ -387,9 +387,8 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         package_dir(src)  # a path that is not a tree: exit 2 before anything runs
     chosen = parse_devices(devices)
     codes = validate_codes(split_codes(must_run)) if must_run else ()
-    for path, flag in ((json_path, "--json"), (markdown_path, "--markdown")):
-        if path:
-            writable_file(path, flag)
+    json_out = output_file(json_path, "--json") if json_path is not None else None
+    markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     if keep:
         writable_dir(keep, "--keep")
     if timeout is not None and not timeout > 0:
@@ -408,10 +407,10 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         result = PrCheck(base_src, pr_src, checks, reads, codes)
         text = render(comment(result))
         print(text)
-        if json_path:
-            Path(json_path).write_text(json.dumps(as_json(result), indent=2) + "\n", encoding="utf-8")
-        if markdown_path:
-            Path(markdown_path).write_text(text, encoding="utf-8")
+        if json_out is not None:
+            json_out.write_text(json.dumps(as_json(result), indent=2) + "\n")
+        if markdown_out is not None:
+            markdown_out.write_text(text)
         code = result.exit_code()
         print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), {len(result.of('pre-existing'))} "
               f"pre-existing failure(s), {len(result.of('flaky'))} flaky -> exit {code}", file=sys.stderr)

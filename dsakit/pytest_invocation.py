@@ -2,13 +2,14 @@
 
 Owns one fact: whether a child pytest gets the dsakit plugin by itself (the pytest11 entry point
 of an installed dsakit) or needs `-p dsakit.plugin` (a bare checkout on PYTHONPATH, the offline
-GPU node). Passing `-p` where the entry point exists would register the plugin twice.
+GPU node), and that the plugin loads once under either name (`load_once`).
 """
 
 from __future__ import annotations
 
 import os
 from importlib.metadata import entry_points
+from typing import Any
 
 
 def plugin_autoloads() -> bool:
@@ -21,3 +22,16 @@ def plugin_autoloads() -> bool:
 def plugin_args() -> list[str]:
     """Arguments that make a child pytest load the dsakit plugin exactly once."""
     return [] if plugin_autoloads() else ["-p", "dsakit.plugin"]
+
+
+PLUGIN_NAMES = ("dsakit", "dsakit.plugin")  # the entry point's name, the module's
+
+
+def load_once(pluginmanager: Any, plugin: object) -> None:
+    """The plugin module was just registered under one of its two names: block the other, so
+    `pytest_plugins = ["dsakit.plugin"]` in a conftest or `-p dsakit.plugin` next to the installed
+    entry point is the plugin already loaded, not pluggy's "already registered" ValueError."""
+    name = pluginmanager.get_name(plugin)
+    for other in PLUGIN_NAMES:
+        if other != name and pluginmanager.get_plugin(other) is None and not pluginmanager.is_blocked(other):
+            pluginmanager.set_blocked(other)

@@ -7,7 +7,7 @@ Never imports torch or SGLang itself: lazy defaults do, when first read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dsakit.contract_extension import active_contract
@@ -52,10 +52,19 @@ class MockModelRunner(StrictNode):
         parsed_role = Role.parse(role)
         if contract is None:
             contract = active_contract()
+        elif not isinstance(contract, Contract):
+            raise UsageError(f"contract={contract!r}: expected a dsakit Contract (dsakit.effective_contract(path), "
+                             f"or leave it out for the session's), got {type(contract).__name__}")
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise UsageError(f"overrides={overrides!r}: expected a dict of attribute paths to values, e.g. "
+                             f"overrides={{'server_args.dsa_decode_backend': 'trtllm'}}, got {type(overrides).__name__}")
         omitted = _NOTHING_OMITTED
         if omit or isinstance(omit, str):  # omit="" is still refused below
             if isinstance(omit, str):
                 omit = [omit]
+            if not isinstance(omit, Iterable) or not all(isinstance(p, str) for p in omit):
+                raise UsageError(f"omit={omit!r}: expected attribute paths (str), e.g. "
+                                 "omit=['max_running_requests']")
             omitted = frozenset(omit)
             for path in omitted:
                 if path not in contract:

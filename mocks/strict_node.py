@@ -78,6 +78,10 @@ def _unknown_message(contract: Contract, path: str, name: str, what: str) -> str
 def _check_type(entry: ContractEntry, role: Role, value: Any, what: str) -> None:
     if not type_matches(entry.type, value, entry.optional):
         expected = entry.type + (" or None" if entry.optional else "")
+        if entry.type == NAMESPACE:
+            expected = (f"a namespace (a strict nested object: a mapping of its attributes such as "
+                        f"{entry.name}={{...}} or {entry.name}__<attribute>=..., or an object with those "
+                        "attributes)" + (" or None" if entry.optional else ""))
         raise UsageError(
             f"{what} model_runner.{entry.path}={value!r}: expected {expected}, got {type(value).__name__}"
         )

@@ -347,7 +347,8 @@ CASES: list[Case] = [
              "out/keep.txt": "x\n",
              "test_gone.py": GATED + "\nimport shutil\n\ndef test_b_break_the_dir():\n"
                              "    shutil.rmtree('out')\n    open('out', 'w').close()\n"}),
-         "exit 0", ("1 skipped  [cuda]", "--dsakit-report out/r.json: not written", "1 passed, 1 skipped"),
+         "exit 4", ("1 skipped  [cuda]", "not written at the end of the run: --dsakit-report "
+                    "'out/r.json' cannot be written: out is a file", "1 passed, 1 skipped"),
          extra=_no_tmp_files),
     # 8 -- --dsakit-must-run with nothing behind the gate
     Case("must-run-no-test-behind-gate", "8", "pytest --dsakit-must-run cuda (no test gated on cuda)",

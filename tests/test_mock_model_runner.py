@@ -152,6 +152,13 @@ def test_every_written_entry_names_its_writers() -> None:
         ({"max_runing_requests": 1}, "unknown override 'max_runing_requests'"),
         ({"model_config__hf_config__index_top_k": 1}, "unknown override 'model_config.hf_config.index_top_k'"),
         ({"page_size__x": 1}, "page_size is a int, not a nested object"),
+        # issue 28 item 8: a namespace takes a mapping or an object, never a scalar
+        ({"model_config": 5}, "override model_runner.model_config=5: expected a namespace (a strict nested "
+                              "object: a mapping of its attributes"),
+        ({"server_args": "trtllm"}, "model_runner.server_args='trtllm': expected a namespace"),
+        ({"overrides": "str"}, "overrides='str': expected a dict of attribute paths to values"),
+        ({"contract": 42}, "contract=42: expected a dsakit Contract"),
+        ({"omit": 5}, "omit=5: expected attribute paths (str)"),
     ],
 )
 def test_bad_overrides_are_refused(kwargs: dict, message: str) -> None:
@@ -340,3 +347,27 @@ def test_undeclared_write_and_read_carry_their_codes_and_say_where_to_declare() 
     assert '[tool.dsakit.contract."brand_new_attr"]' in str(read.value)
     assert str(read.value).endswith(
         "then `dsakit contract check --backend-src DIR` checks your backend's reads against it.")
+
+
+def test_a_namespace_still_takes_a_mapping_or_an_object() -> None:
+    import types
+
+    runner = dsakit.MockModelRunner(model_config={"context_len": 4096})
+    assert runner.model_config.context_len == 4096
+    pool = types.SimpleNamespace(size=8)
+    runner.req_to_token_pool = pool  # a real SGLang pool object is set like this
+    assert runner.req_to_token_pool is pool
+    with pytest.raises(dsakit.UsageError, match="setting model_runner.req_to_token_pool=3: expected a namespace"):
+        runner.req_to_token_pool = 3
+
+
+def test_type_matches_refuses_none_unless_optional() -> None:
+    """Mutation survivor (issue 28 item 11): `optional` defaults to False, also inside list[...]."""
+    from dsakit.contracts.schema import type_matches
+
+    assert type_matches("int", None) is False
+    assert type_matches("int", None, optional=True) is True
+    assert type_matches("list[int]", [1, None], optional=True) is False  # optional is for the list itself
+    assert type_matches("int | str", None) is False
+    assert type_matches("namespace", None) is False
+    assert type_matches("namespace", 5) is False and type_matches("namespace", {}) is True

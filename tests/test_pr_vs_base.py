@@ -202,3 +202,19 @@ def test_markdown_puts_regressions_first_and_groups_skips_by_code(pytester: pyte
     assert "| `test_suite.py::test_same` | base and PR | `KeyError: \"missing key 'x'\" @ behaviour.py` |" in md
     assert "| `fa3` | 1 | PR run (SGLang 0.0.2) | base run (1 of 1) | needs SM 9.x; the torch path covers it |" in md
     assert "| `uncoded` | 1 | PR run (SGLang 0.0.2) | not covered on any node | no reason code here |" in md
+
+
+def test_signature_names_the_reading_site_and_keeps_whole_sentences() -> None:
+    """Issue 25 item 9: no `read at <tmp>`, no sentence cut in the middle."""
+    advice = " ".join(f"Sentence {n} of the advice explains what to declare." for n in range(12))
+    message = ("ContractViolation: model_runner.foo is not in the dsakit role contract (role=target): read at "
+               "/tmp/dsakit-compare-x1/base-overlay/sglang/srt/layers/attention/dsa_backend.py:12; " + advice)
+    sig = signature({"message": message, "frame": "dsa_backend.py:12"})
+    assert "read at sglang/srt/layers/attention/dsa_backend.py;" in sig, sig
+    assert "<tmp>" not in sig
+    text = sig.rsplit(" @ ", 1)[0]
+    assert text.endswith(". [...]") and len(text) <= 410, text
+    other = {"message": message.replace("dsakit-compare-x1/base", "dsakit-compare-y2/pr"), "frame": "dsa_backend.py:40"}
+    assert signature(other) == sig  # the same failure in the PR's overlay
+    local = signature({"message": "AssertionError: read at /tmp/pytest-of-u/p3/test_x.py:9", "frame": ""})
+    assert local == "AssertionError: read at <tmp>/test_x.py"

@@ -3,8 +3,11 @@ file, JUnit XML per file, exit 1 when any file failed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -127,3 +130,113 @@ def test_children_load_the_plugin_on_a_node_without_an_install(pytester: pytest.
     )
     assert result.ret == 0, (env_note, result.stdout.str())
     result.stdout.fnmatch_lines(["*-p dsakit.plugin*"])
+
+
+# ---------------------------------------------------------------- process groups, JUnit counts, arguments
+
+_SPAWNS = """
+import os, subprocess, sys
+
+def test_leaves_a_child():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open("child.pid", "w") as out:
+        out.write(str(child.pid))
+"""
+
+_FORKS_THEN_HANGS = """
+import os, time
+
+def test_forks_then_hangs():
+    pid = os.fork()
+    if pid == 0:  # the forked child: off the parent's pipes, then stays
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        time.sleep(300)
+        os._exit(0)
+    with open("child.pid", "w") as out:
+        out.write(str(pid))
+    time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize(("source", "args", "status"), [
+    (_SPAWNS, (), "result: PASSED"),
+    (_FORKS_THEN_HANGS, ("--timeout", "3"), "result: TIMEOUT"),
+], ids=["child-after-passed", "forked-child-after-timeout"])
+def test_the_files_process_group_is_ended_after_it(pytester: pytest.Pytester, source: str,
+                                                   args: tuple[str, ...], status: str) -> None:
+    pytester.makepyfile(test_group=source)
+    done = _rerun(pytester, "test_group.py", *args, "--junitxml", "junit")
+    pid = int((pytester.path / "child.pid").read_text())
+    try:
+        assert status in done.stdout, done.stdout + done.stderr
+        assert _gone_within(pid, 5), f"process {pid} started by the file still runs after rerun-test"
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _consistent(suite: ET.Element) -> tuple[int, int, int]:
+    cases = list(suite.iter("testcase"))
+    counted = (len(cases), sum(c.find("failure") is not None for c in cases),
+               sum(c.find("error") is not None for c in cases))
+    assert (int(suite.get("tests", -1)), int(suite.get("failures", -1)), int(suite.get("errors", -1))) == counted, \
+        ET.tostring(suite).decode()
+    return counted
+
+
+def test_junit_of_a_crash_counts_what_happened(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_crash="import os\ndef test_gone():\n    os._exit(3)\n")
+    done = _rerun(pytester, "test_crash.py", "--junitxml", "junit")
+    assert done.returncode == 1
+    root = ET.parse(pytester.path / "junit" / "test_crash.py.xml").getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    assert [_consistent(s) for s in suites] == [(1, 0, 1)]
+    (error,) = root.iter("error")
+    assert error.get("message") == "the process exited with code 3"
+
+
+def test_junit_of_a_passing_pytest_file_is_pytests_own_recounted(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mixed="import pytest\ndef test_a():\n    pass\n"
+                                   "def test_b():\n    assert 0\n@pytest.mark.skip\ndef test_c():\n    pass\n")
+    done = _rerun(pytester, "test_mixed.py", "--junitxml", "junit")
+    assert "result: FAILED  1 passed, 1 failed, 1 skipped" in done.stdout, done.stdout
+    root = ET.parse(pytester.path / "junit" / "test_mixed.py.xml").getroot()
+    (suite,) = root.iter("testsuite")
+    assert _consistent(suite) == (3, 1, 0) and suite.get("skipped") == "1"
+    assert not list(pytester.path.rglob("*.tmp"))
+
+
+def test_timeout_inf_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    done = _rerun(pytester, "test_ok.py", "--timeout", "inf")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--timeout must be a positive number of seconds, got inf; for no limit leave --timeout out" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_pytest_arguments_after_a_double_dash(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_two="def test_one():\n    pass\ndef test_two():\n    assert 0\n")
+    done = _rerun(pytester, "test_two.py", "--junitxml", "junit", "--", "-k", "one")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_two.py -q -rfEs --junitxml=" in done.stdout and " -k one" in done.stdout
+    assert "result: PASSED  1 passed" in done.stdout

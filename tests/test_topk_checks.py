@@ -385,7 +385,8 @@ def test_v2_nan_contract_accepts_the_kernels_nan_behaviour_and_nothing_looser() 
     out, scores, case = _v2_emulated("nan-k512")
     # reproduces the H200 failure without the v2 contract (row 0: 2 fillers, row 1: all filler)
     with pytest.raises(AssertionError, match=r"(?s)2 of 3 rows fail.*extra \(selected, should not "
-                       r"be\): 510 \(score 6\.0\), 511 \(score 478\.0\).*row 1 \[order\].*359 selected"):
+                       r"be\): 510 \(score 6\.0\) at rank \d+, 511 \(score 478\.0\).*row 1 \[order\].*"
+                       r"against a correct top-359"):
         dsakit.assert_topk_valid(out, scores, case.lengths, case.k)
     dsakit.assert_topk_valid(out, scores, case.lengths, case.k, nan_slot_filler=True)
     bad = out.clone()
@@ -403,3 +404,108 @@ def test_nan_detection_is_exact_with_infinities() -> None:
     assert _has_nan(torch.tensor([float("inf"), float("-inf"), 3.0])) is False  # sum is NaN, no NaN inside
     assert _has_nan(torch.tensor([3.0e38, 3.0e38])) is False  # would overflow in float32
     assert _has_nan(torch.tensor([])) is False
+
+
+# ---------------------------------------------------------------- issue 28 item 3, issue 25 item 7
+
+
+def test_a_one_slot_bug_shows_one_missing_and_one_extra_with_ranks() -> None:
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randperm(64, generator=gen).float()[None]
+    k = 8
+    order = torch.argsort(scores[0], descending=True)
+    sel = order[:k].clone()[None]
+    sel[0, 2] = order[19]  # the kernel wrote rank 20 into the slot of rank 3
+    with pytest.raises(AssertionError) as info:
+        dsakit.assert_topk_valid(sel, scores, [64], k)
+    text = str(info.value)
+    assert "1 missing and 1 extra positions against a correct top-8" in text, text
+    third, twentieth = int(order[2]), int(order[19])
+    assert (f"missing (should be selected): {third} (score {float(scores[0, third])!r}) at rank 3\n"
+            in text), text
+    assert (f"extra (selected, should not be): {twentieth} (score {float(scores[0, twentieth])!r}) "
+            "at rank 20\n" in text), text
+    assert f"ranking: 8 ranked positions selected, so the boundary is the 8-th largest ranked score " \
+           f"{float(scores[0, order[7]])!r}" in text
+
+
+def test_a_short_tie_group_is_named_among_the_missing() -> None:
+    scores = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])
+    with pytest.raises(AssertionError, match=r"(?s)missing \(should be selected\): 5 \(score 6\.0\) at rank 3\n"
+                       r".*extra \(selected, should not be\): 4 \(score 5\.0\) at rank 4\n"):
+        dsakit.assert_topk_valid(torch.tensor([[4, 6, 7]]), scores, [8], 3)
+
+
+def test_equal_judges_a_nan_row_as_valid_does() -> None:
+    nan = float("nan")
+    scores = torch.tensor([[3.0, nan, 2.0, 1.0, 0.0]])
+    with pytest.raises(AssertionError, match=r"row 0 \[order\] in actual"):
+        dsakit.assert_topk_equal(torch.tensor([[4, 3]]), torch.tensor([[0, 2]]), scores, [5])
+    with pytest.raises(AssertionError, match=r"row 0 \[order\] in expected"):
+        dsakit.assert_topk_equal(torch.tensor([[0, 2]]), torch.tensor([[4, 3]]), scores, [5])
+    dsakit.assert_topk_equal(torch.tensor([[0, 1]]), torch.tensor([[0, 2]]), scores, [5])  # NaN may displace
+
+
+def test_equal_sees_duplicates_and_zero_padding() -> None:
+    scores = torch.arange(5.0)[None]
+    with pytest.raises(AssertionError, match=r"row 0 \[duplicate\] in actual.*positions \[0\] selected twice"):
+        dsakit.assert_topk_equal(torch.tensor([[1, 0, 0]]), torch.tensor([[1, 0, -1]]), scores, [2])
+
+
+def test_equal_refuses_a_float_expected() -> None:
+    scores = torch.arange(5.0)[None]
+    with pytest.raises(dsakit.UsageError, match="top-k expected must have an integer dtype"):
+        dsakit.assert_topk_equal(torch.tensor([[4, 3]]), torch.tensor([[4.9, 3.2]]), scores, [5])
+    with pytest.raises(dsakit.UsageError, match="top-k expected must have an integer dtype"):
+        dsakit.compare_topk(torch.tensor([[4, 3]]), torch.tensor([[4.9, 3.2]]), scores, [5])
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, None, 1),
+     r"top-k lengths is None: pass one value per row"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [4], 1, row_starts=[[0, 0]]),
+     r"1 lengths, 2 row starts"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), torch.empty((1, 4), device="meta"), [4], 1),
+     r"top-k scores is a meta tensor"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [3.5], 1),
+     r"top-k lengths must be whole numbers \(one per row\): row 0 = 3\.5"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [2], 1, row_starts=[0.5]),
+     r"top-k row_starts must be whole numbers \(one per row\): row 0 = 0\.5"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [4], -1),
+     r"top-k k must be a non-negative integer .* got -1"),
+    (lambda s: dsakit.assert_topk_equal(torch.tensor([[1]]), torch.tensor([[1]]), s, [4], topk=-1),
+     r"top-k k must be a non-negative integer .* got -1"),
+], ids=["lengths-None", "2-D-row-starts", "meta-tensor", "fractional-length", "fractional-row-start",
+        "k=-1", "equal-k=-1"])
+def test_bad_check_inputs_are_usage_errors(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(dsakit.UsageError, match=message):
+        call(torch.arange(4.0)[None])
+
+
+def test_a_tie_swap_is_only_inside_the_boundary_tie_group() -> None:
+    """Mutation survivors (issue 28 item 11): a position above the boundary is never a tie, and a
+    tie group that lost a member without a tied replacement is unbalanced."""
+    scores = torch.tensor([[5.0, 3.0, 3.0, 3.0, 1.0]])
+    expected = torch.tensor([[0, 1, 2]])
+    report = dsakit.compare_topk(torch.tensor([[1, 2, 3]]), expected, scores, [5])
+    assert [(p.code, p.message) for p in report.problems] == [
+        ("mismatch", "1 expected positions not selected, 1 selected positions not expected; "
+                     "not explained by ties at the boundary")]
+    assert report.problems[0].threshold == 3.0  # the k-th largest, the boundary of the tie group
+    below = dsakit.compare_topk(torch.tensor([[0, 1, 4]]), expected, scores, [5])  # 1.0 is below it
+    assert [p.code for p in below.problems] == ["mismatch"]
+    report = dsakit.compare_topk(torch.tensor([[0, 1, -1]]), expected, scores, [5])
+    assert [(p.code, p.message) for p in report.problems] == [
+        ("mismatch", "1 expected positions not selected, 0 selected positions not expected; "
+                     "tie group unbalanced (1 tied missing vs 0 tied extra)")]
+    report = dsakit.compare_topk(torch.tensor([[0, 3, 1]]), expected, scores, [5])
+    assert report.ok and report.tie_swaps == {0: ([2], [3])}
+    # a boundary at -inf: an -inf pick may be padded with -1 (free, not a tie to balance)
+    inf = float("-inf")
+    padded = dsakit.compare_topk(torch.tensor([[0, 1, -1]]), expected, torch.tensor([[5.0, inf, inf, inf]]), [4])
+    assert padded.ok and padded.tie_swaps == {0: ([2], [])}
+    filled = dsakit.compare_topk(expected, torch.tensor([[0, 1, -1]]), torch.tensor([[5.0, inf, inf, inf]]), [4])
+    assert filled.ok and filled.tie_swaps == {0: ([], [2])}
+    distinct = dsakit.compare_topk(torch.tensor([[0, 3]]), torch.tensor([[0, 1]]),
+                                   torch.tensor([[5.0, 4.0, 3.0, 1.0, 0.0]]), [5])
+    assert [p.threshold for p in distinct.problems] == [4.0]  # the k-th largest, not the (k+1)-th

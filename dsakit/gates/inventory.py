@@ -8,14 +8,12 @@ the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -253,7 +251,9 @@ class InventoryReporter:
             # trylast hook
             terminal.stats.setdefault(MUST_RUN_STAT, []).extend(self.failures)
         if self.report_path:
-            self.write_report(Path(self.report_path))
+            self.write_report(self.report_path)
+            if self.report_error and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR  # a requested output is missing
 
     def as_json(self) -> dict[str, Any]:
         device = self.device()
@@ -288,18 +288,19 @@ class InventoryReporter:
             tests[nodeid] = entry
         return tests
 
-    def write_report(self, path: Path) -> None:
-        """Atomic write; a path that turned unwritable since configure is reported in the
-        summary (the run's exit status stays what the tests made it) and leaves no *.tmp."""
-        tmp = path.with_name(path.name + ".tmp")
+    def write_report(self, path: str) -> None:
+        """Through dsakit's one output writer (atomic, never replacing a special file); a path
+        that turned unwritable since configure is named in the summary and fails the run."""
+        from dsakit.errors import UsageError
+        from dsakit.output_paths import OutputError, output_file
+
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
-            tmp.replace(path)
-        except OSError as error:
-            self.report_error = f"--dsakit-report {path}: not written: {error.strerror or error}"
-            with contextlib.suppress(OSError):  # its directory may be what broke
-                tmp.unlink(missing_ok=True)
+            output_file(path, "--dsakit-report").write_text(
+                json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n")
+        except OutputError as error:
+            self.report_error = str(error)
+        except UsageError as error:  # the path itself changed since configure
+            self.report_error = f"not written at the end of the run: {error}"
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker or (not self.inventory.gates and not self.must_run and not self.report_error):

@@ -17,7 +17,7 @@ from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validat
 from dsakit.errors import UsageError
 from dsakit.options import value as option_value
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
-from dsakit.output_paths import writable_file
+from dsakit.output_paths import output_file
 from dsakit.reasons import Reason
 from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
 
@@ -99,8 +99,8 @@ def configure(config: pytest.Config) -> dict[str, object]:
             name = validate_device_name(option_value(config, "dsakit_device"))
         must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run") or ""))
         report_path = option_value(config, "dsakit_report")
-        if report_path and workerinput is None:
-            writable_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
+        if report_path is not None and workerinput is None:
+            output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
     session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_probe_torch")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 NOT_COVERED = "not covered on any node"
 _LIST_LIMIT = 20  # test ids listed per group before "... and N more"
@@ -128,9 +127,3 @@ def render(comment: Comment) -> str:
     for table in comment.tables:
         lines += [f"### {table.title}", "", *_table(table.header, table.rows), ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write(comment: Comment, path: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render(comment), encoding="utf-8")

@@ -10,6 +10,7 @@ errors, refused fingerprints and runs that compared nothing). Never imports torc
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
-from dsakit.output_paths import writable_dir, writable_file
+from dsakit.output_paths import OutputFile, output_file, writable_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.outcomes import FAILING, signature
 from dsakit.reasons import Reason
@@ -132,7 +133,7 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
     except subprocess.TimeoutExpired as error:
         code, output = 124, f"{_text(error.stdout)}{_text(error.stderr)}\nFatal Python error: timed out"
     run = load_record(record, label, src, code, time.perf_counter() - tic, output)
-    (workdir / f"{label}.log").write_text(output, encoding="utf-8")
+    output_file(workdir / f"{label}.log", "--keep").write_text(output)
     if not run.env:
         raise UsageError(f"the {label} run ({src}) recorded nothing (pytest exit {code}); last output:\n"
                          + run.output_tail)
@@ -307,35 +308,33 @@ def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_
                 timeout: float | None = None, markdown_path: str | None = None) -> int:
     for src in (base_src, pr_src):
         package_dir(src)  # UsageError now, before any run, for a path that is not a tree
-    if json_path:
-        writable_file(json_path, "--json")
-    if markdown_path:
-        writable_file(markdown_path, "--markdown")
-    if keep:
-        writable_dir(keep, "--keep")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
+    json_out = output_file(json_path, "--json") if json_path is not None else None
+    markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
+    kept = writable_dir(keep, "--keep") if keep is not None else None
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}"
+                         + ("; for no limit leave --timeout out" if timeout == math.inf else ""))
+    workdir = kept if kept is not None else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        return _compare_in(workdir, base_src, pr_src, pytest_args, json_path=json_path,
-                           allow_env_mismatch=allow_env_mismatch, keep=bool(keep), timeout=timeout,
-                           markdown_path=markdown_path)
+        return _compare_in(workdir, base_src, pr_src, pytest_args, json_out=json_out,
+                           allow_env_mismatch=allow_env_mismatch, keep=kept is not None, timeout=timeout,
+                           markdown_out=markdown_out)
     finally:
-        if not keep:
+        if kept is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence[str], *,
-                json_path: str | None, allow_env_mismatch: bool, keep: bool,
-                timeout: float | None, markdown_path: str | None) -> int:
+                json_out: OutputFile | None, allow_env_mismatch: bool, keep: bool,
+                timeout: float | None, markdown_out: OutputFile | None) -> int:
     base = run_selection("base", base_src, pytest_args, workdir, timeout=timeout)
     pr = run_selection("pr", pr_src, pytest_args, workdir, timeout=timeout)
     mismatch = fingerprint_mismatch(base, pr)
     changes = classify(base.tests, pr.tests)
     print("\n".join(format_table(base, pr, changes, mismatch)))
     unusable, pr_only = unusable_runs(base, pr)
-    if json_path:
+    if json_out is not None:
         data = {
             "base": {"src": base_src, "sglang": base.sglang, "exit": base.returncode, "crashed": base.crashed},
             "pr": {"src": pr_src, "sglang": pr.sglang, "exit": pr.returncode, "crashed": pr.crashed},
@@ -345,12 +344,11 @@ def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence
             "tests": [c.as_dict() for c in changes],
             "logs": str(workdir) if keep else None,
         }
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    if markdown_path:
-        from dsakit.node.markdown import write
+        json_out.write_text(json.dumps(data, indent=2) + "\n")
+    if markdown_out is not None:
+        from dsakit.node.markdown import render
 
-        write(comment(base, pr, changes, mismatch), markdown_path)
+        markdown_out.write_text(render(comment(base, pr, changes, mismatch)))
     if keep:
         print(f"(logs and per-test records: {workdir})")
     if unusable:

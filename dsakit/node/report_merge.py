@@ -19,6 +19,7 @@ from dsakit.errors import UsageError
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND, UNCODED
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.outcomes import FAILING
+from dsakit.output_paths import output_file
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)
@@ -435,13 +436,14 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
     from dsakit.gates.table import split_codes
     from dsakit.node import markdown
 
+    json_out = output_file(json_path, "--json") if json_path is not None else None
+    markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     merged = merge(paths, split_codes(must_run), must_run_real=must_run_real)
     print("\n".join(format_text(merged)))
-    if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(as_json(merged), indent=2) + "\n", encoding="utf-8")
-    if markdown_path:
-        markdown.write(comment(merged), markdown_path)
+    if json_out is not None:
+        json_out.write_text(json.dumps(as_json(merged), indent=2) + "\n")
+    if markdown_out is not None:
+        markdown_out.write_text(markdown.render(comment(merged)))
     code = merged.exit_code()
     if code:
         why = [f"must-run gate {c} ran on no node ({w})" for c, w in merged.must_run_failures().items()]

@@ -8,9 +8,14 @@ per-file result, the JUnit XML and the exit code. Never imports torch or SGLang 
 from __future__ import annotations
 
 import ast
+import contextlib
+import math
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -20,7 +25,7 @@ from typing import Any
 
 from dsakit.gates.device_model import DeviceModel
 from dsakit.errors import UsageError
-from dsakit.output_paths import writable_dir
+from dsakit.output_paths import output_file, writable_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
@@ -253,65 +258,153 @@ def _unittest_outcome(text: str) -> str:
     return {"FAIL": "failed", "ERROR": "errors", "unexpected success": "failed"}.get(text, "failed")
 
 
-def _junit_counts(path: Path) -> dict[str, int]:
+def _junit_root(path: Path) -> ET.Element | None:
     try:
-        root = ET.parse(path).getroot()
+        return ET.parse(path).getroot()
     except (OSError, ET.ParseError):
+        return None
+
+
+def _suites(root: ET.Element) -> list[ET.Element]:
+    return [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+
+
+def _junit_counts(root: ET.Element | None) -> dict[str, int]:
+    if root is None:
         return {}
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    suites = _suites(root)
     total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     return {"passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
             "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
 
 
-def _write_unittest_junit(path: Path, result: FileResult) -> None:
-    counts = result.counts
-    suite = ET.Element("testsuite", name=result.path, time=f"{result.seconds:.3f}",
-                       tests=str(sum(counts.values())), failures=str(counts.get("failed", 0)),
-                       errors=str(counts.get("errors", 0)), skipped=str(counts.get("skipped", 0)))
-    cases = result.cases or [{"name": Path(result.path).stem, "classname": result.path,
-                              "outcome": "passed" if result.passed else "failed"}]
+def _unittest_junit(result: FileResult, log_name: str) -> ET.Element:
+    suite = ET.Element("testsuite", name=result.path, time=f"{result.seconds:.3f}")
+    cases = result.cases or ([{"name": Path(result.path).stem, "classname": result.path, "outcome": "passed"}]
+                             if result.passed else [])
     for case in cases:
         element = ET.SubElement(suite, "testcase", name=case["name"], classname=case["classname"])
         if case["outcome"] in ("failed", "errors"):
             ET.SubElement(element, "failure" if case["outcome"] == "failed" else "error",
-                          message=f"see {path.with_suffix('.log').name}")
+                          message=f"see {log_name}")
         elif case["outcome"] == "skipped":
             ET.SubElement(element, "skipped")
-    if not result.passed and not any(c["outcome"] in ("failed", "errors") for c in cases):
-        ET.SubElement(ET.SubElement(suite, "testcase", name="(process)", classname=result.path), "error",
-                      message=f"exit code {result.returncode}")
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    return suite
+
+
+def _process_problem(result: FileResult) -> str:
+    if result.returncode == TIMED_OUT:
+        return "the file ran past --timeout; its process group was killed"
+    if result.returncode == 0:
+        return "exit 0 but no test was counted (the process ended before reporting, or ran no test)"
+    return f"the process exited with code {result.returncode}"
+
+
+def junit_document(result: FileResult, child: ET.Element | None, log_name: str) -> bytes:
+    """The file's JUnit XML: pytest's own (when it wrote one) or one built from the unittest
+    output; a `(process)` error case when the file did not pass and no case says why; every
+    suite's tests / failures / errors / skipped recounted from its <testcase> elements."""
+    root = child if child is not None else _unittest_junit(result, log_name)
+    suites = _suites(root) or [ET.SubElement(root, "testsuite", name=result.path)]
+    cases = [case for suite in suites for case in suite.iter("testcase")]
+    if not result.passed and not any(case.find(tag) is not None for case in cases for tag in ("failure", "error")):
+        process = ET.SubElement(suites[0], "testcase", name="(process)", classname=result.path)
+        ET.SubElement(process, "error", message=_process_problem(result)).text = f"see {log_name}"
+    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    for suite in suites:
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for case in suite.iter("testcase"):
+            counts["tests"] += 1
+            for key, tag in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
+                counts[key] += case.find(tag) is not None
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+    if root.tag == "testsuites":
+        for key, value in totals.items():
+            root.set(key, str(value))
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True))
 
 
 def _safe_name(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(path).strip("/"))[:150]
 
 
+TIMED_OUT = 124  # the exit code a timed-out file is reported with
+_GRACE_S = 3.0  # SIGTERM -> SIGKILL for processes a file left behind
+
+
+def _end_group(pgid: int) -> bool:
+    """End every process of the group `pgid` (SIGTERM, then SIGKILL after a grace period); True
+    when any was still there."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return False
+    deadline = time.monotonic() + _GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def _run_in_own_group(command: list[str], *, cwd: Path | None, timeout: float | None) -> tuple[int, str, bool]:
+    """(exit code, output, whether processes of the file outlived it). The file runs in a new
+    session, so its process group holds it and every child it forks; the group is ended after
+    the file exits or times out, and on Ctrl-C. Output goes to a file, not a pipe, so a child
+    holding the pipe open cannot keep the run waiting."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True)
+        timed_out = False
+        try:
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                code = proc.wait()
+        finally:  # also on Ctrl-C: the file's own session does not get the terminal's SIGINT
+            leftovers = _end_group(proc.pid)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        out.seek(0)
+        output = out.read().decode("utf-8", errors="replace")
+    if timed_out:
+        return TIMED_OUT, output + f"\n[dsakit] timed out after {timeout:g} s", False
+    return code, output, leftovers
+
+
 def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *,
              timeout: float | None, pytest_args: Sequence[str] = ()) -> FileResult:
     registrations = ci_registrations(path)
     name = _safe_name(path)
-    junit = junit_dir / f"{name}.xml"
+    junit = output_file(junit_dir / f"{name}.xml", "--junitxml")
+    log = output_file(junit_dir / f"{name}.log", "--junitxml")
     # a simulated device needs dsakit's plugin in the child: a script-style file runs through pytest
     script = runs_as_script(path) and not device.simulated
     if device.simulated:
         pytest_args = [*pytest_args, f"--dsakit-device={device.key}"]
-    if script:
-        command = [sys.executable, str(path), "-v"]
-    else:
-        command = [sys.executable, "-m", "pytest", *plugin_args(), str(path), "-q", "-rfEs",
-                   f"--junitxml={junit}", *pytest_args]
-    tic = time.perf_counter()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
-                              cwd=path.parent if script else None)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as error:
-        code = 124
-        output = f"{_text(error.stdout)}{_text(error.stderr)}\n[dsakit] timed out after {timeout} s"
-    seconds = time.perf_counter() - tic
-    result = FileResult(str(path), command, code, seconds, registrations, output=output, junit=str(junit))
+    with tempfile.TemporaryDirectory(prefix="dsakit-rerun-") as scratch:
+        child_xml = Path(scratch) / "junit.xml"  # pytest's own; the one kept is written below
+        if script:
+            command = [sys.executable, str(path), "-v"]
+        else:
+            command = [sys.executable, "-m", "pytest", *plugin_args(), str(path), "-q", "-rfEs",
+                       f"--junitxml={child_xml}", *pytest_args]
+        tic = time.perf_counter()
+        code, output, leftovers = _run_in_own_group(command, cwd=path.parent if script else None,
+                                                    timeout=timeout)
+        seconds = time.perf_counter() - tic
+        child = None if script else _junit_root(child_xml)
+    result = FileResult(str(path), command, code, seconds, registrations, output=output, junit=str(junit.target))
     result.mismatch = [m for m in (r.match(device, gpu_count) for r in registrations) if m is not None]
     if registrations and len(result.mismatch) < len(registrations):
         result.mismatch = []  # some registration matches this node
@@ -322,22 +415,29 @@ def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *
         result.notes.append(f"the file does not parse ({broken}): this file fails, the others still run")
     elif not registrations:
         result.notes.append("no register_*_ci(...) call at module level: not in SGLang CI")
+    if script and pytest_args:
+        result.notes.append(f"pytest arguments {' '.join(pytest_args)} not passed: this file runs as "
+                            "`python FILE` (a unittest main)")
+    if leftovers:
+        result.notes.append("processes the file started were still running after it finished: ended "
+                            "(its process group got SIGTERM, then SIGKILL)")
     if script:
         result.counts, result.cases = _unittest_counts(output)
     else:
-        result.counts = _junit_counts(junit)
+        result.counts = _junit_counts(child)
     if code == 0 and not result.counted:
         result.notes.append("exit 0 but no test was counted: the process ended before reporting "
                             "(os._exit? a sys.exit at import?) or ran no test")
-    if script or not junit.is_file():
-        # pytest writes its XML at session end: a timeout or an early exit leaves none
-        _write_unittest_junit(junit, result)
-    (junit_dir / f"{name}.log").write_text(output, encoding="utf-8")
+    if code == TIMED_OUT:
+        result.notes.append(f"timed out after {timeout:g} s: the file's process group was killed")
+    # pytest writes its XML at session end: a timeout or an early exit leaves none
+    junit.write_bytes(junit_document(result, child, Path(log.target).name))
+    log.write_text(output)
     return result
 
 
 def format_block(result: FileResult, *, show_output: bool = False) -> list[str]:
-    status = "PASSED" if result.passed else ("TIMEOUT" if result.returncode == 124 else
+    status = "PASSED" if result.passed else ("TIMEOUT" if result.returncode == TIMED_OUT else
                                              "FAILED (no test counted)" if result.returncode == 0
                                              else "FAILED")
     counts = ", ".join(f"{v} {k}" for k, v in result.counts.items() if v) or "no test counts"
@@ -364,8 +464,9 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     from dsakit.gates.device_model import resolve_device
     from dsakit.node.gpu_pinning import discover
 
-    if timeout is not None and not timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}"
+                         + ("; for no limit leave --timeout out" if timeout == math.inf else ""))
     paths = expand_test_files(files)
     out_dir = writable_dir(junit_dir or "dsakit-rerun-junit", "--junitxml")
     device = resolve_device(device_name)
@@ -389,8 +490,3 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     print(f"==== dsakit rerun-test: {len(results) - len(failed)} passed, {len(failed)} failed"
           + (": " + ", ".join(r.path for r in failed) if failed else "") + " ====")
     return 1 if failed else 0
-
-
-def _text(data: str | bytes | None) -> str:
-    """Partial output of a timed-out subprocess (bytes on some Pythons, even with text=True)."""
-    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")

@@ -270,9 +270,10 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
 
 
 def _write_stamp(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a stamp
+    from dsakit.output_paths import output_file
+
+    # atomic: a reader never sees half a stamp
+    output_file(path, "the warm stamp").write_text(json.dumps(data, indent=2) + "\n")
 
 
 def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: bool = False,

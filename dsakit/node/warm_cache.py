@@ -14,12 +14,14 @@ import os
 import sys
 import tarfile
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.output_paths import output_file
 
 KEY_MEMBER = "dsakit-warm-key.json"
 FORMAT = 1
@@ -113,31 +115,26 @@ def export_cache(path: str, *, device_name: str | None = None, modules: Sequence
     tic = time.perf_counter()
     key = current_key(device_name)
     files: dict[str, int] = {}
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with tarfile.open(tmp, "w:gz", compresslevel=1) as tar:
-            data = json.dumps(key, indent=2).encode()
-            info = tarfile.TarInfo(KEY_MEMBER)
-            info.size, info.mtime = len(data), int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-            for name, root in cache_roots().items():
-                count = 0
-                for file in sorted(root.rglob("*")) if root.is_dir() else ():
-                    if file.is_file() and not file.is_symlink() and not file.name.endswith(".lock"):
-                        tar.add(file, f"jit/{name}/{file.relative_to(root).as_posix()}", recursive=False)
-                        count += 1
-                files[name] = count
-            install = key["install_path"]
-            pycs = _bytecode_files(Path(install), modules or SGLANG_IMPORTS) if install else []
-            for pyc in pycs:
-                tar.add(pyc, f"bytecode/{pyc.relative_to(install).as_posix()}", recursive=False)
-            files["bytecode"] = len(pycs)
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return ExportResult(str(target), files, target.stat().st_size, time.perf_counter() - tic)
+    out = output_file(path, "--export")
+    with out.open() as stream, tarfile.open(fileobj=stream, mode="w:gz", compresslevel=1) as tar:
+        data = json.dumps(key, indent=2).encode()
+        info = tarfile.TarInfo(KEY_MEMBER)
+        info.size, info.mtime = len(data), int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+        for name, root in cache_roots().items():
+            count = 0
+            for file in sorted(root.rglob("*")) if root.is_dir() else ():
+                if file.is_file() and not file.is_symlink() and not file.name.endswith(".lock"):
+                    tar.add(file, f"jit/{name}/{file.relative_to(root).as_posix()}", recursive=False)
+                    count += 1
+            files[name] = count
+        install = key["install_path"]
+        pycs = _bytecode_files(Path(install), modules or SGLANG_IMPORTS) if install else []
+        for pyc in pycs:
+            tar.add(pyc, f"bytecode/{pyc.relative_to(install).as_posix()}", recursive=False)
+        files["bytecode"] = len(pycs)
+    size = out.target.stat().st_size if not out.through else 0
+    return ExportResult(str(out.target), files, size, time.perf_counter() - tic)
 
 
 # ---------------------------------------------------------------- import
@@ -181,36 +178,42 @@ def import_cache(path: str, *, device_name: str | None = None) -> ImportResult:
         tar = tarfile.open(path, "r:*")
     except tarfile.TarError as error:
         raise UsageError(f"{path} is not a dsakit warm cache (a tarball from `dsakit warm --export`): {error}") from None
-    with tar:
-        try:
-            handle = tar.extractfile(KEY_MEMBER)
-            found = json.loads(handle.read()) if handle else None
-        except KeyError:
-            found = None
-        if not isinstance(found, dict):
-            raise UsageError(f"{path} has no {KEY_MEMBER}: not a cache written by `dsakit warm --export`")
-        expected = current_key(device_name)
-        differ = key_mismatch(expected, found)
-        if differ:
-            raise UsageError(f"refusing the warm cache {path}: it was built for another stack; differing "
-                             "fields: " + "; ".join(differ) + ". Export one on a node with this stack "
-                             "or run `dsakit warm` here")
-        roots = cache_roots()
-        files: dict[str, int] = {}
-        members = [m for m in tar.getmembers() if m.name != KEY_MEMBER and not m.isdir()]
-        targets = [(m, _safe_target(m, roots, expected["install_path"])) for m in members]  # all or nothing
-        for member, target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            assert source is not None
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as out:
-                out.write(source.read())
-            os.utime(tmp, (member.mtime, member.mtime))
-            tmp.replace(target)  # atomic: a concurrent reader sees the old file or the new one
-            group = PurePosixPath(member.name).parts
-            name = group[1] if group[0] == "jit" else "bytecode"
-            files[name] = files.get(name, 0) + 1
+    try:
+        with tar:
+            return _import_from(tar, path, device_name, tic)
+    except (tarfile.TarError, EOFError, zlib.error) as error:
+        raise UsageError(f"{path} is truncated or damaged ({type(error).__name__}: {error}); nothing "
+                         "was extracted. Export it again with `dsakit warm --export PATH`") from None
+
+
+def _import_from(tar: tarfile.TarFile, path: str, device_name: str | None, tic: float) -> ImportResult:
+    try:
+        handle = tar.extractfile(KEY_MEMBER)
+        found = json.loads(handle.read()) if handle else None
+    except KeyError:
+        found = None
+    if not isinstance(found, dict):
+        raise UsageError(f"{path} has no {KEY_MEMBER}: not a cache written by `dsakit warm --export`")
+    expected = current_key(device_name)
+    differ = key_mismatch(expected, found)
+    if differ:
+        raise UsageError(f"refusing the warm cache {path}: it was built for another stack; differing "
+                         "fields: " + "; ".join(differ) + ". Export one on a node with this stack "
+                         "or run `dsakit warm` here")
+    roots = cache_roots()
+    files: dict[str, int] = {}
+    members = [m for m in tar.getmembers() if m.name != KEY_MEMBER and not m.isdir()]
+    targets = [(m, _safe_target(m, roots, expected["install_path"])) for m in members]  # all or nothing
+    for member, target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        assert source is not None
+        # atomic: a concurrent reader sees the old file or the new one
+        output_file(target, "--import").write_bytes(source.read())
+        os.utime(target, (member.mtime, member.mtime))
+        group = PurePosixPath(member.name).parts
+        name = group[1] if group[0] == "jit" else "bytecode"
+        files[name] = files.get(name, 0) + 1
     return ImportResult(files, time.perf_counter() - tic, found)
 
 

@@ -8,6 +8,7 @@ kernels or import SGLang; torch is imported lazily and every check runs on CPU c
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +27,14 @@ class RowProblem:
     message: str
     length: int = 0
     threshold: float | None = None
-    missing: tuple[tuple[int, float], ...] = ()
-    extra: tuple[tuple[int, float], ...] = ()
+    missing: tuple[tuple[int, float, int | None], ...] = ()  # (position, score, rank)
+    extra: tuple[tuple[int, float, int | None], ...] = ()
+    context: str = ""  # the ranking around the selection boundary
+    side: str = ""  # which selection of a comparison the problem is in ("actual", "expected")
 
     def format(self) -> str:
-        head = f"row {self.row} [{self.code}] (length {self.length}"
+        head = f"row {self.row} [{self.code}]" + (f" in {self.side}" if self.side else "")
+        head += f" (length {self.length}"
         if self.threshold is not None:
             head += f", k-th largest valid score {self.threshold!r}"
         lines = [head + f"): {self.message}"]
@@ -38,6 +42,8 @@ class RowProblem:
             lines.append("    missing (should be selected): " + _fmt_pairs(self.missing))
         if self.extra:
             lines.append("    extra (selected, should not be): " + _fmt_pairs(self.extra))
+        if self.context:
+            lines.append("    ranking: " + self.context)
         return "\n".join("  " + line for line in lines)
 
 
@@ -66,8 +72,9 @@ class TopkReport:
         return "\n".join(lines)
 
 
-def _fmt_pairs(pairs: tuple[tuple[int, float], ...]) -> str:
-    return ", ".join(f"{pos} (score {score!r})" for pos, score in pairs)
+def _fmt_pairs(pairs: tuple[tuple[int, float, int | None], ...]) -> str:
+    return ", ".join(f"{pos} (score {score!r})" + (f" at rank {rank}" if rank is not None else "")
+                     for pos, score, rank in pairs)
 
 
 @dataclass
@@ -115,25 +122,64 @@ def validate_lengths(lengths: Any, *, what: str = "lengths") -> None:
             f"and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
 
 
-def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepared:
+def _tensor(value: Any, what: str) -> Any:
+    """`value` as a tensor with data; UsageError for None or a meta tensor (shape, no values)."""
     import torch
 
     from dsakit.errors import UsageError
 
-    raw_idx = torch.as_tensor(indices).detach()
-    if raw_idx.is_floating_point() or raw_idx.is_complex() or raw_idx.dtype == torch.bool:
+    if value is None:
+        raise UsageError(f"top-k {what} is None: pass one value per row (lengths: how many scores of "
+                         "the row are valid, e.g. [scores.shape[1]] * rows)" if what == "lengths" else
+                         f"top-k {what} is None: pass a tensor")
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        raise UsageError(f"top-k {what} is a meta tensor (a shape without values): pass the tensor "
+                         "the kernel read or wrote, on CPU or a GPU")
+    try:
+        return torch.as_tensor(value).detach()
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise UsageError(f"top-k {what} is not a tensor of numbers ({error}): got {type(value).__name__}") from None
+
+
+def _positions(value: Any, what: str) -> Any:
+    """A selection (rows, k) as int64 on CPU; UsageError for a non-integer dtype."""
+    import torch
+
+    from dsakit.errors import UsageError
+
+    raw = _tensor(value, what)
+    if raw.is_floating_point() or raw.is_complex() or raw.dtype == torch.bool:
         raise UsageError(
-            f"top-k indices must have an integer dtype (positions, -1 for padding), got "
-            f"{raw_idx.dtype}: a fractional index such as 1.5 is not a position. Pass the kernel's "
+            f"top-k {what} must have an integer dtype (positions, -1 for padding), got "
+            f"{raw.dtype}: a fractional index such as 1.5 is not a position. Pass the kernel's "
             f"int32/int64 output, not a float copy of it")
-    idx = raw_idx.to("cpu", torch.int64)
-    sc = _exact_scores(scores)
-    validate_lengths(lengths)
-    lens = [int(x) for x in torch.as_tensor(lengths).detach().cpu().flatten().tolist()]
-    if row_starts is None:
-        starts = [0] * len(lens)
-    else:
-        starts = [int(x) for x in torch.as_tensor(row_starts).detach().cpu().tolist()]
+    return raw.to("cpu", torch.int64)
+
+
+def _row_values(value: Any, what: str) -> list[int]:
+    """One integer per row (lengths, row starts); UsageError for a fractional value."""
+    import torch
+
+    from dsakit.errors import UsageError
+
+    raw = _tensor(value, what).cpu().flatten()
+    if raw.is_floating_point() or raw.is_complex():
+        fractional = torch.nonzero(raw != torch.round(raw.real if raw.is_complex() else raw)).flatten().tolist()
+        if fractional:
+            row = fractional[0]
+            raise UsageError(f"top-k {what} must be whole numbers (one per row): row {row} = "
+                             f"{raw[row].item()!r}; a fraction of a position means nothing (pass integers)")
+    return [int(x) for x in raw.tolist()]
+
+
+def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepared:
+    from dsakit.errors import UsageError
+
+    idx = _positions(indices, "indices")
+    sc = _exact_scores(_tensor(scores, "scores"))
+    lens = _row_values(lengths, "lengths")
+    validate_lengths(lens)
+    starts = [0] * len(lens) if row_starts is None else _row_values(row_starts, "row_starts")
     if idx.dim() != 2 or sc.dim() != 2 or not (idx.shape[0] == sc.shape[0] == len(lens) == len(starts)):
         raise UsageError(
             f"top-k check needs indices (rows, k), scores (rows, width), lengths (rows,): got "
@@ -149,6 +195,45 @@ def _prepare(indices: Any, scores: Any, lengths: Any, row_starts: Any) -> _Prepa
     return _Prepared(idx, sc, lens, starts)
 
 
+def _order_problem(row: int, w: Any, sel_ord: Any, unsel_ord: Any, length: int) -> RowProblem:
+    """The exact per-row set difference against a correct selection of as many ranked positions:
+    missing = unselected above the boundary, extra = selected below it (a one-slot bug shows one
+    of each), each with its score and rank; then the ranking around the boundary."""
+    import torch
+
+    ranked = sel_ord | unsel_ord
+    picks = int(sel_ord.sum())
+    boundary = torch.topk(w[ranked], picks).values[-1]  # the picks-th largest ranked score
+    miss = torch.nonzero(unsel_ord & (w > boundary)).flatten()
+    miss = miss[torch.argsort(w[miss], descending=True, stable=True)]
+    # the boundary's tie group: a correct selection holds picks - (#ranked above it) of its members
+    short = picks - int((ranked & (w > boundary)).sum()) - int((sel_ord & (w == boundary)).sum())
+    tied = torch.nonzero(unsel_ord & (w == boundary)).flatten()
+    if short > 0:
+        miss = torch.cat([miss, tied[:short]])
+    extra = torch.nonzero(sel_ord & (w < boundary)).flatten()
+    extra = extra[torch.argsort(w[extra], stable=True)]
+    scores = w[ranked]
+
+    def rank(p: int) -> int:
+        return int((scores > w[p]).sum()) + 1
+
+    def triple(positions: Any) -> tuple[tuple[int, float, int | None], ...]:
+        return tuple((int(p), float(w[int(p)]), rank(int(p))) for p in positions[:_SHOW])
+
+    low = int(torch.nonzero(sel_ord).flatten()[torch.argmin(w[sel_ord])])
+    best = int(torch.nonzero(unsel_ord).flatten()[torch.argmax(w[unsel_ord])])
+    context = (f"{picks} ranked positions selected, so the boundary is the {picks}-th largest ranked "
+               f"score {float(boundary)!r}; lowest selected: {low} (score {float(w[low])!r}) at rank "
+               f"{rank(low)}; best unselected: {best} (score {float(w[best])!r}) at rank {rank(best)}")
+    if short > 0 and tied.numel() > short:
+        context += (f"; the missing include {short} of the {tied.numel()} unselected positions tied at "
+                    "the boundary (any of them would do)")
+    return RowProblem(row, "order", f"{miss.numel()} missing and {extra.numel()} extra positions "
+                      f"against a correct top-{picks} of the ranked scores", length, float(boundary),
+                      triple(miss), triple(extra), context)
+
+
 def _kth_largest(window: Any, k: int) -> float | None:
     """The k-th largest non-NaN score of a window (the selection boundary), None if empty."""
     import torch
@@ -159,11 +244,11 @@ def _kth_largest(window: Any, k: int) -> float | None:
     return float(torch.topk(vals, min(k, vals.numel())).values[-1])
 
 
-def _pairs(window: Any, positions: Any) -> tuple[tuple[int, float], ...]:
+def _pairs(window: Any, positions: Any) -> tuple[tuple[int, float, int | None], ...]:
     out = []
     for p in positions[:_SHOW]:
         p = int(p)
-        out.append((p, float(window[p]) if 0 <= p < window.numel() else float("nan")))
+        out.append((p, float(window[p]) if 0 <= p < window.numel() else float("nan"), None))
     return tuple(out)
 
 
@@ -189,6 +274,7 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
     duplicate checks, and at most one per NaN may be out of order (more is a bug)."""
     import torch
 
+    _validate_k(topk)
     prep = _prepare(indices, scores, lengths, row_starts)
     report = TopkReport(topk=topk, rows=len(prep.lengths))
     if prep.idx.shape[1] != topk:
@@ -252,15 +338,16 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
             smin = w[sel_ord].min()
             umax = w[unsel_ord].max()
             if smin < umax:
-                miss = torch.nonzero(unsel_ord & (w > smin)).flatten()
-                miss = miss[torch.argsort(w[miss], descending=True, stable=True)]
-                extra = torch.nonzero(sel_ord & (w < umax)).flatten()
-                extra = extra[torch.argsort(w[extra], stable=True)]
-                report.problems.append(RowProblem(
-                    row, "order", f"{extra.numel()} selected scores are below the best unselected "
-                    f"score {float(umax)!r}", length, _kth_largest(w, topk),
-                    _pairs(w, miss), _pairs(w, extra)))
+                report.problems.append(_order_problem(row, w, sel_ord, unsel_ord, length))
     return report
+
+
+def _validate_k(topk: Any) -> None:
+    from dsakit.errors import UsageError
+
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 0:
+        raise UsageError(f"top-k k must be a non-negative integer (the number of positions each row "
+                         f"selects), got {topk!r}")
 
 
 def compare_topk(actual: Any, expected: Any, scores: Any, lengths: Any, *,
@@ -270,7 +357,9 @@ def compare_topk(actual: Any, expected: Any, scores: Any, lengths: Any, *,
     import torch
 
     prep = _prepare(actual, scores, lengths, row_starts)
-    exp = torch.as_tensor(expected).detach().to("cpu", torch.int64)
+    exp = _positions(expected, "expected")
+    if topk is not None:
+        _validate_k(topk)
     k = int(topk if topk is not None else prep.idx.shape[1])
     report = TopkReport(topk=k, rows=len(prep.lengths))
     if exp.shape[0] != prep.idx.shape[0]:
@@ -336,10 +425,20 @@ def assert_topk_valid(indices: Any, scores: Any, lengths: Any, topk: int, *,
 
 
 def assert_topk_equal(actual: Any, expected: Any, scores: Any, lengths: Any, *,
-                      topk: int | None = None, row_starts: Any = None) -> TopkReport:
-    """Raise AssertionError unless the selections agree up to ties (returned as `tie_swaps`)."""
+                      topk: int | None = None, row_starts: Any = None,
+                      nan_slot_filler: bool = False) -> TopkReport:
+    """Raise AssertionError unless both selections are valid top-k selections of `scores` (each
+    judged exactly as `assert_topk_valid` judges it: NaN rows, duplicates, -1 padding, count,
+    order) and agree up to ties (returned as `tie_swaps`)."""
     __tracebackhide__ = True
-    report = compare_topk(actual, expected, scores, lengths, topk=topk, row_starts=row_starts)
+    k = int(topk if topk is not None else _positions(actual, "actual").shape[1])
+    problems = []
+    for side, selection in (("actual", actual), ("expected", expected)):
+        validity = check_topk(_positions(selection, side), scores, lengths, k, row_starts=row_starts,
+                              nan_slot_filler=nan_slot_filler)
+        problems += [dataclasses.replace(p, side=side) for p in validity.problems]
+    report = compare_topk(actual, expected, scores, lengths, topk=k, row_starts=row_starts)
+    report.problems = problems + report.problems
     if not report.ok:
         raise AssertionError(report.format("top-k selections differ"))
     return report

@@ -22,6 +22,7 @@ from dsakit.topk.checks import assert_topk_valid
 if TYPE_CHECKING:
     import numpy as np
     from syrupy.assertion import SnapshotAssertion
+    from syrupy.data import SnapshotCollection
     from syrupy.location import PyTestLocation
     from syrupy.types import SerializableData, SnapshotIndex
 
@@ -82,6 +83,34 @@ class SelectionSerializer(AmberDataSerializer):
     goldens written in an older format read as tainted ("needs to be regenerated")."""
 
     VERSION = "topksel-2"
+
+    @classmethod
+    def read_file(cls, filepath: str) -> SnapshotCollection:
+        """syrupy's reader, except that a damaged file (not UTF-8, a misplaced version marker)
+        reads as a tainted collection instead of raising inside syrupy's session finish, where the
+        failure details, the skip inventory and --dsakit-report would be lost. The test reading it
+        fails with the damage named (`golden_damage`)."""
+        from syrupy.data import Snapshot, SnapshotCollection
+        from syrupy.extensions.amber.serializer import MalformedAmberFile
+
+        try:
+            return super().read_file(filepath)
+        except (UnicodeDecodeError, MalformedAmberFile):
+            pass
+        # the records' names still count as stored (not "unused"); their data is never trusted
+        collection = SnapshotCollection(location=filepath)
+        collection.tainted = True
+        name: str | None = None
+        lines: list[str] = []
+        for line in Path(filepath).read_bytes().decode("utf-8", errors="replace").splitlines():
+            if line.startswith("# name: "):
+                name, lines = line[len("# name: "):].strip(), []
+            elif line == "# ---" and name:
+                collection.add(Snapshot(name=name, data="\n".join(lines), tainted=True))
+                name = None
+            elif name is not None and line.startswith("  "):
+                lines.append(line[2:])
+        return collection
 
 
 class SelectionSnapshotExtension(AmberSnapshotExtension):
@@ -415,10 +444,14 @@ def golden_damage(path: str | Path) -> str | None:
     """What is wrong with a golden file, by line ("line 9: record ... is cut off"), or None when
     it reads as a well-formed file of this format. syrupy itself only says "needs to be
     regenerated" or finds nothing; this names the file's damage."""
+    data = Path(path).read_bytes()
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        return f"byte {error.start}: not UTF-8 text (the file is garbled)"
+        line_no = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        return (f"line {line_no}: byte {data[error.start]:#04x} at column {column} is not UTF-8 text "
+                "(the file is garbled)")
     lines = text.splitlines()
     header = f"# serializer version: {SelectionSerializer.VERSION}"
     if not lines:
@@ -459,13 +492,104 @@ def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str
             f"(git checkout -- {path})")
 
 
-def refuse_update_without_runs(config: pytest.Config) -> None:
-    """`--snapshot-update` with `--collect-only`: no test runs, so syrupy would delete every golden
-    as unused. Refused before anything is touched."""
-    if config.getoption("--snapshot-update", default=False) and config.option.collectonly:
+def configure_update(config: pytest.Config) -> None:
+    """pytest_configure under `--snapshot-update`: refuse `--collect-only` (no test runs, so syrupy
+    would delete every golden as unused), and register the guard that keeps goldens when the
+    update stops early (`UpdateGuard`)."""
+    if config.option.collectonly:
         raise pytest.UsageError(
             "--snapshot-update with --collect-only would delete every golden (no test runs, so all "
             "read as unused); drop --collect-only to regenerate goldens, or --snapshot-update to list tests")
+    if not hasattr(config, "workerinput"):  # xdist workers never delete: the controller decides
+        config.pluginmanager.register(UpdateGuard(config), "dsakit-snapshot-update-guard")
+
+
+class UpdateGuard:
+    """Deletes unused goldens only after a complete update. syrupy removes every record no test
+    used once the selection matched what was collected, so an update stopped by -x, --maxfail,
+    Ctrl-C or a crashed worker would delete the goldens of every test that never ran (and of the
+    one that failed before its assertion). When selection goldens are in play and the session did
+    not run every selected test, or a test failed, syrupy's cleanup is switched off for this
+    session (`--snapshot-no-cleanup`) before it finishes, and the summary says so."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.kept: str | None = None
+        self._no_cleanup: Any = None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        why = incomplete_update(session)
+        if why and _selection_goldens_in_play(session.config) and not session.config.option.no_cleanup:
+            self._no_cleanup = session.config.option.no_cleanup
+            session.config.option.no_cleanup = True  # read by syrupy's finish and its summary
+            self.kept = why
+        return (yield)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.kept:
+            terminalreporter.write_line(
+                f"dsakit: --snapshot-update did not run to its end ({self.kept}): no unused golden "
+                "was deleted; every record of a test that did not run or failed is kept (goldens of "
+                "the tests that passed were written). Unused goldens are deleted only by an update "
+                "that runs the whole selection with no failure.", yellow=True)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.kept:
+            config.option.no_cleanup = self._no_cleanup
+
+
+def incomplete_update(session: pytest.Session) -> str | None:
+    """Why this session did not run its whole selection to the end without a failure, or None."""
+    syrupy = getattr(session.config, "_syrupy", None)
+    # syrupy's ItemStatus per selected test: NOT_RUN's value is False, the others are outcomes
+    ran = {nodeid: bool(status.value) for nodeid, status in getattr(syrupy, "_selected_items", {}).items()}
+    for report in getattr(syrupy, "_worker_reports", ()):  # the xdist controller: what workers ran
+        for nodeid, value in report.get("selected", {}).items():
+            ran[nodeid] = ran.get(nodeid, False) or bool(value)
+    not_run = sum(1 for done in ran.values() if not done)
+    why = []
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        why.append("interrupted")
+    stop = session.shouldfail or session.shouldstop
+    if stop:
+        why.append(str(stop) if isinstance(stop, str) else "stopped early")
+    if not_run:
+        why.append(f"{not_run} of {len(ran)} selected tests did not run")
+    if session.testsfailed:
+        why.append(f"{session.testsfailed} failed")
+    return "; ".join(why) or None
+
+
+def _selection_goldens_in_play(config: pytest.Config) -> bool:
+    """Whether syrupy discovered selection goldens this session (in this process or, under xdist,
+    in a worker): otherwise dsakit leaves syrupy's own cleanup alone."""
+    syrupy = getattr(config, "_syrupy", None)
+    if syrupy is None:
+        return False
+    if any(isinstance(ext, SelectionSnapshotExtension) for ext in syrupy._extensions.values()):
+        return True
+    name = f"{SelectionSnapshotExtension.__module__}.{SelectionSnapshotExtension.__qualname__}"
+    return any(name == member for report in syrupy._worker_reports
+               for member in report.get("extensions", {}).values())
+
+
+def _refuse_short_reference(case_id: str, positions: Any, lengths: Any, k: int, nan_rows: set[int]) -> None:
+    """A golden comes from a complete selection: the reference path picks min(length, k) positions
+    in every row. Validity lets a kernel come back short where NaN costs it slots (the v2 collect
+    pass), so without this a NaN row selecting nothing could be recorded as the golden."""
+    import torch
+
+    idx = torch.as_tensor(positions).detach().cpu()
+    lens = [max(int(x), 0) for x in torch.as_tensor(lengths).detach().cpu().flatten().tolist()]
+    for row, length in enumerate(lens):
+        picked = int(torch.unique(idx[row][idx[row] != -1]).numel())
+        if picked < min(length, k):
+            nan = " (its window holds NaN)" if row in nan_rows else ""
+            raise AssertionError(
+                f"{case_id}: no golden written: row {row}{nan} selects {picked} of min(length {length}, "
+                f"k {k}) = {min(length, k)} positions; the path marked reference=True writes goldens and "
+                "must select every slot (torch.topk does). Mark a complete path as the reference")
 
 
 # ---------------------------------------------------------------- the fixture object
@@ -494,6 +618,8 @@ class SelectionSnapshot:
                                       nan_rows=report.nan_rows, identity=identity)
         if not self.updating:
             self._refuse_damaged(case_id)
+        if self.updating and reference:
+            _refuse_short_reference(case_id, positions, lengths, k, report.nan_rows)
         if self.updating and not reference:
             golden, tainted = self._stored(case_id)
             if golden is None:  # a new (or older-format) golden: written from dsakit's reference
