@@ -73,7 +73,7 @@ def test_two_shards_merge_into_one_node(pytester: pytest.Pytester) -> None:
     assert data["gates"]["cuda"]["ran_on"] == ["h200 (sm90 simulated)"] and data["gates"]["fa3"]["ran_on"] == []
     assert data["gates"]["cuda"]["ran_on_real"] == []
     assert data["not_run_anywhere"] == ["test_suite.py::test_fa3[0]", "test_suite.py::test_fa3[1]"]
-    assert "h200  " in done.stdout and "1,2 of 2" in done.stdout
+    assert "h200 (sm90 simulated)  " in done.stdout and "1,2 of 2" in done.stdout
     assert "RAN ON NO NODE" in done.stdout  # fa3: reported, but not a must-run gate here
 
 
