@@ -58,9 +58,12 @@ OPTIONS: tuple[RunOption, ...] = (
               "--dsakit-must-run gate (default: say so in the skip inventory and pass)", default=False,
               kind="bool"),
     # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
-    RunOption("--dsakit-workers-per-gpu", "xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). "
-              "Each worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
-              "GPUs x N", default=1, kind="int", metavar="N"),
+    RunOption("--dsakit-workers-per-gpu", "pin xdist workers to GPUs, N workers per GPU (off unless given: "
+              "a run that does not ask keeps xdist's own worker count and environment; 0 is off). Each "
+              "worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
+              "GPUs x N", default=0, kind="int", metavar="N"),
+    RunOption("--dsakit-split-threads", "give each xdist worker OMP_NUM_THREADS = CPUs / workers (off unless "
+              "given; an OMP_NUM_THREADS you set wins)", default=False, kind="bool"),
     # -- xdist workers forked from a preloaded interpreter (dsakit.node.fork_server)
     RunOption("--dsakit-fork-server", "fork xdist workers from one server that imported torch and SGLang once, "
               "without CUDA (on: started by this run; keep: it outlives the run and later runs with the same "
@@ -126,6 +129,28 @@ def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
     if option.kind == "path" and config.inipath is not None:
         return str(config.inipath.parent / raw)
     return raw
+
+
+def explicit(config: pytest.Config) -> tuple[str, ...]:
+    """The dsakit options this run sets itself (command line, environment or ini key), by dest:
+    empty means the run asked dsakit for nothing, so dsakit stays silent (dsakit.usage)."""
+    given = []
+    for option in OPTIONS:
+        if config.getoption(option.dest, None) is not None or (option.env and os.environ.get(option.env)):
+            given.append(option.dest)
+            continue
+        raw = config.getini(option.ini)
+        if raw is not None and raw != "" and raw != []:
+            given.append(option.dest)
+    return tuple(given)
+
+
+def validate_roles(config: pytest.Config) -> None:
+    """--dsakit-roles (also where no test asks for `model_runner`); the default needs no check."""
+    if "dsakit_roles" in explicit(config):
+        from dsakit.contracts.schema import validate_roles_option
+
+        validate_roles_option(value(config, "dsakit_roles"))
 
 
 def check_all(config: pytest.Config) -> None:

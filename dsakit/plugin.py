@@ -52,11 +52,17 @@ MARKERS = (
     "answer as that device for the whole test",
 )
 
+# Every fixture dsakit provides (a test asking for one uses dsakit: dsakit.gates.marks.uses_dsakit).
+FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_runner_role", "simulated_device",
+                      "selection_snapshot", "topk_cell", "topk_scope"})
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from dsakit.node import fault_hookspec
+    from dsakit.registration import claim_entry_point_name
 
     pluginmanager.add_hookspecs(fault_hookspec)
+    claim_entry_point_name(pluginmanager)  # `-p dsakit.plugin` where the wheel's entry point loads it too
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,11 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # bad input fails now, before collection: ini / env values, --dsakit-roles (also where no test
     # asks for `model_runner`), and --collect-only --snapshot-update (it would delete the goldens)
-    from dsakit.contracts.schema import validate_roles_option
-    from dsakit.options import check_all, value
+    from dsakit.options import check_all, validate_roles
 
     check_all(config)
-    validate_roles_option(value(config, "dsakit_roles"))
+    validate_roles(config)
     if config.getoption("--snapshot-update", default=False):
         from dsakit.topk.snapshot import refuse_update_without_runs
 
