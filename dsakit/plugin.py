@@ -144,22 +144,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
-def _runner(role: str) -> MockModelRunner:
-    from dsakit.mocks.model_runner import MockModelRunner
+def _runner(role: str) -> Iterator[MockModelRunner]:
+    from dsakit.upstream.runner_scope import scoped_runner
 
-    return MockModelRunner(role=role)
-
-
-@pytest.fixture
-def target_runner() -> MockModelRunner:
-    """A strict MockModelRunner for a target worker (`is_draft_worker=False`)."""
-    return _runner("target")
+    with scoped_runner(role) as runner:
+        yield runner
 
 
 @pytest.fixture
-def draft_runner() -> MockModelRunner:
-    """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`)."""
-    return _runner("draft")
+def target_runner() -> Iterator[MockModelRunner]:
+    """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test
+    loaded SGLang's runtime context and nothing is published, inside an SGLangScope with the role's
+    server args (dsakit.upstream.runner_scope)."""
+    yield from _runner("target")
+
+
+@pytest.fixture
+def draft_runner() -> Iterator[MockModelRunner]:
+    """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
+    as `target_runner` is."""
+    yield from _runner("draft")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -185,11 +189,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def model_runner(model_runner_role: str) -> MockModelRunner:
+def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
-    (ids `role=target`, `role=draft`). `model_runner_role` is that parametrize argument, not a
-    fixture: name it in a test's arguments to know the role."""
-    return _runner(model_runner_role)
+    (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
+    parametrize argument, not a fixture: name it in a test's arguments to know the role."""
+    yield from _runner(model_runner_role)
 
 
 @pytest.fixture

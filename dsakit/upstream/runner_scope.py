@@ -1,0 +1,67 @@
+"""The SGLang scope a model-runner fixture opens for its role, so SGLang code that reads the
+runtime context (`DSATopKBackend.resolve(runner)` -> `get_exec()` / `get_spec()`) works on it.
+
+Owns: when a runner fixture opens one (the test has SGLang's runtime context loaded and nothing is
+published yet: a scope the test or `topk_scope` opened wins) and its server args (the role's
+per-role `server_args.*` contract defaults). Must not import SGLang where the test did not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+RUNTIME_CONTEXT = "sglang.srt.runtime_context"
+
+def role_server_args(runner: Any) -> dict[str, Any]:
+    """The server args that differ per role in the runner's contract (e.g. a draft worker's
+    speculative_eagle_topk), for the fields this SGLang's ServerArgs has."""
+    from dsakit.contracts.schema import Factory
+    from dsakit.upstream.scope import server_arg_fields
+    from sglang.srt.server_args import ServerArgs
+
+    fields = server_arg_fields(ServerArgs)
+    contract = object.__getattribute__(runner, "_dsakit_contract")
+    role = object.__getattribute__(runner, "_dsakit_role")
+    args: dict[str, Any] = {}
+    for entry in contract:
+        name = entry.path.removeprefix("server_args.")
+        if name == entry.path or entry.same_for_roles or "." in name or name not in fields:
+            continue
+        value = entry.default_for(role)
+        args[name] = value.build(runner) if isinstance(value, Factory) else value
+    return args
+
+
+def _published() -> bool | None:
+    """Is SGLang's runtime context published (None: the test has not loaded SGLang's context)?"""
+    module = sys.modules.get(RUNTIME_CONTEXT)
+    if module is None:
+        return None
+    return bool(module.get_context().is_config_namespace_published("exec"))
+
+
+@contextlib.contextmanager
+def scoped_runner(role: str) -> Iterator[Any]:
+    """A MockModelRunner for `role`, inside an `SGLangScope` with the role's server args when the
+    test loaded SGLang's runtime context and nothing is published; else the plain runner (no
+    SGLang import, no cost for suites that never touch SGLang's context).
+
+    The runner's per-role server args are pinned as overrides: SGLang normalises some of them
+    when it publishes (a draft's speculative_eagle_topk without a speculative algorithm becomes
+    None), and the mock keeps its role's contract defaults either way."""
+    from dsakit.mocks.model_runner import MockModelRunner
+
+    runner = MockModelRunner(role=role)
+    if _published() is not False:
+        yield runner
+        return
+    from dsakit.upstream.scope import SGLangScope
+
+    args = role_server_args(runner)
+    if args:
+        runner = MockModelRunner(role=role, overrides={f"server_args.{k}": v for k, v in args.items()})
+    with SGLangScope(server_args=args):
+        yield runner
