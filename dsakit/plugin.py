@@ -144,26 +144,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
-def _runner(role: str) -> Iterator[MockModelRunner]:
+def _runner(role: str, request: pytest.FixtureRequest) -> MockModelRunner:
     from dsakit.upstream.runner_scope import scoped_runner
 
-    with scoped_runner(role) as runner:
-        yield runner
+    return scoped_runner(role, request.addfinalizer)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def target_runner() -> Iterator[MockModelRunner]:
+def target_runner(request: pytest.FixtureRequest) -> MockModelRunner:
     """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test
     loaded SGLang's runtime context and nothing is published, inside an SGLangScope with the role's
-    server args (dsakit.upstream.runner_scope)."""
-    yield from _runner("target")
+    server args for the test (dsakit.upstream.runner_scope)."""
+    return _runner("target", request)
 
 
 @pytest.fixture
-def draft_runner() -> Iterator[MockModelRunner]:
+def draft_runner(request: pytest.FixtureRequest) -> MockModelRunner:
     """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
     as `target_runner` is."""
-    yield from _runner("draft")
+    return _runner("draft", request)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -189,11 +188,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
+def model_runner(model_runner_role: str, request: pytest.FixtureRequest) -> MockModelRunner:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
     (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
     parametrize argument, not a fixture: name it in a test's arguments to know the role."""
-    yield from _runner(model_runner_role)
+    return _runner(model_runner_role, request)
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ per-role `server_args.*` contract defaults). Must not import SGLang where the te
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 RUNTIME_CONTEXT = "sglang.srt.runtime_context"
@@ -43,11 +42,12 @@ def _published() -> bool | None:
     return bool(module.get_context().is_config_namespace_published("exec"))
 
 
-@contextlib.contextmanager
-def scoped_runner(role: str) -> Iterator[Any]:
-    """A MockModelRunner for `role`, inside an `SGLangScope` with the role's server args when the
-    test loaded SGLang's runtime context and nothing is published; else the plain runner (no
-    SGLang import, no cost for suites that never touch SGLang's context).
+def scoped_runner(role: str, on_teardown: Callable[[Callable[[], None]], None]) -> Any:
+    """A MockModelRunner for `role`; when the test loaded SGLang's runtime context and nothing is
+    published, an `SGLangScope` with the role's server args is opened and its close handed to
+    `on_teardown` (a fixture's `request.addfinalizer`). Else the plain runner: no SGLang import,
+    no cost for suites that never touch SGLang's context (a plain function, not a generator
+    fixture: bench/bench_kit_overhead.py).
 
     The runner's per-role server args are pinned as overrides: SGLang normalises some of them
     when it publishes (a draft's speculative_eagle_topk without a speculative algorithm becomes
@@ -56,12 +56,13 @@ def scoped_runner(role: str) -> Iterator[Any]:
 
     runner = MockModelRunner(role=role)
     if _published() is not False:
-        yield runner
-        return
+        return runner
     from dsakit.upstream.scope import SGLangScope
 
     args = role_server_args(runner)
     if args:
         runner = MockModelRunner(role=role, overrides={f"server_args.{k}": v for k, v in args.items()})
-    with SGLangScope(server_args=args):
-        yield runner
+    scope = SGLangScope(server_args=args)
+    scope.__enter__()
+    on_teardown(scope.close)
+    return runner
