@@ -85,6 +85,7 @@ def _setup(pytester: pytest.Pytester, tmp_path: Path, tmp: Path) -> tuple[Path, 
 
 def _run(pytester: pytest.Pytester, preload: str, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "2",
+                                         "--dsakit-workers-per-gpu=1", "--dsakit-split-threads",  # opt-in now
                                          "-o", f"dsakit_fork_server_preload={preload}", *args)
 
 
