@@ -212,9 +212,8 @@ def _build_parser() -> argparse.ArgumentParser:
     caps.set_defaults(handler=_capabilities)
 
     # -- the CPU recipe shipped with the package (dsakit.recipes)
-    env = commands.add_parser("env", help="print the pinned CPU recipe (torch + SGLang 0.5.23 + test tools) as "
-                              "pip commands")
-    env.add_argument("--show", metavar="NAME", help="print one recipe file instead (torch, sglang, test)")
+    env = commands.add_parser("env", help="print the pinned CPU recipe (torch + SGLang 0.5.23) as pip commands")
+    env.add_argument("--show", metavar="NAME", help="print one recipe file instead (torch, sglang)")
     env.set_defaults(handler=_env)
 
     # -- GPU-node workflows

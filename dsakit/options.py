@@ -145,14 +145,6 @@ def explicit(config: pytest.Config) -> tuple[str, ...]:
     return tuple(given)
 
 
-def validate_roles(config: pytest.Config) -> None:
-    """--dsakit-roles (also where no test asks for `model_runner`); the default needs no check."""
-    if "dsakit_roles" in explicit(config):
-        from dsakit.contracts.schema import validate_roles_option
-
-        validate_roles_option(value(config, "dsakit_roles"))
-
-
 def check_all(config: pytest.Config) -> None:
     """pytest_configure: a bad env or ini value is a usage error before collection, even for an
     option this run would never read."""

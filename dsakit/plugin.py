@@ -52,14 +52,10 @@ MARKERS = (
     "answer as that device for the whole test",
 )
 
-# Every fixture dsakit provides (a test asking for one uses dsakit: dsakit.gates.marks.uses_dsakit).
-FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_runner_role", "simulated_device",
-                      "selection_snapshot", "topk_cell", "topk_scope"})
-
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from dsakit.node import fault_hookspec
-    from dsakit.registration import claim_entry_point_name
+    from dsakit.pytest_invocation import claim_entry_point_name
 
     pluginmanager.add_hookspecs(fault_hookspec)
     claim_entry_point_name(pluginmanager)  # `-p dsakit.plugin` where the wheel's entry point loads it too
@@ -71,10 +67,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # bad input fails now, before collection: ini / env values, --dsakit-roles (also where no test
     # asks for `model_runner`), and --collect-only --snapshot-update (it would delete the goldens)
-    from dsakit.options import check_all, validate_roles
+    from dsakit.options import check_all, explicit, value
 
     check_all(config)
-    validate_roles(config)
+    if "dsakit_roles" in explicit(config):  # the default needs no check (nor the schema's import)
+        from dsakit.contracts.schema import validate_roles_option
+
+        validate_roles_option(value(config, "dsakit_roles"))
     if config.getoption("--snapshot-update", default=False):
         from dsakit.topk.snapshot import refuse_update_without_runs
 
@@ -145,16 +144,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _runner(role: str, request: pytest.FixtureRequest) -> MockModelRunner:
-    from dsakit.upstream.runner_scope import scoped_runner
+    from dsakit.mocks.runner_scope import scoped_runner
 
-    return scoped_runner(role, request.addfinalizer)  # type: ignore[no-any-return]
+    return scoped_runner(role, getattr(request, "module", None), request.addfinalizer)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
 def target_runner(request: pytest.FixtureRequest) -> MockModelRunner:
-    """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test
-    loaded SGLang's runtime context and nothing is published, inside an SGLangScope with the role's
-    server args for the test (dsakit.upstream.runner_scope)."""
+    """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test's
+    module imported SGLang and nothing is published, inside an SGLangScope with the role's server
+    args for the test (dsakit.mocks.runner_scope)."""
     return _runner("target", request)
 
 

@@ -196,9 +196,10 @@ def test_plugin_module_loads_nothing_heavy() -> None:
 def test_fixture_list_names_every_dsakit_fixture() -> None:
     """A test asking for any dsakit fixture uses dsakit (its skips reach the inventory)."""
     import dsakit.plugin as plugin
+    from dsakit.gates.marks import FIXTURES
 
     defined = {name for name, value in vars(plugin).items() if "FixtureFunction" in type(value).__name__}
-    assert defined and plugin.FIXTURES == defined | {"model_runner_role"}
+    assert defined and FIXTURES == defined | {"model_runner_role"}
 
 
 def test_coded_skip_of_a_test_using_a_dsakit_fixture_is_inventoried(pytester: pytest.Pytester) -> None:

@@ -27,7 +27,7 @@ SDIST_MUST_HAVE = (
     "tests/downstream_project/pyproject.toml", "tests/downstream_project/my_backend/__init__.py",
     "tests/downstream_project/tests/conftest.py", "tests/downstream_project/tests/test_my_backend.py",
     "requirements/cpu-torch.txt", "requirements/cpu-sglang-0.5.23.txt", "requirements/test.txt",
-    "dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt", "dsakit/recipes/test.txt",
+    "dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt",
     "dsakit/plugin.py", "mocks/model_runner.py", "contracts/model_runner_contract.py",
     ".github/workflows/release.yml", "scripts/env.sh",
 )
@@ -80,7 +80,7 @@ def test_wheel_from_the_sdist_ships_the_recipe(release: dict[str, Path]) -> None
     assert release["wheel"].name.startswith(f"pytest_dsakit-{dsakit.__version__}-py3-none-any")
     archive = zipfile.ZipFile(release["wheel"])
     names = set(archive.namelist())
-    assert {"dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt", "dsakit/recipes/test.txt",
+    assert {"dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt",
             "dsakit/recipes/__init__.py", "dsakit/plugin.py", "dsakit/py.typed"} <= names
     assert not any(n.startswith(("tests/", "requirements/", "bench/")) for n in names)  # sdist only
     meta = Parser().parsestr(archive.read(f"pytest_dsakit-{dsakit.__version__}.dist-info/METADATA").decode())

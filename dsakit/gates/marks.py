@@ -147,10 +147,14 @@ def unconfigure(config: pytest.Config) -> None:
         _SESSIONS.remove(session)
 
 
+# Every fixture the plugin provides (tests/test_inert.py holds this to dsakit.plugin's): a test
+# asking for one uses dsakit, so its coded skips are dsakit's business (the skip inventory).
+FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_runner_role", "simulated_device",
+                      "selection_snapshot", "topk_cell", "topk_scope"})
+
+
 def uses_dsakit(item: pytest.Item) -> bool:
     """Does a collected test ask for a dsakit fixture or carry a dsakit marker?"""
-    from dsakit.plugin import FIXTURES
-
     if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
         return True
     return any(mark.name.startswith("dsakit_") for mark in item.iter_markers())

@@ -1,5 +1,5 @@
-"""The CPU recipe shipped with the package: torch + real SGLang (installed --no-deps) + the test
-tools, pinned, for a machine without a GPU; `dsakit env` prints it.
+"""The CPU recipe shipped with the package: torch + real SGLang (installed --no-deps), pinned, for
+a machine without a GPU; `dsakit env` prints it (the test tools are the `test` extra).
 
 Owns the recipe files (package data beside this module) and their order of installation. Never
 imports torch or SGLang; installs nothing itself.
@@ -28,12 +28,11 @@ class Step:
 
 
 # in installation order: torch with its dependencies first, then SGLang without its own (its full
-# dependency set is gigabytes of GPU wheels; the file lists its import chain, pinned), then pytest
+# dependency set is gigabytes of GPU wheels; the file lists its import chain, pinned)
 STEPS = (
     Step("torch", "cpu-torch.txt", False, "torch as SGLang 0.5.23 pins it (a CUDA build that also runs on CPU)"),
     Step("sglang", "cpu-sglang-0.5.23.txt", True, "real SGLang 0.5.23 and its import chain, without its GPU "
          "dependencies"),
-    Step("test", "test.txt", False, "pytest, pytest-xdist, pytest-split and syrupy as dsakit is tested with"),
 )
 
 
@@ -65,4 +64,6 @@ def run_env(show: str | None) -> int:
     print("# dsakit's CPU recipe: torch + real SGLang 0.5.23 on a machine without a GPU.")
     print("# Run in a fresh venv (python -m venv .venv && . .venv/bin/activate); then pytest your suite.")
     print("\n".join(commands()))
+    print("# the test tools (pytest-xdist, pytest-split, syrupy + numpy for goldens):")
+    print("python -m pip install 'pytest-dsakit[test]'   # or the wheel / sdist file with [test]")
     return 0

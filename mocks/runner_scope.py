@@ -1,15 +1,18 @@
 """The SGLang scope a model-runner fixture opens for its role, so SGLang code that reads the
 runtime context (`DSATopKBackend.resolve(runner)` -> `get_exec()` / `get_spec()`) works on it.
 
-Owns: when a runner fixture opens one (the test has SGLang's runtime context loaded and nothing is
-published yet: a scope the test or `topk_scope` opened wins) and its server args (the role's
-per-role `server_args.*` contract defaults). Must not import SGLang where the test did not.
+Owns: when a runner fixture opens one (the test's module imported SGLang, SGLang's runtime context
+is loaded and nothing is published yet: a scope the test or `topk_scope` opened wins) and its
+server args (the role's per-role `server_args.*` contract defaults). Must not import SGLang where
+the test did not.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 RUNTIME_CONTEXT = "sglang.srt.runtime_context"
@@ -34,6 +37,24 @@ def role_server_args(runner: Any) -> dict[str, Any]:
     return args
 
 
+# test module -> imports something of SGLang (weak: pytester re-imports modules of the same name)
+_MODULE_USES_SGLANG: weakref.WeakKeyDictionary[ModuleType, bool] = weakref.WeakKeyDictionary()
+
+
+def _module_uses_sglang(module: Any) -> bool:
+    """Did the test's module import SGLang (a module, or a name from one)? Once per module."""
+    if not isinstance(module, ModuleType):
+        return False
+    found = _MODULE_USES_SGLANG.get(module)
+    if found is None:
+        found = any(
+            str(getattr(value, "__name__", "") if isinstance(value, ModuleType)
+                else getattr(value, "__module__", "") or "").split(".", 1)[0] == "sglang"
+            for value in list(vars(module).values()))
+        _MODULE_USES_SGLANG[module] = found
+    return found
+
+
 def _published() -> bool | None:
     """Is SGLang's runtime context published (None: the test has not loaded SGLang's context)?"""
     module = sys.modules.get(RUNTIME_CONTEXT)
@@ -42,10 +63,10 @@ def _published() -> bool | None:
     return bool(module.get_context().is_config_namespace_published("exec"))
 
 
-def scoped_runner(role: str, on_teardown: Callable[[Callable[[], None]], None]) -> Any:
-    """A MockModelRunner for `role`; when the test loaded SGLang's runtime context and nothing is
-    published, an `SGLangScope` with the role's server args is opened and its close handed to
-    `on_teardown` (a fixture's `request.addfinalizer`). Else the plain runner: no SGLang import,
+def scoped_runner(role: str, test_module: Any, on_teardown: Callable[[Callable[[], None]], None]) -> Any:
+    """A MockModelRunner for `role`; when the test's module imported SGLang, its runtime context
+    is loaded and nothing is published, an `SGLangScope` with the role's server args is opened and
+    its close handed to `on_teardown` (a fixture's `request.addfinalizer`). Else the plain runner: no SGLang import,
     no cost for suites that never touch SGLang's context (a plain function, not a generator
     fixture: bench/bench_kit_overhead.py).
 
@@ -55,7 +76,7 @@ def scoped_runner(role: str, on_teardown: Callable[[Callable[[], None]], None]) 
     from dsakit.mocks.model_runner import MockModelRunner
 
     runner = MockModelRunner(role=role)
-    if _published() is not False:
+    if _published() is not False or not _module_uses_sglang(test_module):
         return runner
     from dsakit.upstream.scope import SGLangScope
 
