@@ -143,25 +143,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
-def _runner(role: str, request: pytest.FixtureRequest) -> MockModelRunner:
+def _runner(role: str) -> Iterator[MockModelRunner]:
     from dsakit.mocks.runner_scope import scoped_runner
 
-    return scoped_runner(role, getattr(request, "module", None), request.addfinalizer)  # type: ignore[no-any-return]
+    yield from scoped_runner(role)
 
 
 @pytest.fixture
-def target_runner(request: pytest.FixtureRequest) -> MockModelRunner:
+def target_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test's
     module imported SGLang and nothing is published, inside an SGLangScope with the role's server
     args for the test (dsakit.mocks.runner_scope)."""
-    return _runner("target", request)
+    yield from _runner("target")
 
 
 @pytest.fixture
-def draft_runner(request: pytest.FixtureRequest) -> MockModelRunner:
+def draft_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
     as `target_runner` is."""
-    return _runner("draft", request)
+    yield from _runner("draft")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -187,11 +187,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def model_runner(model_runner_role: str, request: pytest.FixtureRequest) -> MockModelRunner:
+def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
     (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
     parametrize argument, not a fixture: name it in a test's arguments to know the role."""
-    return _runner(model_runner_role, request)
+    yield from _runner(model_runner_role)
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ the test did not.
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -63,12 +64,32 @@ def _published() -> bool | None:
     return bool(module.get_context().is_config_namespace_published("exec"))
 
 
-def scoped_runner(role: str, test_module: Any, on_teardown: Callable[[Callable[[], None]], None]) -> Any:
-    """A MockModelRunner for `role`; when the test's module imported SGLang, its runtime context
-    is loaded and nothing is published, an `SGLangScope` with the role's server args is opened and
-    its close handed to `on_teardown` (a fixture's `request.addfinalizer`). Else the plain runner: no SGLang import,
-    no cost for suites that never touch SGLang's context (a plain function, not a generator
-    fixture: bench/bench_kit_overhead.py).
+_BY_PATH: dict[str, ModuleType] = {}  # the test file of $PYTEST_CURRENT_TEST -> its module
+
+
+def _current_test_module() -> ModuleType | None:
+    """The module of the test being set up ($PYTEST_CURRENT_TEST names its file): found without the
+    fixture asking for `request`, which costs every test ~20 us (bench/bench_kit_overhead.py)."""
+    path = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]
+    if not path.endswith(".py"):
+        return None
+    cached = _BY_PATH.get(path)
+    if cached is not None and sys.modules.get(cached.__name__) is cached:
+        return cached
+    suffix = os.sep + path.replace("/", os.sep)
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None) or ""
+        if isinstance(module, ModuleType) and (file.endswith(suffix) or file == path):
+            _BY_PATH[path] = module
+            return module
+    return None
+
+
+def scoped_runner(role: str) -> Iterator[Any]:
+    """A MockModelRunner for `role` (a generator fixture's body). When the test's module imported
+    SGLang, its runtime context is loaded and nothing is published, the runner is yielded inside
+    an `SGLangScope` with the role's server args, closed after the test even when it raised; else
+    the plain runner: no SGLang import, no cost for suites that never touch SGLang's context.
 
     The runner's per-role server args are pinned as overrides: SGLang normalises some of them
     when it publishes (a draft's speculative_eagle_topk without a speculative algorithm becomes
@@ -76,14 +97,13 @@ def scoped_runner(role: str, test_module: Any, on_teardown: Callable[[Callable[[
     from dsakit.mocks.model_runner import MockModelRunner
 
     runner = MockModelRunner(role=role)
-    if _published() is not False or not _module_uses_sglang(test_module):
-        return runner
+    if _published() is not False or not _module_uses_sglang(_current_test_module()):
+        yield runner
+        return
     from dsakit.upstream.scope import SGLangScope
 
     args = role_server_args(runner)
     if args:
         runner = MockModelRunner(role=role, overrides={f"server_args.{k}": v for k, v in args.items()})
-    scope = SGLangScope(server_args=args)
-    scope.__enter__()
-    on_teardown(scope.close)
-    return runner
+    with SGLangScope(server_args=args):
+        yield runner
