@@ -44,8 +44,9 @@ def test_skipif():
     pass
 """
 
-# varies between any two runs, with or without a plugin
-_PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "INERT_OUT", "TMPDIR"}
+# varies between any two runs, with or without a plugin (xdist hands tests to whichever worker
+# is free, so which worker ran a test is not compared: how many workers there were is)
+_PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER", "INERT_OUT", "TMPDIR"}
 _GPUS = (os.cpu_count() or 1) + 1
 
 
@@ -93,12 +94,15 @@ def _session(pytester: pytest.Pytester, tmp_path: Path, tag: str, *args: str) ->
     pytester._monkeypatch.setenv("INERT_OUT", str(out))
     pytester._monkeypatch.setenv("TMPDIR", str(scratch))
     result = pytester.runpytest_subprocess("-rs", "-p", "no:randomly", *args)
-    envs = {}
+    envs, workers = {}, set()
     for path in sorted(out.glob("*.json")):
         env = json.loads(path.read_text())
-        envs[path.stem] = {k: v for k, v in env.items() if k not in _PER_RUN_ENV}
+        worker, tag = path.stem.split("-", 1)
+        workers.add(worker)
+        envs[tag] = {k: v for k, v in env.items() if k not in _PER_RUN_ENV}
+    counts = {env.get("PYTEST_XDIST_WORKER_COUNT") for env in envs.values()}
     return {"ret": result.ret, "lines": _normalized(result.outlines), "errlines": _normalized(result.errlines),
-            "envs": envs, "workers": sorted({name.split("-")[0] for name in envs}),
+            "envs": envs, "workers": workers, "worker_count": counts,
             "tmp": sorted(p.name for p in scratch.iterdir())}
 
 
@@ -111,7 +115,7 @@ def test_unrelated_suite_runs_as_with_no_dsakit(pytester: pytest.Pytester, tmp_p
     used = _session(pytester, tmp_path, "used", *PLUGIN, *xdist)
     control = _session(pytester, tmp_path, "control", *CONTROL, *xdist)
     assert used["ret"] == control["ret"] == 0, used["lines"]
-    assert used["workers"] == control["workers"], "worker count differs"
+    assert used["worker_count"] == control["worker_count"], "worker count differs"
     assert used["envs"] == control["envs"], "the tests saw another environment"
     assert used["lines"] == control["lines"]
     assert used["errlines"] == control["errlines"]
@@ -136,6 +140,7 @@ def test_gpu_pinning_and_thread_split_when_asked(pytester: pytest.Pytester, tmp_
     asked = _session(pytester, tmp_path, "asked", *PLUGIN, "-n", "auto", "--dsakit-workers-per-gpu=1",
                      "--dsakit-split-threads")
     assert any(f"{_GPUS} workers" in line for line in asked["lines"]), asked["lines"]
+    assert asked["worker_count"] == {str(_GPUS)}
     assert {env.get("CUDA_VISIBLE_DEVICES") for env in asked["envs"].values()} <= {str(k) for k in range(_GPUS)}
     assert all(env.get("OMP_NUM_THREADS") for env in asked["envs"].values())
     assert "nvidia-smi" in probe_log.read_text()
