@@ -14,8 +14,12 @@ its own pytest.ini (the checkout's addopts and conftest stay out of it):
 Each is timed as a subprocess (wall clock, best and median of `--repeats`): `--collect-only` and a
 full run, separately. The full runs also load `bench/phase_timing.py`, which records pytest's own
 per-phase durations; setup + teardown per test is the fixture cost. Prints a markdown table and
-writes JSON with `--json`. Targets: dsakit full run <= 1.15x plain, < 0.3 ms per test of
-setup + teardown. `--profile` runs the dsakit variant once under cProfile and prints the top
+writes JSON with `--json`. Targets: dsakit full run <= 1.05x plain, < 0.3 ms per test of
+setup + teardown.
+
+A second table is the unused overhead per session: a one-test suite that uses nothing of dsakit,
+with the plugin loaded and with `-p no:dsakit`, interleaved `--session-repeats` times (best and
+median difference in seconds; target <= 0.02 s). `--profile` runs the dsakit variant once under cProfile and prints the top
 functions by cumulative and by own time. A last line times the runner itself (timeit, in a
 subprocess): building a MockModelRunner, and building one plus reading through it.
 
@@ -278,6 +282,53 @@ def measure(cells: int, repeats: int) -> dict[str, Any]:
     return results
 
 
+UNUSED_SUITE = "def test_nothing_of_dsakit():\n    pass\n"
+
+
+def session_overhead(repeats: int) -> dict[str, Any]:
+    """A session that uses no dsakit feature: plugin loaded vs `-p no:dsakit`, side by side
+    (alternating order, so drift on a shared box hits both alike)."""
+    with tempfile.TemporaryDirectory(prefix="dsakit-bench-session-") as tmp:
+        root = Path(tmp)
+        PYCACHE["prefix"] = str(root / "pycache")
+        (root / "pytest.ini").write_text("[pytest]\n")
+        (root / "unused").mkdir()
+        test = root / "unused" / "test_unused.py"
+        test.write_text(UNUSED_SUITE)
+        cmd = {"plain": [*pytest_cmd(root, test, ["-p", "no:dsakit"], collect=True)[:-2], str(test)],
+               "plugin": [*pytest_cmd(root, test, [], collect=True)[:-2], str(test)]}
+        walls: dict[str, list[float]] = {"plain": [], "plugin": []}
+        cpus: dict[str, list[float]] = {"plain": [], "plugin": []}
+        for name in cmd:  # warm
+            time_once(cmd[name], _env(None), root)
+        for k in range(repeats):
+            for name in (("plain", "plugin") if k % 2 == 0 else ("plugin", "plain")):
+                wall, cpu = time_once(cmd[name], _env(None), root)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+    return {
+        "repeats": repeats,
+        "plain_best_s": min(walls["plain"]), "plugin_best_s": min(walls["plugin"]),
+        "extra_best_s": min(walls["plugin"]) - min(walls["plain"]),
+        "extra_median_s": statistics.median(walls["plugin"]) - statistics.median(walls["plain"]),
+        "extra_cpu_best_s": min(cpus["plugin"]) - min(cpus["plain"]),
+        "all_s": walls, "cpu_all_s": cpus,
+    }
+
+
+def session_markdown(result: dict[str, Any]) -> str:
+    return "\n".join([
+        f"unused session (one test, no dsakit feature), best / median of {result['repeats']}:",
+        "",
+        "| | plain `-p no:dsakit` | plugin loaded, unused | extra wall best / median | extra CPU best |",
+        "|---|---|---|---|---|",
+        f"| session | {result['plain_best_s']:.3f} s | {result['plugin_best_s']:.3f} s "
+        f"| {result['extra_best_s']:+.3f} / {result['extra_median_s']:+.3f} s | {result['extra_cpu_best_s']:+.3f} s |",
+        "",
+        f"target: extra <= 0.020 s per session (best: {result['extra_best_s']:+.3f} s)",
+    ])
+
+
 # What the runner fixture body costs by itself (timeit in a fresh interpreter, best of 5): the tree
 # is built lazily, so a test that only passes the runner through pays for the first line only.
 RUNNER_MICRO = r"""
@@ -325,7 +376,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         f"targets: full run dsakit / plain = {d['run']['ratio_best']:.2f}x wall, "
-        f"{d['run']['ratio_cpu_best']:.2f}x CPU (target <= 1.15x); setup+teardown = "
+        f"{d['run']['ratio_cpu_best']:.2f}x CPU (target <= 1.05x); setup+teardown = "
         f"{d['phases']['setup_teardown_mean_ms']:.3f} ms wall / "
         f"{d['phases']['setup_teardown_cpu_mean_ms']:.3f} ms CPU per test, "
         f"{d['fixture_cpu_ms_vs_plain']:+.3f} ms CPU vs plain (target < 0.3 ms); "
@@ -366,12 +417,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--profile", action="store_true", help="also profile the dsakit variant once")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--session-repeats", type=int, default=15,
+                    help="repeats of the unused-session pair (0: skip it)")
+    ap.add_argument("--only-session", action="store_true", help="measure the unused session only")
     ap.add_argument("--bytecode-cache", choices=("on", "off", "inherit"), default="on",
                     help="on (default): a private PYTHONPYCACHEPREFIX, warmed first, as an installed "
                     "package has; off: PYTHONDONTWRITEBYTECODE=1 (every run compiles); inherit: as is")
     args = ap.parse_args(argv)
     PYCACHE["mode"] = args.bytecode_cache
+    session = session_overhead(args.session_repeats) if args.session_repeats else None
+    if session is not None:
+        print(session_markdown(session))
+        print()
+    if args.only_session:
+        if args.json:
+            args.json.write_text(json.dumps({"session": session}, indent=2))
+        return 0
     results = measure(args.cells, args.repeats)
+    results["session"] = session
     print(markdown(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -48,6 +48,12 @@ def _audit(args: argparse.Namespace) -> int:
                      backend_src=args.backend_src)
 
 
+def _env(args: argparse.Namespace) -> int:
+    from dsakit.recipes import run_env
+
+    return run_env(args.show)
+
+
 def _capabilities(args: argparse.Namespace) -> int:
     from dsakit.gates.capabilities import run_capabilities
 
@@ -236,6 +242,11 @@ def _build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
     caps.add_argument("--json", action="store_true", help="print the report as JSON")
     caps.set_defaults(handler=_capabilities)
+
+    # -- the CPU recipe shipped with the package (dsakit.recipes)
+    env = commands.add_parser("env", help="print the pinned CPU recipe (torch + SGLang 0.5.23) as pip commands")
+    env.add_argument("--show", metavar="NAME", help="print one recipe file instead (torch, sglang)")
+    env.set_defaults(handler=_env)
 
     # -- GPU-node workflows
     _add_gpu_node_commands(commands)

@@ -1,9 +1,11 @@
 """A downstream suite's own contract entries (`[tool.dsakit.contract."<path>"]` in its pyproject.toml)
 and the effective contract: dsakit's role contract plus them.
 
-Owns: reading and validating the declarations, `effective_contract(config_or_rootdir)` (the one
-function the fixtures, `MockModelRunner`, `dsakit contract check` and the audit call) and the
-active run's contract. Must not import torch or SGLang; never edits dsakit's own table.
+Owns: reading and validating the declarations (`set_by = "backend"`: the suite's backend sets the
+entry itself), `effective_contract(config_or_rootdir)` (the one function the fixtures,
+`MockModelRunner`, `dsakit contract check` and the audit call) and the active run's contract.
+Must not import torch or SGLang; never edits dsakit's own table; a pyproject.toml without a
+`[tool.dsakit...]` table is not parsed (a suite that does not use dsakit pays nothing).
 """
 
 from __future__ import annotations
@@ -15,27 +17,59 @@ from typing import Any
 
 import pytest
 
-from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
-from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory, type_matches
+from typing import TYPE_CHECKING
+
 from dsakit.errors import UsageError
+
+if TYPE_CHECKING:
+    from dsakit.contracts.schema import Contract, ContractEntry
 
 TABLE = "tool.dsakit.contract"
 _KEYS = {"type": str, "target": object, "draft": object, "optional": bool, "readers": list, "set_by": str,
          "note": str}
 _REQUIRED = ("type", "set_by")
+NAMESPACE = "namespace"  # dsakit.contracts.schema.NAMESPACE, spelled here so loading this module stays cheap
 _PLAIN_TYPES = ("int", "float", "bool", "str", "list", "tuple", "dict", "object", NAMESPACE)
+# `set_by = "backend"`: the suite's own backend sets model_runner.<path> (the real ModelRunner never
+# does); `dsakit contract check --backend-src` checks that the backend assigns it before reading it
+SET_BY_BACKEND = "backend"
+VALID_TYPES = ("int, float, bool, str, list, tuple, dict, list[T] (e.g. list[str]), object (anything), "
+               "namespace (a parent of declared children), A | B, or a dotted class name (e.g. torch.dtype)")
 
 
-def declaration_example(path: str, set_by: str = "<file:line where the real ModelRunner sets it>") -> str:
-    """What a suite adds to its pyproject.toml to declare `path` (for violation messages)."""
+def declaration_example(path: str, set_by: str = "<file:line where the real ModelRunner sets it>",
+                        reader: str = "MyBackend.__init__") -> str:
+    """What a suite adds to its pyproject.toml to declare `path` (for violation messages); `reader`
+    is the function that read it, `set_by` where it is set (`backend` when the backend sets it)."""
     return (
         f'[tool.dsakit.contract."{path}"]\n'
         f'type = "int"                 # int, float, bool, str, list[str], object, namespace, or a dotted class\n'
         f"target = 0                   # default for a target worker\n"
         f"draft = 0                    # default for a draft worker (omit: same as target)\n"
-        f'readers = ["MyBackend.__init__"]\n'
-        f'set_by = "{set_by}"'
+        f'readers = ["{reader}"]\n'
+        f'set_by = "{set_by}"' + ("             # your backend sets it itself" if set_by == SET_BY_BACKEND else
+                                  "  # or \"backend\" when your backend sets it itself")
     )
+
+
+def _check_type_name(type_name: str, where: str) -> None:
+    """A declared type is one of VALID_TYPES; a misspelt one is refused naming them, not as a
+    dotted name it never was."""
+    import difflib
+    import re
+
+    for part in (p.strip() for p in type_name.split("|")):
+        inner = part[5:-1].strip() if part.startswith("list[") and part.endswith("]") else part
+        if inner == "None":
+            raise UsageError(f"{where}: type = {type_name!r}: None is not a type here; declare the type "
+                             "without it and add `optional = true`")
+        if inner in _PLAIN_TYPES or re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", inner):
+            continue
+        close = difflib.get_close_matches(inner, [*_PLAIN_TYPES, "integer"], n=1)
+        hint = {"integer": "int"}.get(close[0], close[0]) if close else ""
+        suggestion = f"; did you mean {hint!r}?" if hint and hint != inner else ""
+        raise UsageError(f"{where}: type = {type_name!r} is not a type dsakit knows{suggestion} "
+                         f"Valid types: {VALID_TYPES}")
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
@@ -54,6 +88,8 @@ def _load_toml(path: Path) -> dict[str, Any]:
 def _default(path: str, type_name: str, value: Any, role: str, optional: bool, where: str) -> Any:
     """A declared default, checked against the declared type. A dotted type (torch.dtype) takes the
     dotted name of its value ("torch.bfloat16"), resolved when first read."""
+    from dsakit.contracts.schema import Factory, type_matches
+
     if value is None:
         if not optional and type_name not in ("object", NAMESPACE):
             raise UsageError(f"{where}: {role} default missing; give `{role} = ...` or `optional = true`")
@@ -75,8 +111,14 @@ def _default(path: str, type_name: str, value: Any, role: str, optional: bool, w
     return Factory(build, value)
 
 
-def parse_declarations(table: dict[str, Any], source: str, base: Contract = MODEL_RUNNER_CONTRACT) -> list[ContractEntry]:
+def parse_declarations(table: dict[str, Any], source: str, base: Contract | None = None) -> list[ContractEntry]:
     """The entries of one `[tool.dsakit.contract]` table; bad declarations raise UsageError naming the key."""
+    from dsakit.contracts.schema import ContractEntry
+
+    if base is None:
+        from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+
+        base = MODEL_RUNNER_CONTRACT
     entries: list[ContractEntry] = []
     known = set(base.entries)
     for path, spec in table.items():
@@ -89,7 +131,8 @@ def parse_declarations(table: dict[str, Any], source: str, base: Contract = MODE
         missing = [key for key in _REQUIRED if key not in spec]
         if missing:
             raise UsageError(f"{where}: missing {', '.join(missing)} (type: the declared type; set_by: "
-                             "where the real ModelRunner sets it, e.g. 'model_runner.py:1353')")
+                             "where the real ModelRunner sets it, e.g. 'model_runner.py:1353', or "
+                             f"{SET_BY_BACKEND!r} when your backend sets it itself)")
         for key, kind in _KEYS.items():
             if key in spec and kind is not object and not isinstance(spec[key], kind):
                 raise UsageError(f"{where}: {key} must be a {kind.__name__}, got {spec[key]!r}")
@@ -102,6 +145,10 @@ def parse_declarations(table: dict[str, Any], source: str, base: Contract = MODE
             raise UsageError(f"{where}: its parent model_runner.{parent} is not declared; declare "
                              f'[{TABLE}."{parent}"] with type = "namespace" first')
         type_name: str = spec["type"]
+        _check_type_name(type_name, where)
+        if not spec["set_by"].strip():
+            raise UsageError(f"{where}: set_by is empty; give where the real ModelRunner sets it "
+                             f"(e.g. 'model_runner.py:1353') or {SET_BY_BACKEND!r}")
         optional = bool(spec.get("optional", False))
         target = _default(path, type_name, spec.get("target"), "target", optional, where)
         same = "draft" not in spec
@@ -128,6 +175,9 @@ def pyproject_of(rootdir: Path) -> Path | None:
 @functools.lru_cache(maxsize=16)
 def _contract_of(pyproject: Path | None, stamp: tuple[int, int]) -> Contract:
     """The contract of one pyproject.toml version (`stamp`: mtime in ns and size)."""
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    from dsakit.contracts.schema import Contract
+
     if pyproject is None:
         return MODEL_RUNNER_CONTRACT
     table = _load_toml(pyproject).get("tool", {}).get("dsakit", {}).get("contract")
@@ -161,27 +211,51 @@ def effective_contract(config_or_rootdir: pytest.Config | Path | str | None = No
 
 # ---------------------------------------------------------------- the active run's contract
 
-_ACTIVE: list[Contract] = []  # a stack: pytester runs nest configs in one process
-_CONTRACT_KEY = pytest.StashKey[Contract]()
+# a stack: pytester runs nest configs in one process; a config whose pyproject.toml declares
+# nothing pushes None (dsakit's own contract, imported on first use)
+_ACTIVE: list[Contract | None] = []
+_CONTRACT_KEY = pytest.StashKey["Contract | None"]()
 
 
 def active_contract() -> Contract:
     """The innermost configured pytest run's contract; dsakit's own outside pytest."""
-    return _ACTIVE[-1] if _ACTIVE else MODEL_RUNNER_CONTRACT
+    contract = _ACTIVE[-1] if _ACTIVE else None
+    if contract is None:
+        from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+
+        return MODEL_RUNNER_CONTRACT
+    return contract
+
+
+def _declares_anything(config: pytest.Config) -> bool:
+    """Does the run's pyproject.toml mention a dsakit table at all (a text search, no TOML parse)?"""
+    inipath = config.inipath
+    pyproject = (inipath if inipath is not None and inipath.name == "pyproject.toml"
+                 else pyproject_of(config.rootpath))
+    try:
+        return pyproject is not None and "tool.dsakit" in pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
 
 
 def configure(config: pytest.Config) -> None:
     """pytest_configure: read and validate the suite's declarations now (a bad one is a usage error
     before any test runs) and make them the contract of every mock this run builds."""
-    try:
-        contract = effective_contract(config)
-    except UsageError as error:
-        raise pytest.UsageError(str(error)) from None
+    contract = None
+    if _declares_anything(config):
+        try:
+            contract = effective_contract(config)
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
     _ACTIVE.append(contract)
     config.stash[_CONTRACT_KEY] = contract
 
 
 def unconfigure(config: pytest.Config) -> None:
-    contract = config.stash.get(_CONTRACT_KEY, None)
-    if contract is not None and contract in _ACTIVE:
-        _ACTIVE.remove(contract)
+    if _CONTRACT_KEY not in config.stash:
+        return
+    contract = config.stash[_CONTRACT_KEY]
+    for index in range(len(_ACTIVE) - 1, -1, -1):  # this config's own push (None for several configs)
+        if _ACTIVE[index] is contract:
+            del _ACTIVE[index]
+            break

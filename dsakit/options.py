@@ -42,8 +42,10 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-roles", "roles the `model_runner` fixture is parametrized over (comma-separated: "
               "target, draft)", default="target,draft", metavar="ROLES"),
     # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
-    RunOption("--dsakit-device", "simulate a device for the capability gates (sm90, sm100, sm103, sm120, gfx90a, "
-              "gfx942, gfx950, cpu; or 'real', the default). Module gates still look at this machine",
+    RunOption("--dsakit-device", "run the whole test process as a simulated device (sm90, sm100, sm103, sm120, "
+              "gfx90a, gfx942, gfx950, cpu; or 'real', the default): gates, SGLang's probes, import-time "
+              "checks, tensor placement; kernel launches skip. A comma-separated list runs one process "
+              "per device and prints the fleet table. Module gates still look at this machine",
               env="DSAKIT_DEVICE", metavar="NAME"),
     RunOption("--dsakit-probe-torch", "let the real-device probe fall back to torch.cuda when NVML, nvidia-smi "
               "and rocminfo find nothing", default=False, kind="bool"),
@@ -60,9 +62,12 @@ OPTIONS: tuple[RunOption, ...] = (
               "--dsakit-must-run gate (default: say so in the skip inventory and pass)", default=False,
               kind="bool"),
     # -- GPU nodes: one GPU per xdist worker (dsakit.node.gpu_pinning)
-    RunOption("--dsakit-workers-per-gpu", "xdist workers allowed per GPU (default 1; 0 turns GPU pinning off). "
-              "Each worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
-              "GPUs x N", default=1, kind="int", metavar="N"),
+    RunOption("--dsakit-workers-per-gpu", "pin xdist workers to GPUs, N workers per GPU (off unless given: "
+              "a run that does not ask keeps xdist's own worker count and environment; 0 is off). Each "
+              "worker gets its own CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES entry; -n auto becomes "
+              "GPUs x N", default=0, kind="int", metavar="N"),
+    RunOption("--dsakit-split-threads", "give each xdist worker OMP_NUM_THREADS = CPUs / workers (off unless "
+              "given; an OMP_NUM_THREADS you set wins)", default=False, kind="bool"),
     # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     RunOption("--dsakit-topk-subset", "top-k backend matrix subset for every `topk_cell` test of this run "
               "(overrides the dsakit_topk_matrix marker; default: the marker's, else pairwise)",
@@ -123,6 +128,20 @@ def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
     if option.kind == "path" and config.inipath is not None:
         return str(config.inipath.parent / os.path.expanduser(raw))  # "~/r.json" is under $HOME
     return raw
+
+
+def explicit(config: pytest.Config) -> tuple[str, ...]:
+    """The dsakit options this run sets itself (command line, environment or ini key), by dest:
+    empty means the run asked dsakit for nothing, so dsakit stays silent (dsakit.usage)."""
+    given = []
+    for option in OPTIONS:
+        if config.getoption(option.dest, None) is not None or (option.env and os.environ.get(option.env)):
+            given.append(option.dest)
+            continue
+        raw = config.getini(option.ini)
+        if raw is not None and raw != "" and raw != []:
+            given.append(option.dest)
+    return tuple(given)
 
 
 def check_all(config: pytest.Config) -> None:

@@ -64,11 +64,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # bad input fails now, before collection: ini / env values, --dsakit-roles (also where no test
     # asks for `model_runner`), and --collect-only --snapshot-update (it would delete the goldens)
-    from dsakit.contracts.schema import validate_roles_option
-    from dsakit.options import check_all, value
+    from dsakit.options import check_all, explicit, value
 
     check_all(config)
-    validate_roles_option(value(config, "dsakit_roles"))
+    if "dsakit_roles" in explicit(config):  # the default needs no check (nor the schema's import)
+        from dsakit.contracts.schema import validate_roles_option
+
+        validate_roles_option(value(config, "dsakit_roles"))
     if config.getoption("--snapshot-update", default=False):
         from dsakit.topk.snapshot import configure_update
 
@@ -154,22 +156,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
-def _runner(role: str) -> MockModelRunner:
-    from dsakit.mocks.model_runner import MockModelRunner
+def _runner(role: str) -> Iterator[MockModelRunner]:
+    from dsakit.mocks.runner_scope import scoped_runner
 
-    return MockModelRunner(role=role)
-
-
-@pytest.fixture
-def target_runner() -> MockModelRunner:
-    """A strict MockModelRunner for a target worker (`is_draft_worker=False`)."""
-    return _runner("target")
+    yield from scoped_runner(role)
 
 
 @pytest.fixture
-def draft_runner() -> MockModelRunner:
-    """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`)."""
-    return _runner("draft")
+def target_runner() -> Iterator[MockModelRunner]:
+    """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test's
+    module imported SGLang and nothing is published, inside an SGLangScope with the role's server
+    args for the test (dsakit.mocks.runner_scope)."""
+    yield from _runner("target")
+
+
+@pytest.fixture
+def draft_runner() -> Iterator[MockModelRunner]:
+    """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
+    as `target_runner` is."""
+    yield from _runner("draft")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -195,11 +200,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def model_runner(model_runner_role: str) -> MockModelRunner:
+def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
-    (ids `role=target`, `role=draft`). `model_runner_role` is that parametrize argument, not a
-    fixture: name it in a test's arguments to know the role."""
-    return _runner(model_runner_role)
+    (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
+    parametrize argument, not a fixture: name it in a test's arguments to know the role."""
+    yield from _runner(model_runner_role)
 
 
 @pytest.fixture

@@ -8,15 +8,18 @@ GPU node), and that the plugin loads once under either name (`load_once`).
 from __future__ import annotations
 
 import os
+import sys
 from importlib.metadata import entry_points
 from typing import Any
+
+ENTRY_POINT_NAME = "dsakit"  # [project.entry-points.pytest11] in pyproject.toml; `-p no:dsakit` blocks it
 
 
 def plugin_autoloads() -> bool:
     """Does a pytest started with this interpreter and environment load dsakit on its own?"""
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
-    return any(ep.name == "dsakit" for ep in entry_points(group="pytest11"))
+    return any(ep.name == ENTRY_POINT_NAME for ep in entry_points(group="pytest11"))
 
 
 def plugin_args() -> list[str]:

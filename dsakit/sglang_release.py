@@ -249,8 +249,8 @@ def installed_release() -> SGLangRelease:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         raise UsageError(
-            "SGLang is not installed in this environment: install it (see README: the pinned "
-            "CPU recipe in requirements/) or pass --sglang-src DIR pointing at an SGLang tree"
+            "SGLang is not installed in this environment: install it (`dsakit env` prints the "
+            "pinned CPU recipe) or pass --sglang-src DIR pointing at an SGLang tree"
         )
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     try:

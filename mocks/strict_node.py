@@ -39,14 +39,17 @@ def _is_soft_read(frame: Any, name: str) -> bool:
     return re.search(_SOFT_READ.format(name=re.escape(name)), line) is not None
 
 
-def _how_to_declare(path: str, real: str) -> str:
-    from dsakit.contract_extension import declaration_example
+def _how_to_declare(path: str, real: str, site: str, written: bool) -> str:
+    from dsakit.contract_extension import SET_BY_BACKEND, declaration_example
 
     set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"
+    if written and ":" not in real.split(" ", 1)[0]:
+        set_by = SET_BY_BACKEND  # the code writing it is what sets it: the real runner never does
+    reader = site.rsplit(" in ", 1)[1] if " in " in site else "MyBackend.__init__"
     return (
         "If your backend really reads it, declare it in your suite's pyproject.toml so every mock "
         "provides it (type, per-role default, where the real runner sets it):\n"
-        + declaration_example(path, set_by)
+        + declaration_example(path, set_by, reader)
         + "\nthen `dsakit contract check --backend-src DIR` checks your backend's reads against it."
     )
 
@@ -229,13 +232,13 @@ class StrictNode:
         elif kind == read_log.WRITE:
             message = (
                 f"cannot set model_runner.{path} (role={role}) at {site}{on}: not in the dsakit role contract "
-                f"(the real ModelRunner: {real}). {_how_to_declare(path, real)}"
+                f"(the real ModelRunner: {real}). {_how_to_declare(path, real, site, written=True)}"
             )
             code = "contract-undeclared-write"
         else:
             message = (
                 f"model_runner.{path} is not in the dsakit role contract (role={role}): read at {site}{on}; "
-                f"the real ModelRunner: {real}. {_how_to_declare(path, real)}"
+                f"the real ModelRunner: {real}. {_how_to_declare(path, real, site, written=False)}"
             )
             code = "contract-undeclared-read"
         return ContractViolation(message, attribute=path, code=code, reading_site=site, device=device)

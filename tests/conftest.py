@@ -35,3 +35,19 @@ def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "-w", str(work / "dist"), str(source)], check=True, timeout=300)
     (wheel,) = (work / "dist").glob("*.whl")
     return wheel
+
+
+@pytest.fixture(scope="session")
+def built_sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pytest-dsakit sdist, built from a copy of the checkout (as `built_wheel`)."""
+    root = Path(__file__).resolve().parent.parent
+    work = tmp_path_factory.mktemp("sdist-build")
+    source = work / "src"
+    shutil.copytree(root, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".device", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
+    (work / "dist").mkdir()
+    subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                    "b.build_sdist(sys.argv[1])", str(work / "dist")], cwd=source, check=True, timeout=300,
+                   capture_output=True)
+    (sdist,) = (work / "dist").glob("*.tar.gz")
+    return sdist

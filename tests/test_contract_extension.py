@@ -103,6 +103,12 @@ def test_mocks_outside_the_run_keep_dsakit_contract(tmp_path: Path) -> None:
     ('[tool.dsakit.contract.page_size]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "already declared by dsakit"),
     ('[tool.dsakit.contract."cfg.x"]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "parent model_runner.cfg is not declared"),
     ('[tool.dsakit.contract.x]\ntype = "int"\nset_by = "s"\n', "target default missing"),
+    # a misspelt type names the valid types (it is no dotted class name)
+    ('[tool.dsakit.contract.x]\ntype = "objekt"\ntarget = 1\nset_by = "s"\n',
+     "type = 'objekt' is not a type dsakit knows; did you mean 'object'? Valid types: int, float"),
+    ('[tool.dsakit.contract.x]\ntype = "integer"\ntarget = 1\nset_by = "s"\n', "did you mean 'int'? Valid types:"),
+    ('[tool.dsakit.contract.x]\ntype = "int | None"\ntarget = 1\nset_by = "s"\n', "add `optional = true`"),
+    ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\nset_by = ""\n', "set_by is empty"),
 ])
 def test_bad_declarations_are_usage_errors(tmp_path: Path, declaration: str, expected: str) -> None:
     (tmp_path / "pyproject.toml").write_text(declaration)
@@ -148,6 +154,68 @@ def test_contract_check_fails_an_extension_entry_the_real_runner_never_sets(tmp_
     assert result.returncode == 1
     assert (f"[contract-not-set-by-runner] contract entry model_runner.my_dtype is never assigned"
             in result.stdout) and f"remove it in {tmp_path / 'pyproject.toml'}" in result.stdout
+
+
+OWN_STATE = """
+[tool.dsakit.contract.my_backend_state]
+type = "object"
+optional = true
+readers = ["MyBackend.forward"]
+set_by = "backend"
+"""
+
+
+@pytest.mark.parametrize(("backend", "code", "expected"), [
+    ("class MyBackend:\n    def __init__(self, model_runner):\n        self.model_runner = model_runner\n"
+     "        model_runner.my_backend_state = {}\n\n    def forward(self):\n"
+     "        return self.model_runner.my_backend_state\n", 0, None),
+    ("class MyBackend:\n    def __init__(self, model_runner):\n        self.model_runner = model_runner\n\n"
+     "    def forward(self):\n        return self.model_runner.my_backend_state\n", 1,
+     '[contract-not-set-by-backend] contract entry model_runner.my_backend_state is declared set_by = "backend"'),
+    ("class MyBackend:\n    def __init__(self, model_runner):\n        seen = model_runner.my_backend_state\n"
+     "        model_runner.my_backend_state = seen\n", 1,
+     "[read-before-backend-sets] model_runner.my_backend_state is read at "),
+], ids=["sets-then-reads", "never-sets", "reads-first"])
+def test_contract_check_backend_owned_entry(tmp_path: Path, backend: str, code: int, expected: str | None) -> None:
+    (tmp_path / "backend.py").write_text(backend)
+    (tmp_path / "pyproject.toml").write_text(OWN_STATE)
+    result = _check(tmp_path, "--backend-src", "backend.py")
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "contract-not-set-by-runner" not in result.stdout  # the runner is not who sets it
+    if expected is not None:
+        assert expected in result.stdout
+    else:
+        assert "my_backend_state " in result.stdout and "the suite's backend" in result.stdout  # the table's set-by
+
+
+def test_violation_suggests_the_real_reader_and_backend_for_a_write(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        import dsakit
+
+        class MySparseBackend:
+            def __init__(self, model_runner):
+                self.window = model_runner.my_window
+
+        class Caching:
+            def __init__(self, model_runner):
+                model_runner.my_cache = {}
+
+        def test_read(target_runner):
+            with pytest.raises(dsakit.ContractViolation) as raised:
+                MySparseBackend(target_runner)
+            assert 'readers = ["MySparseBackend.__init__"]' in str(raised.value)
+
+        def test_write(target_runner):
+            with pytest.raises(dsakit.ContractViolation) as raised:
+                Caching(target_runner)
+            assert 'readers = ["Caching.__init__"]' in str(raised.value)
+            assert 'set_by = "backend"' in str(raised.value)
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    read_log.clear()
 
 
 def test_contract_check_refuses_a_missing_backend_src(tmp_path: Path) -> None:

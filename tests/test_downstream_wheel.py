@@ -1,6 +1,7 @@
 """The proof for downstream suites: a separate project (tests/downstream_project: a contract
 extension, ini keys, a conftest, fixtures, gates, must-run, top-k checks, selection_snapshot)
-installs the BUILT WHEEL into a fresh venv and passes with `pytest` and `-n 2`.
+installs the BUILT WHEEL (and, as a second venv, the SDIST) into a fresh venv and passes with
+`pytest` and `-n 2`.
 
 The venv sees this interpreter's site-packages through a .pth file (torch, SGLang and the test
 tools are not reinstalled), but `dsakit` must come from the wheel: the checkout is not on its path.
@@ -21,9 +22,11 @@ import pytest
 PROJECT = Path(__file__).resolve().parent / "downstream_project"
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> Path:
-    work = tmp_path_factory.mktemp("downstream")
+@pytest.fixture(scope="module", params=["wheel", "sdist"])
+def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    # the sdist builds its wheel inside pip (setuptools from this interpreter, no download)
+    built = request.getfixturevalue(f"built_{request.param}")
+    work = tmp_path_factory.mktemp(f"downstream-{request.param}")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=120)
     python = work / "venv" / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -34,7 +37,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> Path:
     # checkout's .venv: pip would call it satisfied and install nothing); its dependencies and the
     # `snapshot` extra come from this interpreter's packages
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
-                    "--no-deps", "--ignore-installed", str(built_wheel)],
+                    "--no-deps", "--ignore-installed", "--no-build-isolation", str(built)],
                    check=True, timeout=300, env=_env())
     return work
 
@@ -59,6 +62,12 @@ def test_downstream_project_passes_from_the_wheel(venv: Path, tmp_path: Path) ->
     assert where.stdout.strip().startswith(str(venv / "venv")), where.stdout + where.stderr
     version = _run(venv, project, "-m", "dsakit", "--version")
     assert version.stdout.startswith("dsakit 0.1.0 (distribution pytest-dsakit) at " + str(venv / "venv"))
+
+    # the CPU recipe ships in the package: `dsakit env` names files inside this install
+    recipe = _run(venv, project, "-m", "dsakit", "env")
+    files = [line.rsplit(" -r ", 1)[1] for line in recipe.stdout.splitlines() if " -r " in line]
+    assert recipe.returncode == 0 and len(files) == 2, recipe.stdout + recipe.stderr
+    assert all(f.startswith(str(venv / "venv")) and Path(f).is_file() for f in files), files
 
     # the static check scans the project's own backend against the extended contract
     check = _run(venv, project, "-m", "dsakit", "contract", "check", "--backend-src", "my_backend")

@@ -62,6 +62,8 @@ def _run(pytester: pytest.Pytester, tmp_path: Path, *args: str, cvd: str | None 
         pytester._monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         pytester._monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
+    if not any(a.startswith("--dsakit-workers-per-gpu") for a in args):
+        args = ("--dsakit-workers-per-gpu=1", *args)  # pinning is opt-in (test_inert.py: off unless asked)
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", *args)
     return result, [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
@@ -91,7 +93,7 @@ def test_two_workers_get_distinct_gpus(pytester: pytest.Pytester, tmp_path: Path
 
 
 def test_four_workers_two_per_gpu(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    result, seen = _run(pytester, tmp_path, "-n", "4", "--dsakit-workers-per-gpu", "2")
+    result, seen = _run(pytester, tmp_path, "-n", "4", "--dsakit-workers-per-gpu", "2", "--dsakit-split-threads")
     result.assert_outcomes(passed=9, skipped=1)
     mapping = {r["worker"]: r["cvd"] for r in seen if r["cvd"] and "," not in r["cvd"]}
     assert {w: mapping[w] for w in sorted(mapping)} == {w: {"gw0": "0", "gw1": "1", "gw2": "0", "gw3": "1"}[w]
@@ -100,6 +102,13 @@ def test_four_workers_two_per_gpu(pytester: pytest.Pytester, tmp_path: Path) -> 
     cpus = cpu_threads_per_worker(4, env={})
     assert {r["threads"] for r in seen} == {str(cpus)}, "each worker gets its share of the CPUs"
     result.stdout.fnmatch_lines([f"*dsakit: OMP_NUM_THREADS={cpus} per worker (4 workers share the CPUs*"])
+
+
+def test_pinning_and_thread_split_are_off_unless_asked(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    result, seen = _run(pytester, tmp_path, "-n", "2", "--dsakit-workers-per-gpu=0")
+    result.assert_outcomes(passed=9, skipped=1)  # [gpus:3] still skips: the marker is a dsakit feature
+    assert {r["cvd"] for r in seen} == {None} and {r["threads"] for r in seen} == {None}, seen
+    assert "GPU pinning" not in result.stdout.str() and "OMP_NUM_THREADS" not in result.stdout.str()
 
 
 def test_cpu_threads_split_between_workers() -> None:

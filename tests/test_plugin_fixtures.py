@@ -74,3 +74,39 @@ def test_contract_reads_summary_collects_every_xdist_worker(pytester: pytest.Pyt
     result.stdout.fnmatch_lines(["*dsakit contract reads*"])
     for n in range(4):
         result.stdout.fnmatch_lines([f"*-read: model_runner.optional_knob_{n} (target) at *"])
+
+
+def test_runner_fixtures_open_an_sglang_scope_for_their_role(pytester: pytest.Pytester) -> None:
+    """`DSATopKBackend.resolve(runner)` reads SGLang's runtime context (get_exec / get_spec): on a
+    fixture runner it works, a scope the test opens wins, and nothing stays published afterwards."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:  # not imported here: pytester would unload it
+        pytest.skip("[no-sglang] SGLang is not installed")
+    from dsakit.pytest_invocation import plugin_args
+
+    pytester.makepyfile(
+        """
+        import dsakit
+        from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
+        from sglang.srt.runtime_context import get_context
+
+        def test_target(target_runner):
+            assert DSATopKBackend.resolve(target_runner) is DSATopKBackend.SGL_KERNEL
+            assert target_runner.server_args.dsa_topk_backend == "sgl-kernel"
+
+        def test_draft(draft_runner):
+            assert DSATopKBackend.resolve(draft_runner) is DSATopKBackend.SGL_KERNEL
+            assert draft_runner.server_args.speculative_eagle_topk == 1  # the draft role's value
+
+        def test_own_scope_wins(model_runner):
+            with dsakit.SGLangScope(server_args={"dsa_topk_backend": "torch",
+                                                 "speculative_dsa_topk_backend": "torch"}):
+                assert DSATopKBackend.resolve(model_runner) is DSATopKBackend.TORCH
+
+        def test_nothing_left_published():
+            assert not get_context().is_config_namespace_published("exec")
+        """
+    )
+    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)

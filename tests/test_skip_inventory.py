@@ -192,3 +192,34 @@ def test_must_run_names_gates_no_test_sits_behind(pytester: pytest.Pytester) -> 
                                 "--dsakit-must-run-strict")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     strict.stdout.fnmatch_lines(["*no collected test sits behind gate cuda-graphs: fails the run*"])
+
+
+def test_expression_gate_skip_counts_once_under_xdist(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The controller files the forwarded skip before the worker's record arrives: an expression
+    code (`sm~10`, `gfx in ...`) must be read back from the message, never also as [uncoded]."""
+    pytester.makepyfile(
+        "import dsakit, pytest\n\n"
+        "@dsakit.gate('sm~10')\n@pytest.mark.parametrize('n', range(3))\ndef test_blackwell(n):\n    pass\n\n"
+        "@dsakit.gate('gfx in gfx942,gfx950')\ndef test_mi300():\n    pass\n")
+    report = tmp_path / "skips.json"
+    result = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", "--dsakit-device=sm90", f"--dsakit-report={report}")
+    result.assert_outcomes(skipped=4)
+    data = json.loads(report.read_text())
+    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"sm~10": 3, "gfx in gfx942,gfx950": 1}
+    inventory = result.stdout.str().split("dsakit skip inventory")[1]
+    assert "uncoded" not in inventory
+    assert "   3 skipped  [sm~10]" in inventory
+
+
+def test_expression_codes_read_back_from_messages() -> None:
+    from dsakit.gates.inventory import SkipInventory, reasons_from_message
+    from dsakit.reasons import Reason
+
+    assert [r.code for r in reasons_from_message("Skipped: [sm~10] a | [gfx in gfx942,gfx950] b")] == [
+        "sm~10", "gfx in gfx942,gfx950"]
+    assert reasons_from_message("Skipped: see [cuda] later") == []  # a coded skip starts with its code
+    inventory = SkipInventory()
+    inventory.add("t::a", [Reason("uncoded", "[sm~10] x")])
+    inventory.add("t::a", [Reason("sm~10", "x")])  # the worker's record, after the controller's guess
+    inventory.add("t::a", [Reason("uncoded", "again")])
+    assert {code: e.tests for code, e in inventory.gates.items()} == {"sm~10": ["t::a"]}

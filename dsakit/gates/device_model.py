@@ -1,18 +1,21 @@
 """The accelerator a run is gated on: a frozen `DeviceModel`, real (probed) or simulated.
 
-Owns: the simulated device profiles, the lazy real probe (NVML, `nvidia-smi`, `rocminfo`; torch
-only when already loaded or asked) and the choice between them (`--dsakit-device` /
+Owns: the simulated device profiles, the lazy real probe (NVML, `nvidia-smi`, `rocminfo` under a
+short timeout, first run when a gate or a GPU option needs the device; torch only when already
+loaded or asked) and the choice between them (`--dsakit-device` /
 `DSAKIT_DEVICE`). AMD devices carry their gfx arch string. Never imports SGLang.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -208,14 +211,29 @@ def _probe_nvml() -> DeviceModel | None:
                        _torch_version_field("cuda"), count)
 
 
+# A probe tool that does not answer within this is treated as absent: a hung nvidia-smi (a wedged
+# driver, a stub) must not stretch a run. nvidia-smi answers in ~0.1-0.5 s on a healthy node.
+PROBE_TIMEOUT_S = 3.0
+
+
 def _run(command: list[str]) -> str | None:
+    """The tool's stdout, or None when it is missing, fails or outlives PROBE_TIMEOUT_S (then its
+    whole process group is killed, so no child of a hung tool is left behind)."""
     if shutil.which(command[0]) is None:
         return None
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    except OSError:
         return None
-    return done.stdout if done.returncode == 0 else None
+    try:
+        out, _ = process.communicate(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return None
+    return out if process.returncode == 0 else None
 
 
 def _probe_nvidia_smi() -> DeviceModel | None:

@@ -8,18 +8,21 @@ the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
+
+if TYPE_CHECKING:
+    from dsakit.gates.device_model import DeviceModel
 
 WORKER_KEY = "dsakit_skip_inventory"
 # the key in pytest's final summary line ("1 passed, 2 --dsakit-must-run gate(s) failed in 3s"); it
@@ -35,8 +38,11 @@ REPORT_KIND = "dsakit-report"
 REPORT_FORMAT = 2
 
 # "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
-# matrix cells, unsupported kernel shapes); codes are lower-case slugs starting with a letter.
-_CODE_IN_MESSAGE = re.compile(r"\[([a-z][a-z0-9:_.\-]*)\] ([^|]*)")
+# matrix cells, unsupported kernel shapes): codes are lower-case slugs starting with a letter, or a
+# capability expression in its canonical form (dsakit.gates.table.parse_expression), which an xdist
+# controller reads back from the forwarded message before the worker's own record arrives.
+_CODE = r"sm(?:>=|==|~)\d+(?:\.\d+)?|gfx in gfx[0-9a-f]+(?:,gfx[0-9a-f]+)*|[a-z][a-z0-9:_.\-]*"
+_CODE_IN_MESSAGE = re.compile(rf"\[({_CODE})\] ([^|]*)")
 UNCODED = "uncoded"
 
 
@@ -46,8 +52,12 @@ def format_reasons(reasons: Iterable[Reason]) -> str:
 
 
 def reasons_from_message(message: str) -> list[Reason]:
-    """Reasons back from a skip message written by `format_reasons` (empty for other skips)."""
-    return [Reason(code, text.strip()) for code, text in _CODE_IN_MESSAGE.findall(message)]
+    """Reasons back from a skip message written by `format_reasons` (empty for other skips: it
+    starts with its first "[code] ")."""
+    text = message.removeprefix("Skipped: ").lstrip()
+    if not _CODE_IN_MESSAGE.match(text):
+        return []
+    return [Reason(code, sentence.strip()) for code, sentence in _CODE_IN_MESSAGE.findall(text)]
 
 
 def _skip_message(report: pytest.TestReport) -> str:
@@ -76,9 +86,13 @@ class SkipInventory:
         # test id -> gate codes it declared, open or closed; unknown (None) on an xdist controller
         # until a worker hands its collection over (the controller collects nothing)
         self.declared: dict[str, list[str]] | None = {}
+        # a collected test uses a dsakit gate, marker or fixture (here or in a worker): only then
+        # are "[code] ..." skips dsakit's business (a plain pytest.skip may look the same)
+        self.used = False
 
     def declare(self, nodeid: str, codes: Iterable[str]) -> None:
         """A collected test (or a `require` call) sits behind these gate codes."""
+        self.used = True
         declared = self.declared if self.declared is not None else {}
         entry = declared.setdefault(nodeid, [])
         entry.extend(code for code in codes if code not in entry)
@@ -92,13 +106,12 @@ class SkipInventory:
 
     def plan(self, nodeid: str, reasons: Iterable[Reason]) -> None:
         """Closed gates known for a test before it runs (collection markers, `require`)."""
+        self.used = True
         self.planned[nodeid] = tuple(reasons)
 
     def add(self, nodeid: str, reasons: Iterable[Reason]) -> None:
         for reason in reasons:
-            entry = self.gates.setdefault(reason.code, GateSkips(reason.code, reason.message))
-            if nodeid not in entry.tests:
-                entry.tests.append(nodeid)
+            self.add_tests(reason.code, reason.message, [nodeid])
 
     def record(self, report: pytest.TestReport) -> None:
         if not report.skipped or report.when not in ("setup", "call") or hasattr(report, "wasxfail"):
@@ -121,20 +134,45 @@ class SkipInventory:
         return {code: entry.as_dict() for code, entry in self.gates.items()}
 
     def worker_data(self) -> dict[str, Any]:
-        return {"gates": self.to_data(), "declared": self.declared or {}}
+        return {"gates": self.to_data(), "declared": self.declared or {}, "used": self.used}
 
     def merge(self, data: dict[str, Any]) -> None:
         """A worker's `worker_data()`."""
+        self.used = self.used or bool(data.get("used"))
         for code, entry in data["gates"].items():
             self.add_tests(code, str(entry["reason"]), [str(t) for t in entry["tests"]])
         for nodeid, codes in data["declared"].items():
             self.declare(nodeid, codes)
 
     def add_tests(self, code: str, reason: str, tests: Iterable[str]) -> None:
+        """Count `tests` under `code`. A test counts once: under its codes, or else as uncoded (an
+        xdist controller may have filed it as uncoded from the forwarded message before the
+        worker's record names its code)."""
+        tests = list(tests)
+        if code == UNCODED:
+            coded = {t for c, e in self.gates.items() if c != UNCODED for t in e.tests}
+            tests = [t for t in tests if t not in coded]
+            if not tests:
+                return
+        else:
+            self._drop_uncoded(tests)
         entry = self.gates.setdefault(code, GateSkips(code, reason))
         for test in tests:
             if test not in entry.tests:
                 entry.tests.append(test)
+
+    def _drop_uncoded(self, tests: Iterable[str]) -> None:
+        uncoded = self.gates.get(UNCODED)
+        if uncoded is None:
+            return
+        uncoded.tests[:] = [t for t in uncoded.tests if t not in set(tests)]
+        if not uncoded.tests:
+            del self.gates[UNCODED]
+
+    @property
+    def gated(self) -> bool:
+        """Something skipped behind a dsakit reason code in a run that uses dsakit."""
+        return self.used and any(code != UNCODED for code in self.gates)
 
     def skipped_behind(self, codes: Iterable[str]) -> dict[str, list[str]]:
         return {code: list(self.gates[code].tests) for code in codes if code in self.gates}
@@ -152,7 +190,11 @@ def host_label(option: str | None) -> str:
     """The node's name in merged reports: `--dsakit-host-label`, else $DSAKIT_HOST_LABEL, else the
     hostname."""
     label = (option if option is not None else os.environ.get(HOST_LABEL_ENV, "")).strip()
-    return label or socket.gethostname()
+    if label:
+        return label
+    import socket
+
+    return socket.gethostname()
 
 
 def shard_of(config: pytest.Config) -> dict[str, int] | None:
@@ -194,12 +236,14 @@ class InventoryReporter:
         report_path: str | None,
         host: str = "",
         must_run_strict: bool = False,
+        announce: bool = True,
     ) -> None:
         self.config = config
         self.inventory = inventory
         self.device = device
         self.must_run = must_run
         self.must_run_strict = must_run_strict
+        self.announce = announce  # the header line: only where the run set a dsakit option
         self.report_path = report_path
         self.host = host
         self.failures: dict[str, list[str]] = {}
@@ -212,8 +256,10 @@ class InventoryReporter:
     def is_worker(self) -> bool:
         return hasattr(self.config, "workerinput")
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
-        return header_line(self.device())
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        # a run that set no dsakit option gets no line (and no device probe) at start-up; the
+        # inventory section names the device once a gate skipped something
+        return [header_line(self.device())] if self.announce else []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # On the xdist controller every worker report arrives here as it happens (it carries
@@ -303,7 +349,11 @@ class InventoryReporter:
             self.report_error = f"not written at the end of the run: {error}"
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.is_worker or (not self.inventory.gates and not self.must_run and not self.report_error):
+        # a plain pytest.skip is not dsakit's business: it is listed (as uncoded) only in a run where
+        # something skipped behind a dsakit reason code
+        if self.is_worker or not (self.inventory.gated or self.announce or self.must_run or self.report_error):
+            return
+        if not self.inventory.gates and not self.must_run and not self.report_error:
             return
         device = self.device()
         terminalreporter.section("dsakit skip inventory")

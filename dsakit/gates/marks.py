@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from dsakit.gates.device_model import REAL, DeviceModel, resolve_device, validate_device_name
 from dsakit.errors import UsageError
-from dsakit.options import value as option_value
+from dsakit.options import explicit, value as option_value
 from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.output_paths import output_file
 from dsakit.reasons import Reason
 from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
+
+if TYPE_CHECKING:
+    from dsakit.gates.device_model import DeviceModel
+    from dsakit.reasons import Reason
+
+# the gate table and the device model are imported on first use (a gate evaluated, an option
+# given): a run that uses no gate never loads them (bench/bench_kit_overhead.py)
+REAL = "real"
 
 MARKER = "dsakit_requires"
 
@@ -38,6 +45,8 @@ class GateSession:
 
     @functools.cached_property
     def device(self) -> DeviceModel:
+        from dsakit.gates.device_model import resolve_device
+
         return resolve_device(self.device_name, allow_torch=self.allow_torch)
 
 
@@ -49,6 +58,8 @@ def active_session() -> GateSession:
     """The innermost configured pytest run's session; outside pytest, one from $DSAKIT_DEVICE."""
     if _SESSIONS:
         return _SESSIONS[-1]
+    from dsakit.gates.device_model import validate_device_name
+
     return GateSession(validate_device_name(None))
 
 
@@ -58,6 +69,8 @@ def active_session() -> GateSession:
 def gate(*codes: str) -> pytest.MarkDecorator:
     """A `dsakit_requires` mark: `@dsakit.gate("cuda", "module:flashinfer")` or
     `pytest.param(..., marks=dsakit.gate("fa3"))`. Unknown codes raise UsageError right here."""
+    from dsakit.gates.table import validate_codes
+
     if not codes:
         raise UsageError("dsakit.gate() needs at least one gate code (see `dsakit capabilities`)")
     mark: pytest.MarkDecorator = getattr(pytest.mark, MARKER)
@@ -68,6 +81,8 @@ def require(*codes: str) -> None:
     """Inside a test or fixture: skip (recorded in the skip inventory) unless every gate is open.
     The skip is reported at the caller's line (-rs), not here."""
     __tracebackhide__ = True
+    from dsakit.gates.table import closed_reasons, validate_codes
+
     session = active_session()
     reasons = closed_reasons(codes, session.device)
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
@@ -92,12 +107,21 @@ def configure(config: pytest.Config) -> dict[str, object]:
     """pytest_configure: validate the options, start the session; returns the hook objects the
     plugin registers, by name (the skip-inventory reporter; xdist aggregation when xdist runs)."""
     workerinput = getattr(config, "workerinput", None)
+    given = explicit(config)
     try:
         if workerinput is not None and DEVICE_KEY in workerinput:
             name = str(workerinput[DEVICE_KEY])
-        else:
+        elif option_value(config, "dsakit_device"):
+            from dsakit.gates.device_model import validate_device_name
+
             name = validate_device_name(option_value(config, "dsakit_device"))
-        must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run") or ""))
+        else:
+            name = REAL
+        must_run: tuple[str, ...] = ()
+        if option_value(config, "dsakit_must_run"):
+            from dsakit.gates.table import split_codes, validate_codes
+
+            must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run")))
         report_path = option_value(config, "dsakit_report")
         if report_path is not None and workerinput is None:
             output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
@@ -108,8 +132,9 @@ def configure(config: pytest.Config) -> dict[str, object]:
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
         config, session.inventory, lambda: session.device, must_run, report_path,
-        host_label(option_value(config, "dsakit_host_label")),
+        host_label(option_value(config, "dsakit_host_label")) if report_path else "",
         must_run_strict=bool(option_value(config, "dsakit_must_run_strict")),
+        announce=bool(given),
     )
     hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
     if config.pluginmanager.hasplugin("xdist"):
@@ -123,12 +148,31 @@ def unconfigure(config: pytest.Config) -> None:
         _SESSIONS.remove(session)
 
 
+# Every fixture the plugin provides (tests/test_inert.py holds this to dsakit.plugin's): a test
+# asking for one uses dsakit, so its coded skips are dsakit's business (the skip inventory).
+FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_runner_role", "simulated_device",
+                      "selection_snapshot", "topk_cell", "topk_scope"})
+
+
+def uses_dsakit(item: pytest.Item) -> bool:
+    """Does a collected test ask for a dsakit fixture or carry a dsakit marker?"""
+    if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        return True
+    return any(mark.name.startswith("dsakit_") for mark in item.iter_markers())
+
+
 def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
     """pytest_collection_modifyitems: closed gates become skip markers, so --collect-only and -ra
     show the reason, and the skip inventory knows the gate codes."""
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
         return
+    if not session.inventory.used:
+        session.inventory.used = any(uses_dsakit(item) for item in items)
+    if not any(True for item in items for _ in item.iter_markers(MARKER)):
+        return
+    from dsakit.gates.table import closed_reasons, never_open_explanation, validate_codes
+
     warned: set[tuple[str, ...]] = set()
     # one evaluation per distinct code tuple: a matrix repeats a few tuples over thousands of
     # items, and the device and this machine's environment are fixed for the pass (module and

@@ -2,7 +2,9 @@
 
 Owns: finding the GPUs (controller, before CUDA starts), the plan `gwK` -> GPU handed to workers
 (execnet `env:` + `workerinput`), each worker's CPU-thread share, and the reader-writer node lock
-behind `dsakit_gpus(n)` / `dsakit_whole_node`. Never imports torch, SGLang or CUDA; must not
+behind `dsakit_gpus(n)` / `dsakit_whole_node`. All of it is opt-in (--dsakit-workers-per-gpu,
+--dsakit-split-threads): xdist decides -n auto before any test is collected, so a run that does not
+ask keeps xdist's worker count and environment. Never imports torch, SGLang or CUDA; must not
 decide which tests run (gates do).
 """
 
@@ -292,7 +294,8 @@ _LOCK_DIR_KEY = pytest.StashKey[str]()  # the run's node-lock directory, removed
 
 
 def workers_per_gpu(config: pytest.Config) -> int:
-    value = int(option_value(config, "dsakit_workers_per_gpu"))
+    """--dsakit-workers-per-gpu: 0 (the default) is no pinning."""
+    value = int(option_value(config, "dsakit_workers_per_gpu") or 0)
     if value < 0:
         raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {value}")
     return value
@@ -321,9 +324,17 @@ def controller_plan(config: pytest.Config, workers: Sequence[str]) -> PinPlan:
     return plans[key]
 
 
+def split_threads(config: pytest.Config) -> bool:
+    """--dsakit-split-threads: each xdist worker gets its share of the CPUs as OMP_NUM_THREADS."""
+    return bool(option_value(config, "dsakit_split_threads"))
+
+
 def auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` on a GPU node: GPUs x workers-per-GPU (None: let xdist count CPUs)."""
+    """`-n auto` with pinning asked for: GPUs x workers-per-GPU (None: let xdist count CPUs;
+    without --dsakit-workers-per-gpu nothing is probed)."""
     per_gpu = workers_per_gpu(config)
+    if per_gpu == 0:
+        return None
     found = inventory(config)
     return len(found.ids) * per_gpu if found.ids and per_gpu else None
 
@@ -331,8 +342,13 @@ def auto_num_workers(config: pytest.Config) -> int | None:
 class XdistPinning:
     """Controller-side xdist hooks (registered only when xdist is loaded, pytest-randomly style)."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, pin: bool, threads: bool) -> None:
         self.config = config
+        self.pin = pin  # --dsakit-workers-per-gpu N >= 1
+        self.threads = threads  # --dsakit-split-threads
+
+    def _plan(self, workers: Sequence[str]) -> PinPlan | None:
+        return controller_plan(self.config, workers) if self.pin else None
 
     def _planned_workers(self) -> list[str]:
         n = getattr(self.config.option, "numprocesses", None)
@@ -342,23 +358,24 @@ class XdistPinning:
         workers = self._planned_workers()
         if not workers:
             return []
-        threads = cpu_threads_per_worker(len(workers))
+        threads = cpu_threads_per_worker(len(workers)) if self.threads else None
         split = [] if threads is None else [f"dsakit: {THREADS_ENV}={threads} per worker ({len(workers)} workers share "
                                             "the CPUs; set OMP_NUM_THREADS yourself to override)"]
-        return controller_plan(config, workers).header_lines() + split
+        result = self._plan(workers)
+        return (result.header_lines() if result is not None else []) + split
 
     def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
         # The execnet spec's env is applied in the worker process before pytest starts there:
         # earlier than any conftest or test module could touch CUDA.
-        result = controller_plan(config, [str(spec.id) for spec in specs])
-        threads = cpu_threads_per_worker(len(specs))
+        result = self._plan([str(spec.id) for spec in specs])
+        threads = cpu_threads_per_worker(len(specs)) if self.threads else None
         for spec in specs:
-            pin = result.pins.get(str(spec.id))
+            pin = result.pins.get(str(spec.id)) if result is not None else None
             if pin is not None:
                 spec.env[pin.env_var] = pin.gpu
             if threads is not None:
                 spec.env[THREADS_ENV] = str(threads)
-        for reason in result.warnings:
+        for reason in result.warnings if result is not None else ():
             config.issue_config_time_warning(DsakitPinningWarning(str(reason)), stacklevel=2)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -370,8 +387,8 @@ class XdistPinning:
     def pytest_configure_node(self, node: Any) -> None:
         workers = [str(spec.id) for spec in node.nodemanager.specs] if hasattr(node, "nodemanager") else []
         worker = str(node.gateway.id)
-        result = controller_plan(self.config, workers or self._planned_workers())
-        pin = result.pins.get(worker)
+        result = self._plan(workers or self._planned_workers())
+        pin = result.pins.get(worker) if result is not None else None
         if pin is not None:
             node.workerinput[WORKER_KEY] = pin.as_dict()
 
@@ -437,10 +454,12 @@ def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def configure(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure: the controller's xdist hooks or the worker's pin, by name."""
-    workers_per_gpu(config)  # validate early: a bad value is a usage error, not a late crash
+    """pytest_configure: the controller's xdist hooks or the worker's pin, by name; nothing unless
+    the run asked for pinning or the thread split."""
+    pin = workers_per_gpu(config) > 0  # validate early: a bad value is a usage error, not a late crash
+    threads = split_threads(config)
     if hasattr(config, "workerinput"):
         return configure_worker(config)
-    if config.pluginmanager.hasplugin("xdist"):
-        return {"dsakit-gpu-pinning": XdistPinning(config)}
+    if (pin or threads) and config.pluginmanager.hasplugin("xdist"):
+        return {"dsakit-gpu-pinning": XdistPinning(config, pin, threads)}
     return {}

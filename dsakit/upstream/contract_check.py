@@ -14,6 +14,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsakit.contract_extension import SET_BY_BACKEND
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
@@ -31,6 +32,12 @@ from dsakit.upstream.source_scan import (
 READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"
 CONDITIONAL_READ = "conditional-read"
+# entries declared `set_by = "backend"` (dsakit.contract_extension.SET_BY_BACKEND): with
+# --backend-src the backend must assign model_runner.<path> and not read it earlier in the same
+# function (both fail the check); without it the check says the backend's own check covers them
+NOT_SET_BY_BACKEND = "contract-not-set-by-backend"
+READ_BEFORE_BACKEND_SETS = "read-before-backend-sets"
+SET_BY_BACKEND_UNCHECKED = "set-by-backend"
 SOFT_READ = "soft-read"
 ENTRY_OF_OTHER_RELEASE = "entry-of-other-release"
 
@@ -162,6 +169,8 @@ class CheckResult:
         site = self.assignments.get(entry.path)
         if site is None and entry.set_outside_runner:
             return entry.set_outside_runner
+        if site is None and entry.set_by == SET_BY_BACKEND:
+            return "the suite's backend (set_by = \"backend\")"
         return str(site) if site is not None else "NEVER"
 
     # ------------------------------------------------------------ rendering
@@ -278,10 +287,96 @@ def _declare_hint(path: str, downstream: bool) -> str:
             "target (and draft) default, readers and set_by")
 
 
+@dataclass(frozen=True)
+class BackendSet:
+    """One assignment `model_runner.<path> = ...` in a downstream backend."""
+
+    path: str
+    site: SourceSite
+    function: str
+
+
+def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[BackendSet]]:
+    """Every `model_runner.X = ...` / `self.model_runner.X = ...` (also `+=`, annotated) in the
+    backend's files, by path; sites and function names spelled as the read scanner spells them."""
+    import ast
+
+    from dsakit.upstream.source_scan import RUNNER_NAME, _relative, backend_files
+
+    found: dict[str, list[BackendSet]] = {}
+
+    def runner_path(node: ast.expr) -> str | None:
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        parts.reverse()
+        if isinstance(node, ast.Name) and node.id == RUNNER_NAME:
+            return ".".join(parts) or None
+        if isinstance(node, ast.Name) and node.id == "self" and parts[:1] == [RUNNER_NAME]:
+            return ".".join(parts[1:]) or None
+        return None
+
+    def walk(body: list[ast.stmt], prefix: str, file: str) -> None:
+        for statement in body:
+            if isinstance(statement, ast.ClassDef):
+                walk(statement.body, f"{prefix}{statement.name}.", file)
+            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                function = f"{prefix}{statement.name}"
+                for node in ast.walk(statement):
+                    targets = (node.targets if isinstance(node, ast.Assign) else
+                               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+                    for target in targets:
+                        path = runner_path(target)
+                        if path:
+                            found.setdefault(path, []).append(
+                                BackendSet(path, SourceSite(file, target.lineno), function))
+
+    for path in backend_files(backend_src):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # the read scanner reports unreadable files
+        walk(tree.body, "", _relative(release, path))
+    return found
+
+
+def _backend_set_findings(entry: ContractEntry, reads: list[RunnerRead],
+                          sets: dict[str, list[BackendSet]] | None) -> list[Finding]:
+    """The check of a `set_by = "backend"` entry (failures), or one informational finding when no
+    backend was scanned."""
+    if sets is None:
+        return [Finding(SET_BY_BACKEND_UNCHECKED, INFO, entry.path,
+                        f"contract entry model_runner.{entry.path} is set by the suite's own backend "
+                        f"(set_by = \"backend\" in {entry.declared_in or _CONTRACT_FILE}), not by ModelRunner: "
+                        "`dsakit contract check --backend-src DIR` checks that the backend sets it")]
+    own = sets.get(entry.path, [])
+    if not own:
+        return [Finding(NOT_SET_BY_BACKEND, FAILURE, entry.path,
+                        f"contract entry model_runner.{entry.path} is declared set_by = \"backend\" in "
+                        f"{entry.declared_in or _CONTRACT_FILE}, but the backend never assigns "
+                        f"model_runner.{entry.path} (nor self.model_runner.{entry.path}): assign it before "
+                        "reading it, or give set_by the file:line where the real ModelRunner sets it")]
+    findings = []
+    for read in reads:
+        if read.path != entry.path and not read.path.startswith(entry.path + "."):
+            continue
+        same = [s for s in own if s.function == read.function and s.site.file == read.site.file]
+        if same and all(s.site.line > read.site.line for s in same):
+            first = min(same, key=lambda s: s.site.line)
+            findings.append(Finding(
+                READ_BEFORE_BACKEND_SETS, FAILURE, entry.path,
+                f"model_runner.{read.path} is read at {read.site} ({read.function}) before the backend sets "
+                f"it at {first.site}: on the real ModelRunner that read raises AttributeError; set it first",
+                (str(read.site), str(first.site))))
+    return findings
+
+
 def find_drift(
     contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str,
     *, downstream: bool = False,
     has_feature: Callable[[str], bool] | None = None,
+    sets_by_backend: dict[str, list[BackendSet]] | None = None,
 ) -> list[Finding]:
     """The rules of the check, as findings (failures first, then informational, each sorted)."""
     failures: list[Finding] = []
@@ -330,12 +425,18 @@ def find_drift(
                 f"{entry.feature!r}; SGLang {version} lacks it, so its ModelRunner need not set it",
             ))
             continue
+        if entry.set_by == SET_BY_BACKEND:
+            for finding in _backend_set_findings(entry, reads, sets_by_backend if downstream else None):
+                (failures if finding.severity == FAILURE else infos).append(finding)
+            continue
         if name not in assignments and not entry.set_outside_runner:
             failures.append(Finding(
                 CONTRACT_NOT_SET_BY_RUNNER, FAILURE, entry.path,
                 f"contract entry model_runner.{entry.path} is never assigned or defined by the real "
                 f"ModelRunner (SGLang {version}): a mock providing it hides a backend read that fails on "
-                f"the real runner; rename or remove it in {entry.declared_in or _CONTRACT_FILE}",
+                f"the real runner; rename or remove it in {entry.declared_in or _CONTRACT_FILE}"
+                + ("" if not entry.declared_in else
+                   f', or declare set_by = "{SET_BY_BACKEND}" if your backend sets it itself'),
             ))
     return failures + infos
 
@@ -352,8 +453,10 @@ def check_release(release: SGLangRelease, contract: Contract | None = None, *,
     assignments = runner_assignments(release)
     result = CheckResult(release, contract, reads, assignments,
                          backend_src=str(backend_src) if backend_src is not None else None)
+    sets = backend_sets(release, backend_src) if backend_src is not None else None
     result.findings = find_drift(contract, reads, assignments, release.version,
-                                 downstream=backend_src is not None, has_feature=release.has)
+                                 downstream=backend_src is not None, has_feature=release.has,
+                                 sets_by_backend=sets)
     return result
 
 
