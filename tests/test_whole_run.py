@@ -335,3 +335,23 @@ def _fleet(pytester: pytest.Pytester, tmp: Path, devices: str, *args: str) -> su
     return subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", devices,
                            *args], capture_output=True, text=True, timeout=600, cwd=pytester.path,
                           env={**os.environ, "TMPDIR": str(tmp)})
+
+
+@torch_needed
+def test_rerun_test_device_simulates_each_files_run(pytester: pytest.Pytester) -> None:
+    suite = pytester.makepyfile(test_b300="import unittest\nimport torch\n\n\n"
+                                          "@unittest.skipIf(not torch.cuda.is_available(), 'Test requires CUDA')\n"
+                                          "class TestB300(unittest.TestCase):\n"
+                                          "    def test_capability(self):\n"
+                                          "        self.assertEqual(torch.cuda.get_device_capability(), (10, 3))\n\n\n"
+                                          "if __name__ == '__main__':\n    unittest.main()\n")
+    def rerun(*device: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dsakit", "rerun-test", str(suite), *device,
+                               "--junitxml", str(pytester.path / "junit")], capture_output=True, text=True,
+                              timeout=600, cwd=pytester.path)
+
+    simulated = rerun("--device", "b300")
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    assert "--dsakit-device=sm103" in simulated.stdout and "result: PASSED  1 passed" in simulated.stdout
+    if not real_device().is_gpu:  # the control: on this CPU box the class skips "Test requires CUDA"
+        assert "1 skipped" in rerun().stdout
