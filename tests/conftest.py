@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
-collect_ignore = ["downstream_project"]
+collect_ignore = ["downstream_project", "suites"]
 
 
 @pytest.fixture

@@ -1,0 +1,98 @@
+"""`dsakit pr-check`: base vs PR on several devices, real SGLang trees.
+
+The base is the installed SGLang; the PR is the same tree with one file changed (a shadow tree of
+links, so nothing is copied but that file): `DeepseekSparseAttnBackend.__init__` reads a new
+`model_runner` attribute in its HIP branch only. The suite is shaped like SGLang's own indexer test
+(a hand-written runner that lacks `max_running_requests`). Each run imports SGLang: subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_whole_run import HAS_SGLANG, HAS_TORCH, SGLANG_SHAPED
+
+pytestmark = pytest.mark.skipif(not (HAS_SGLANG and HAS_TORCH),
+                                reason="[module:sglang] the PR gate runs SGLang's backends")
+
+DSA = Path("srt/layers/attention/dsa_backend.py")
+HIP_BRANCH = "        if _is_hip:\n            max_bs = model_runner.req_to_token_pool.size\n"
+NEW_READ = "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n"
+
+
+def _installed_package() -> Path:
+    from dsakit.sglang_release import installed_release
+
+    return installed_release().package_dir
+
+
+def _shadow_tree(package: Path, into: Path, changed: Path, text: str) -> Path:
+    """`into/sglang`: links to every entry of the real package, real folders only along `changed`."""
+    target = into / "sglang"
+    parts = changed.parts
+    source, here = package, target
+    for depth in range(len(parts)):
+        here.mkdir(parents=True)
+        for entry in source.iterdir():
+            if entry.name != parts[depth]:
+                (here / entry.name).symlink_to(entry)
+        source, here = source / parts[depth], here / parts[depth]
+    here.write_text(text, encoding="utf-8")
+    return into
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> tuple[Path, Path]:
+    package = _installed_package()
+    original = (package / DSA).read_text(encoding="utf-8")
+    if original.count(HIP_BRANCH) != 1:
+        pytest.skip("[sglang-source] the HIP branch of DeepseekSparseAttnBackend.__init__ moved in this release")
+    pr = _shadow_tree(package, tmp_path / "pr", DSA, original.replace(HIP_BRANCH, HIP_BRANCH + NEW_READ))
+    return package.parent, pr
+
+
+def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
+        pytester: pytest.Pytester, trees: tuple[Path, Path]) -> None:
+    base, pr = trees
+    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED)
+    done = subprocess.run(
+        [sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(pr), "--devices", "sm103,gfx942",
+         "--json", "check.json", "--markdown", "check.md", "--", "test_indexer_shape.py"],
+        capture_output=True, text=True, timeout=900, cwd=pytester.path)
+    assert done.returncode == 1, done.stdout + done.stderr  # the regression fails the gate
+    data = json.loads((pytester.path / "check.json").read_text())
+    verdicts = {(v["test"].split("::")[-1], v["device"]): v for v in data["verdicts"]}
+    built = "test_backend_builds"
+    assert verdicts[(built, "gfx942")]["verdict"] == "regression"
+    assert "aiter_num_kv_splits" in verdicts[(built, "gfx942")]["detail"]
+    assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"
+    assert "max_running_requests" in verdicts[(built, "sm103")]["detail"]
+    assert "fails on sm103" in verdicts[(built, "sm103")]["explanation"]  # the read, explained
+    assert verdicts[("test_pools_build", "gfx942")]["verdict"] == "passed"
+    added = [r for r in data["reads"] if r["kind"] == "added"]
+    assert [(r["path"], r["fires_on"]) for r in added] == [("aiter_num_kv_splits", ["gfx942"])]
+    assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added
+    md = (pytester.path / "check.md").read_text()
+    order = [md.index(h) for h in ("### Regressions", "### model_runner reads the PR adds", "### Pre-existing failures")]
+    assert order == sorted(order), "regressions first, then the new reads, then pre-existing failures"
+    # only pre-existing failures left (the same tree twice): exit 0
+    same = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
+                           "--devices", "sm103", "--", "test_indexer_shape.py"],
+                          capture_output=True, text=True, timeout=900, cwd=pytester.path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "1 pre-existing" in same.stdout
+
+
+def test_bad_input_is_exit_2(tmp_path: Path) -> None:
+    for args, message in ((["--base", str(tmp_path), "--pr", str(tmp_path)], "is not an SGLang source tree"),
+                          (["--base", str(_installed_package()), "--pr", str(_installed_package()),
+                            "--devices", "sm999"], "unknown dsakit device 'sm999'")):
+        done = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", *args, "--", "x.py"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert message in done.stderr
