@@ -1,0 +1,60 @@
+"""Whether SGLang's own import chain loads in this environment (the `sglang:import-chain` gate).
+
+Owns: importing the release's hub modules once per process and the clause naming the release, the
+module and the import error when that fails. Must not run at collection (importing SGLang takes
+seconds): tests reach it through `dsakit.require`, gates in marks never name it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+# The modules every contract suite's SGLang side goes through: ServerArgs (SGLangScope checks
+# server args against it; it imports the function-call parsers), the batch types (they import
+# srt/configs, hence transformers' config registry), the pools, the backends and the registry that
+# picks one. A release lacking one of the files (no DeepSeek-V4 backend) skips it.
+HUB_MODULES = (
+    "sglang.srt.server_args",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.layers.attention.dsa_backend",
+    "sglang.srt.layers.attention.deepseek_v4_backend",
+    "sglang.srt.layers.attention.attention_registry",
+)
+
+COVERED_BY = "an environment with that release's own dependency pins runs these tests"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+@functools.lru_cache(maxsize=1)
+def import_failure() -> str | None:
+    """None when every hub module imports; else "SGLang X's import chain ... raised ...".
+
+    Cached: a second import of a module that failed half-way re-runs its top level, which fails
+    differently (or worse, passes on a half-initialised registry)."""
+    from dsakit.errors import UsageError
+    from dsakit.upstream.release import installed_release
+
+    try:
+        release = installed_release()
+    except UsageError as error:
+        return str(error)
+    failed: dict[str, list[str]] = {}  # error -> the modules whose import raised it
+    for module in HUB_MODULES:
+        relative = module.split(".", 1)[1].replace(".", "/") + ".py"
+        if not release.file(relative).is_file():
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - any error of SGLang's own top level closes the gate
+            failed.setdefault(_first_line(error), []).append(module)
+    if not failed:
+        return None
+    clauses = [f"import {modules[0]}" + (f" (and {len(modules) - 1} more)" if len(modules) > 1 else "")
+               + f" raised {error}" for error, modules in failed.items()]
+    return f"SGLang {release.version} does not: {'; '.join(clauses)}"
