@@ -309,9 +309,9 @@ _SGLANG_COVERED_BY = {
 
 def _sglang_import_chain() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.upstream.import_chain import import_failure
+        from dsakit.upstream.import_chain import gate_check
 
-        return import_failure()
+        return gate_check()
 
     return check
 
@@ -372,9 +372,11 @@ def _build_table() -> dict[str, Gate]:
              + " installed)",
              "dsakit's own contract suites cover the DSA / DeepSeek-V4 backends without the kit",
              (), (_sglang_kit_modules(),)),
-        # Imports SGLang: evaluated only through dsakit.require at test time, never in a mark.
+        # Imports SGLang, so it answers only inside a running test (dsakit.require); a mark or
+        # `dsakit capabilities` reads it open.
         Gate("sglang:import-chain", "sglang", "SGLang's own import chain (configs, pools, backends) "
-             "loading in this environment", _import_chain_covered_by(), (), (_sglang_import_chain(),)),
+             "loading in this environment (checked inside tests only: it imports SGLang)",
+             _import_chain_covered_by(), (), (_sglang_import_chain(),)),
         Gate("jit:tvm-ffi-nvcc", "jit", "the JIT toolchain (tvm_ffi importable and nvcc on PATH or $CUDA_HOME)",
              "the ahead-of-time sgl_kernel ops cover the kernels without JIT", (), (_jit_toolchain(),)),
     ]

@@ -1,14 +1,15 @@
 """Whether SGLang's own import chain loads in this environment (the `sglang:import-chain` gate).
 
 Owns: importing the release's hub modules once per process and the clause naming the release, the
-module and the import error when that fails. Must not run at collection (importing SGLang takes
-seconds): tests reach it through `dsakit.require`, gates in marks never name it.
+module and the import error when that fails. Imports only inside a running test (importing SGLang
+takes seconds): never at collection, in marks or in `dsakit capabilities`.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 
 # The modules every contract suite's SGLang side goes through: ServerArgs (SGLangScope checks
 # server args against it; it imports the function-call parsers), the batch types (they import
@@ -58,3 +59,11 @@ def import_failure() -> str | None:
     clauses = [f"import {modules[0]}" + (f" (and {len(modules) - 1} more)" if len(modules) > 1 else "")
                + f" raised {error}" for error, modules in failed.items()]
     return f"SGLang {release.version} does not: {'; '.join(clauses)}"
+
+
+def gate_check() -> str | None:
+    """The gate's answer: inside a test (setup, call or teardown) the import outcome; elsewhere
+    None, since the check imports SGLang (the requirement says it is checked in tests only)."""
+    if not os.environ.get("PYTEST_CURRENT_TEST"):
+        return None
+    return import_failure()
