@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,6 +287,8 @@ class _ProbeScan:
         self.release = release
         self._constants: dict[str, dict[str, int]] = {}
         self._in_progress: set[str] = set()
+        self._trees: dict[str, ast.Module | None] = {}  # freed with the scan (an lru_cache kept every tree)
+        self._texts: dict[Path, str] = {}
 
     def path_of(self, module: str) -> Path | None:
         base = self.release.package_dir.joinpath(*module.split(".")[1:])
@@ -294,15 +297,30 @@ class _ProbeScan:
                 return candidate
         return None
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one scan object per release scan
     def parsed(self, module: str) -> ast.Module | None:
+        if module not in self._trees:
+            path = self.path_of(module)
+            try:
+                self._trees[module] = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
+            except (OSError, SyntaxError, UnicodeDecodeError):
+                self._trees[module] = None
+        return self._trees[module]
+
+    def defines_callable(self, module: str, name: str) -> bool:
+        """Is `name` a function or class of `module` (a text check)? Then it is no constant, and
+        the module need not be parsed: following every import would parse most of SGLang."""
         path = self.path_of(module)
         if path is None:
-            return None
-        try:
-            return ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            return None
+            return False
+        if path not in self._texts:
+            try:
+                self._texts[path] = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                self._texts[path] = ""
+        text = self._texts[path]
+        defined = re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", text, re.MULTILINE)
+        assigned = re.search(rf"^\s*{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
+        return defined is not None and assigned is None
 
     def imports(self, module: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
         path = self.path_of(module)
@@ -329,7 +347,8 @@ class _ProbeScan:
         found: dict[str, int] = {}
         for local, (source, name) in imports.items():
             # a re-export: `from x import _is_hip` where x computed it (names of probes, not functions)
-            if source.startswith("sglang.") and name not in PROBE_FUNCTIONS and name in self.constants(source):
+            if (source.startswith("sglang.") and name not in PROBE_FUNCTIONS
+                    and not self.defines_callable(source, name) and name in self.constants(source)):
                 found[local] = 0
 
         def walk(body: list[ast.stmt]) -> None:
@@ -380,7 +399,12 @@ class _ProbeScan:
 
 def scan_probes(release: SGLangRelease) -> list[FoundProbe]:
     """Every probe the backends' branch-deciding modules (SCAN_SCOPE) define or read."""
-    return _ProbeScan(release).scan()
+    return list(_scan_cached(release))
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_cached(release: SGLangRelease) -> tuple[FoundProbe, ...]:
+    return tuple(_ProbeScan(release).scan())
 
 
 def missing_probes(release: SGLangRelease) -> list[FoundProbe]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sys
 
 # The modules every contract suite's SGLang side goes through: ServerArgs (SGLangScope checks
 # server args against it; it imports the function-call parsers), the batch types (they import
@@ -64,6 +65,7 @@ def import_failure() -> str | None:
 def gate_check() -> str | None:
     """The gate's answer: inside a test (setup, call or teardown) the import outcome; elsewhere
     None, since the check imports SGLang (the requirement says it is checked in tests only)."""
-    if not os.environ.get("PYTEST_CURRENT_TEST"):
+    # PYTEST_CURRENT_TEST alone is inherited by a test's subprocesses (`dsakit capabilities`)
+    if not os.environ.get("PYTEST_CURRENT_TEST") or "_pytest.runner" not in sys.modules:
         return None
     return import_failure()
