@@ -1,8 +1,9 @@
 """Whether SGLang's own import chain loads in this environment (the `sglang:import-chain` gate).
 
-Owns: importing the release's hub modules once per process and the clause naming the release, the
-module and the import error when that fails. Imports only inside a running test (importing SGLang
-takes seconds): never at collection, in marks or in `dsakit capabilities`.
+Owns: importing the release's hub modules once per process, the clause naming the release, the
+module and the import error when that fails, and telling an error raised while SGLang was being
+imported from any other. Imports only inside a running test (importing SGLang takes seconds):
+never at collection, in marks or in `dsakit capabilities`.
 """
 
 from __future__ import annotations
@@ -69,3 +70,27 @@ def gate_check() -> str | None:
     if not os.environ.get("PYTEST_CURRENT_TEST") or "_pytest.runner" not in sys.modules:
         return None
     return import_failure()
+
+
+def raised_importing_sglang(error: BaseException) -> bool:
+    """Was `error` (or an error it was raised from) raised while an SGLang module of the release
+    under test ran its top level, i.e. while SGLang was being imported?"""
+    from dsakit.errors import UsageError
+    from dsakit.upstream.release import installed_release
+
+    try:
+        package = str(installed_release().package_dir) + os.sep
+    except UsageError:
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_name == "<module>" and os.path.abspath(code.co_filename).startswith(package):
+                return True
+            tb = tb.tb_next
+        current = current.__cause__ or current.__context__
+    return False
