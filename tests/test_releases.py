@@ -149,22 +149,45 @@ def test_a_release_whose_import_chain_fails_here_skips_naming_release_and_error(
     pytester: pytest.Pytester, sglang_release_tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """0.5.19 over this venv: its srt/server_args imports xgrammar (not installed) and srt/configs
-    registers a config name the venv's transformers already has. A test behind the gate (as the
-    contract suites' conftest puts every one) skips as [sglang:import-chain] naming 0.5.19 and both
-    errors; none fails."""
+    registers a config name the venv's transformers already has. Under the contract suites'
+    conftest a test that imports SGLang skips as [sglang:import-chain] naming 0.5.19 and both
+    errors; a test that does not import it still runs, and any other failure stays a failure."""
     tree = sglang_release_tree("0.5.19")
-    pytester.makeconftest(
-        "import pytest\nimport dsakit\n\n\n@pytest.fixture(autouse=True)\ndef _chain():\n"
-        "    dsakit.require('sglang:import-chain')\n")
+    pytester.makeconftest((ROOT / "contracts" / "conftest.py").read_text(encoding="utf-8"))
     pytester.makepyfile(test_pool="""
-        def test_a_pool():
+        import pytest
+
+        @pytest.fixture
+        def pool_class():
+            from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+            return ReqToTokenPool
+
+        def test_imports_sglang_in_the_body():
             from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
             assert ReqToTokenPool
+
+        def test_imports_sglang_in_a_fixture(pool_class):
+            assert pool_class
+
+        def test_needs_no_sglang():
+            assert 1 + 1 == 2
+
+        def test_fails_on_its_own():
+            assert 1 + 1 == 3
     """)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(tree)]))  # the subprocess's
-    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
-    assert result.ret == 0, result.stdout.str()[-3000:]
-    result.assert_outcomes(skipped=1)
+    result = pytester.runpytest_subprocess("-rfs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=2, passed=1, failed=1)
     text = result.stdout.str()
     assert "[sglang:import-chain]" in text and "SGLang 0.5.19 does not" in text
     assert "No module named 'xgrammar'" in text and "qwen3_asr" in text
+    assert "FAILED test_pool.py::test_fails_on_its_own" in text
+
+
+def test_an_error_raised_outside_sglangs_imports_is_not_an_import_chain_error() -> None:
+    from dsakit.upstream.import_chain import raised_importing_sglang
+
+    try:
+        raise ValueError("not an import")
+    except ValueError as error:
+        assert raised_importing_sglang(error) is False
