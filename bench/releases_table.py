@@ -1,9 +1,10 @@
 """The release x device x outcome table, from `--dsakit-report` files (one run per SGLang release).
 
-Usage: python bench/releases_table.py REPORT.json... [--output bench/releases.md]
-Each report gives one row for the session's device (real or simulated) and one row per simulated
-device its tests were parametrized over (`device=KEY` in the test id: dsakit_simulate). Exit codes:
-0 written, 2 a file is missing or not a dsakit report (the message names it).
+Usage: python bench/releases_table.py REPORT.json... [--per-simulated-device] [--output FILE]
+Each report gives one row for the session's device (real or simulated) and one row for the tests
+parametrized over simulated devices (`device=KEY` in the test id: dsakit_simulate), or one such row
+per simulated device with --per-simulated-device. Exit codes: 0 written, 2 a file is missing or not
+a dsakit report (the message names it).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def rows_of(report: dict[str, Any]) -> list[tuple[str, str, Counter[str]]]:
-    """(release, device, outcome counts): the session's device, then each simulated device."""
+def rows_of(report: dict[str, Any], per_device: bool = True) -> list[tuple[str, str, Counter[str]]]:
+    """(release, device, outcome counts): the session's device, then the simulated devices (each,
+    or together as one row)."""
     release = str(report.get("sglang") or "not installed")
     device = report["device"]
     own = f"{device.get('description', device.get('key'))} ({'simulated' if device.get('simulated') else 'real'})"
@@ -46,16 +48,24 @@ def rows_of(report: dict[str, Any]) -> list[tuple[str, str, Counter[str]]]:
         match = _SIMULATED_ID.search(test_id)
         key = f"{match.group(1)} (simulated)" if match else own
         by_device.setdefault(key, Counter())[str(test.get("outcome"))] += 1
-    return [(release, name, counts) for name, counts in by_device.items()]
+    rows = [(release, name, counts) for name, counts in by_device.items()]
+    simulated = [row for row in rows if row[1] != own]
+    if per_device or not simulated:
+        return rows
+    together: Counter[str] = Counter()
+    for _, _, counts in simulated:
+        together.update(counts)
+    keys = ", ".join(sorted(name.split(" ", 1)[0] for _, name, _ in simulated))
+    return [rows[0], (release, f"{len(simulated)} simulated ({keys})", together)]
 
 
 def _release_key(release: str) -> tuple[int, ...]:
     return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))
 
 
-def table(reports: list[dict[str, Any]]) -> str:
-    rows = sorted((row for report in reports for row in rows_of(report)),
-                  key=lambda r: (_release_key(r[0]), "(simulated)" in r[1], r[1]))
+def table(reports: list[dict[str, Any]], per_device: bool = True) -> str:
+    rows = sorted((row for report in reports for row in rows_of(report, per_device)),
+                  key=lambda r: (_release_key(r[0]), "simulated" in r[1], r[1]))
     head = "| SGLang | device | " + " | ".join(OUTCOMES) + " | total |"
     rule = "|---|---|" + "---:|" * (len(OUTCOMES) + 1)
     lines = [head, rule]
@@ -68,10 +78,12 @@ def table(reports: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path)
+    parser.add_argument("--per-simulated-device", action="store_true",
+                        help="one row per simulated device (default: one row for all of them)")
     parser.add_argument("--output", type=Path, help="write the markdown table here (default: print it)")
     args = parser.parse_args(argv)
     try:
-        text = table([_load(path) for path in args.reports])
+        text = table([_load(path) for path in args.reports], per_device=args.per_simulated_device)
     except BadReport as error:
         print(f"releases_table: {error}", file=sys.stderr)
         return 2

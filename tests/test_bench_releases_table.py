@@ -31,7 +31,7 @@ def test_rows_per_release_and_device_with_outcome_counts(tmp_path: Path) -> None
     })
     old = _report(tmp_path / "b.json", "0.5.17", {"c/t.py::test_a": "skipped"})
 
-    done = _run(str(new), str(old))
+    done = _run(str(new), str(old), "--per-simulated-device")
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
@@ -52,3 +52,15 @@ def test_a_missing_or_foreign_file_is_exit_2_naming_it(tmp_path: Path) -> None:
     done = _run(str(other))
     assert done.returncode == 2 and "other.json: not a --dsakit-report file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_simulated_devices_share_one_row_by_default(tmp_path: Path) -> None:
+    report = _report(tmp_path / "a.json", "0.5.21", {
+        "c/t.py::test_a": "passed", "c/t.py::test_d[role=target-device=sm103-extend]": "passed",
+        "c/t.py::test_d[role=draft-device=gfx950]": "skipped"})
+    done = _run(str(report))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[2:] == [
+        "| 0.5.21 | CPU (no CUDA or ROCm GPU) (real) | 1 | 0 | 0 | 0 | 0 | 0 | 1 |",
+        "| 0.5.21 | 2 simulated (gfx950, sm103) | 1 | 0 | 0 | 1 | 0 | 0 | 2 |",
+    ]
