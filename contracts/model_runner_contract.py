@@ -62,10 +62,17 @@ def _kv_index_translator(runner: Any) -> Any:
     KVIndexTranslator = _import_of_feature(
         "sglang.srt.mem_cache.kv_index_translator", "KVIndexTranslator", "kv-index-translator")
 
+    import inspect
+
+    role: dict[str, Any] = {}
+    # 0.5.22 added the role to the translator (draft workers skip its NPU context-parallel remap); 0.5.19-0.5.21
+    # take no such keyword: probe the constructor, not the release number.
+    if "is_draft_worker" in inspect.signature(KVIndexTranslator.__init__).parameters:
+        role["is_draft_worker"] = runner.is_draft_worker
     return KVIndexTranslator(
         req_to_token=runner.req_to_token_pool.req_to_token, token_to_kv_pool_allocator=None,
         token_to_kv_pool=runner.token_to_kv_pool, page_size=runner.page_size, device=runner.device,
-        is_draft_worker=runner.is_draft_worker,
+        **role,
     )
 
 

@@ -43,16 +43,40 @@ CELLS = [
 ]
 
 
+_V4 = "sglang.srt.layers.attention.deepseek_v4_backend"
+_DSV4_KERNELS = "sglang.kernels.ops.attention.dsv4"
+# Where each release keeps them, probed in order: 0.5.17 re-exports both from the backend; from
+# 0.5.21 the backend imports no quantizer (kernels' quant_k_cache), 0.5.23 keeps it only as a test
+# reference and renames the dequantizer *_dsv4.
+QUANTIZERS = ((_V4, "quant_to_nope_fp8_rope_bf16_pack_triton"),
+              (f"{_DSV4_KERNELS}.quant_k_cache", "quant_to_nope_fp8_rope_bf16_pack_triton"),
+              ("sglang.test.kernels.deepseek_v4.k_cache_reference", "quant_to_nope_fp8_rope_bf16_pack_triton"))
+DEQUANTIZERS = ((_V4, "dequantize_k_cache_paged"), (_V4, "dequantize_k_cache_paged_dsv4"),
+                (f"{_DSV4_KERNELS}.dequant_k_cache", "dequantize_k_cache_paged"),
+                (f"{_DSV4_KERNELS}.dequant_k_cache", "dequantize_k_cache_paged_dsv4"))
+
+
+def _first_defined(candidates: tuple[tuple[str, str], ...]) -> Any:
+    import importlib
+    import importlib.util
+
+    for module, name in candidates:
+        if importlib.util.find_spec(module) is None:
+            continue
+        found = getattr(importlib.import_module(module), name, None)
+        if found is not None:
+            return found
+    return None
+
+
 def sglang_kv_codec() -> tuple[Any, Any]:
     """SGLang's own FP8 pack (bf16 K -> NopeFp8RopeBf16Pack) and paged dequantizer (bytes -> bf16
-    K), so the cache layout under test is SGLang's (0.5.17 names; 0.5.23 renamed the dequantizer)."""
-    from sglang.srt.layers.attention import deepseek_v4_backend as v4
-
-    quantize = getattr(v4, "quant_to_nope_fp8_rope_bf16_pack_triton", None)
-    dequantize = getattr(v4, "dequantize_k_cache_paged", None) or getattr(v4, "dequantize_k_cache_paged_dsv4", None)
+    K), so the cache layout under test is SGLang's: found by name where this release defines them."""
+    quantize, dequantize = _first_defined(QUANTIZERS), _first_defined(DEQUANTIZERS)
     if quantize is None or dequantize is None:
-        pytest.fail("this SGLang's deepseek_v4_backend has neither quant_to_nope_fp8_rope_bf16_pack_triton nor "
-                    "dequantize_k_cache_paged(_dsv4): dsakit cannot write the FP8 KV cache the way SGLang does")
+        where = "; ".join(f"{m}.{n}" for m, n in (QUANTIZERS if quantize is None else DEQUANTIZERS))
+        pytest.fail(f"this SGLang defines none of {where}: dsakit cannot write the FP8 KV cache the way "
+                    "SGLang does; add where this release keeps it to QUANTIZERS / DEQUANTIZERS")
     return quantize, dequantize
 
 

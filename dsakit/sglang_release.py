@@ -31,6 +31,12 @@ RUNTIME_CONTEXT_FILE = "srt/runtime_context.py"
 ENVIRON_FILE = "srt/environ.py"
 SERVER_ARGS_FILE = "srt/server_args.py"
 KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
+V41_INDEXER_FILE = "srt/layers/attention/dsv4/v41_indexer/__init__.py"
+MLA_BUFFER_FILE = "kernels/ops/kvcache/mla_buffer.py"
+
+# The releases dsakit is tested against: every one has its row in the probe table
+# (device_probes.PROBES `releases`) and its CPU run (scripts/env.sh main --sglang VERSION).
+SUPPORTED_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
 # Known names of the fused top-k v2 kernel (page-table fold), newest first.
 TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
@@ -110,6 +116,21 @@ FEATURES: dict[str, Feature] = {
             "0.5.17, topk_transform_paged_v2 in 0.5.23)",
         ),
         Feature(
+            "dsv4-builds-without-gpu",
+            "DeepseekV4AttnBackend.__init__ building on a host without CUDA (dsv4/v41_indexer's "
+            "is_sm100_or_newer asks is_cuda() before torch.cuda.get_device_capability())",
+            "SGLang 0.5.21's DeepseekV4AttnBackend.__init__ calls torch.cuda.get_device_capability() "
+            "unguarded (dsv4/v41_indexer is_sm100_or_newer), so it needs a GPU; 0.5.17-0.5.20 have no "
+            "v41 indexer and 0.5.22 guards it with is_cuda()",
+        ),
+        Feature(
+            "mla-kv-write-without-triton",
+            "DSATokenToKVPool.set_mla_kv_buffer on a host without a GPU (kernels/ops/kvcache/mla_buffer.py: "
+            "the torch scatter set_mla_kv_buffer_naive where the platform has no Triton)",
+            "this SGLang writes the MLA KV cache only through a Triton kernel, which needs a GPU driver; "
+            "0.5.22 and 0.5.23 fall back to a torch scatter on CPU",
+        ),
+        Feature(
             "hip-radix-reads-model",
             "DeepseekV4HipRadixBackend.__init__ reading model_runner.model (the AMD DeepSeek-V4 backend)",
             "this SGLang's AMD DeepSeek-V4 backend does not read model_runner.model (0.5.17 does not, "
@@ -121,7 +142,7 @@ FEATURES: dict[str, Feature] = {
 
 def _reads_text(path: Path, text: str) -> bool:
     try:
-        return text in path.read_text(encoding="utf-8")
+        return text in path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
 
@@ -130,7 +151,7 @@ def _defined_names(path: Path) -> frozenset[str]:
     """Top-level function/class names and method names (as Class.method) defined in a file."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError):
+    except (OSError, SyntaxError, UnicodeDecodeError):
         return frozenset()
     names: set[str] = set()
     for node in tree.body:
@@ -142,6 +163,33 @@ def _defined_names(path: Path) -> frozenset[str]:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     names.add(f"{node.name}.{item.name}")
     return frozenset(names)
+
+
+def _capability_read_guarded(path: Path, function: str) -> bool:
+    """Does top-level `function` of `path` ask is_cuda() before reading the device capability?
+
+    True where the file or the function is absent (nothing reads it); False where a
+    `get_device_capability` call is reached without an `is_cuda()` call in the same expression
+    or an earlier statement of the function."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return True
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name == function):
+            continue
+        guarded = False
+        for statement in node.body:
+            calls = {_called_name(c) for c in ast.walk(statement) if isinstance(c, ast.Call)}
+            guarded = guarded or "is_cuda" in calls
+            if "get_device_capability" in calls and not guarded:
+                return False
+    return True
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 @dataclass(frozen=True)
@@ -170,7 +218,7 @@ class SGLangRelease:
     def assigns_on_runner(self, name: str) -> bool:
         """Does model_runner.py assign `self.<name> = ...` (text probe: no AST, no import)?"""
         path = self.file(MODEL_RUNNER_FILE)
-        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
         return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=]*)?=[^=]", text) is not None
 
     def has(self, feature: str) -> bool:
@@ -195,6 +243,9 @@ class SGLangRelease:
             "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
             "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
             "hip-radix-reads-model": lambda: _reads_text(self.file(HIP_RADIX_FILE), "model_runner.model."),
+            "dsv4-builds-without-gpu": lambda: _capability_read_guarded(self.file(V41_INDEXER_FILE),
+                                                                        "is_sm100_or_newer"),
+            "mla-kv-write-without-triton": lambda: self.defines(MLA_BUFFER_FILE, "set_mla_kv_buffer_naive"),
         }
         return bool(probes[feature]())
 
@@ -253,8 +304,12 @@ def installed_release() -> SGLangRelease:
             "pinned CPU recipe) or pass --sglang-src DIR pointing at an SGLang tree"
         )
     package_dir = Path(next(iter(spec.submodule_search_locations)))
-    try:
-        version = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        version = _version_from_tree(package_dir)
+    # The imported tree's own version file first: a release put on PYTHONPATH over an installed one
+    # is what runs, while the distribution metadata still names the installed one.
+    version = _version_from_tree(package_dir)
+    if version == "unknown":
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            pass
     return SGLangRelease(package_dir.resolve(), version)

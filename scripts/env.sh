@@ -1,12 +1,31 @@
 #!/usr/bin/env bash
 # Set up (once, idempotently) and run dsakit's jobs on a fresh machine. Usage:
-#   bash scripts/env.sh main   # the contract suites against real SGLang + capability report
-#   bash scripts/env.sh test   # dsakit's own tests
+#   bash scripts/env.sh main                   # the contract suites against real SGLang + capability report
+#   bash scripts/env.sh main --sglang 0.5.21   # the same against another SGLang release (see below)
+#   bash scripts/env.sh test                   # dsakit's own tests
 # The venv lives in .venv; it is (re)installed when requirements/ or pyproject.toml change.
+# --sglang X: the release's wheel (`pip download --no-deps sglang==X`, kept in .cache/sglang-X)
+# is unpacked and put on PYTHONPATH over the venv's pinned SGLang; tests whose SGLang import
+# chain does not load with the venv's pins skip as [sglang:import-chain]. Report:
+# dsakit-report-X.json (dsakit-report.json for the pinned release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage() { echo "usage: bash scripts/env.sh main [--sglang VERSION] | test   (VERSION like 0.5.21)" >&2; exit 2; }
 job=${1:-}
-case "$job" in main|test) ;; *) echo "usage: bash scripts/env.sh main|test" >&2; exit 2 ;; esac
+case "$job" in main|test) ;; *) usage ;; esac
+shift
+release=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sglang) [ $# -ge 2 ] || usage; release=$2; shift 2 ;;
+    --sglang=*) release=${1#--sglang=}; shift ;;
+    *) echo "scripts/env.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+if [ -n "$release" ]; then
+  [ "$job" = main ] || { echo "scripts/env.sh: --sglang applies to the main job only" >&2; exit 2; }
+  [[ "$release" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "scripts/env.sh: --sglang '$release' is not a release number (e.g. 0.5.21)" >&2; exit 2; }
+fi
 
 PY=${PYTHON:-python3}
 stamp_of() { cat pyproject.toml requirements/*.txt | sha256sum | cut -d' ' -f1; }
@@ -23,11 +42,36 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.dsakit-stamp 2>/dev/null)" != "$
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 
+report=dsakit-report.json
+# the pinned release's import chain must load: a skip behind sglang:import-chain fails the job
+must_run=(--dsakit-must-run sglang:import-chain)
+if [ -n "$release" ]; then
+  tree=".cache/sglang-$release/tree"
+  if [ ! -f "$tree/sglang/__init__.py" ]; then
+    echo "== dsakit: SGLang $release from its wheel (pip download --no-deps) into $tree"
+    rm -rf ".cache/sglang-$release"
+    python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      "sglang==$release" -d ".cache/sglang-$release/wheels" \
+      || { echo "scripts/env.sh: cannot download sglang==$release (offline, or no such release)" >&2; exit 2; }
+    python - "$release" "$tree" <<'PY'
+import glob, os, sys, zipfile
+release, tree = sys.argv[1], sys.argv[2]
+(wheel,) = glob.glob(os.path.join(os.path.dirname(tree), "wheels", f"sglang-{release}-*.whl"))
+with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(tree + ".partial", [n for n in archive.namelist() if n.startswith("sglang/")])
+os.replace(tree + ".partial", tree)
+PY
+  fi
+  export PYTHONPATH="$PWD/$tree${PYTHONPATH:+:$PYTHONPATH}"
+  report="dsakit-report-$release.json"
+  must_run=()
+fi
+
 case "$job" in
   main)
     dsakit capabilities
     dsakit contract check
-    exec python -m pytest contracts -n 2 --dsakit-report dsakit-report.json
+    exec python -m pytest contracts -n 2 --dsakit-report "$report" "${must_run[@]}"
     ;;
   test)
     lint-imports --no-cache --no-logo  # the wing order in pyproject.toml [tool.importlinter]

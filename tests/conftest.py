@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,44 @@ def built_sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    capture_output=True)
     (sdist,) = (work / "dist").glob("*.tar.gz")
     return sdist
+
+
+@pytest.fixture(scope="session")
+def sglang_release_tree(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`tree("0.5.21")`: an unpacked SGLang wheel of that release (the folder holding `sglang/`),
+    downloaded once with `pip download --no-deps` into the pytest cache (a session temp dir under
+    -p no:cacheprovider); skips with [sglang-wheel-unavailable] where pip cannot fetch it (offline)."""
+    import zipfile
+
+    cache = getattr(request.config, "cache", None)
+
+    def tree(version: str) -> Path:
+        where = Path(cache.mkdir(f"dsakit-sglang-{version}")) if cache is not None else \
+            tmp_path_factory.mktemp(f"sglang-{version}")
+        unpacked = where / "tree"
+        if (unpacked / "sglang" / "__init__.py").is_file():
+            return unpacked
+        wheels = where / "wheels"
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+             "--disable-pip-version-check", f"sglang=={version}", "-d", str(wheels)],
+            capture_output=True, text=True, timeout=600, check=False)
+        found = sorted(wheels.glob(f"sglang-{version}-*.whl")) if done.returncode == 0 else []
+        if not found:
+            pytest.skip(f"[sglang-wheel-unavailable] no SGLang {version} wheel: `pip download --no-deps "
+                        f"sglang=={version}` failed (offline?): "
+                        + (done.stderr.strip().splitlines() or ["pip found no wheel"])[-1])
+        partial = where / f"tree.partial-{os.getpid()}"  # one per xdist worker
+        try:
+            with zipfile.ZipFile(found[0]) as wheel:
+                wheel.extractall(partial, [n for n in wheel.namelist() if n.startswith("sglang/")])
+            partial.rename(unpacked)  # whole or absent: a worker killed mid-unpack leaves no half tree
+        except OSError:
+            if not (unpacked / "sglang" / "__init__.py").is_file():  # not another worker's rename
+                raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return unpacked
+
+    return tree

@@ -10,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -494,3 +495,114 @@ def test_entry_of_a_feature_the_release_lacks_is_not_required(tree: Path) -> Non
     assert result.returncode == 1
     assert "model_runner.kv_index_translator" in next(
         line for line in result.stdout.splitlines() if "[contract-not-set-by-runner]" in line)
+
+
+# ---------------------------------------------------------------- bases and mixins in other files
+
+_MIXIN = "srt/model_executor/runner_mixin.py"
+_BASE = "srt/model_executor/runner_base.py"
+
+
+@pytest.mark.parametrize("style", ["absolute", "relative", "module-attribute"])
+def test_runner_attributes_set_by_a_mixin_in_another_file_are_found(tmp_path: Path, style: str) -> None:
+    """A base class or mixin imported from another file of the tree (0.5.14's
+    ModelRunnerKVCacheMixin), and its own base in a third file, count as the runner's."""
+    package = tmp_path / "sglang"
+    (package / "srt/model_executor").mkdir(parents=True)
+    (package / _BASE).write_text("class RunnerBase:\n    def setup(self):\n\n        self.from_the_base = 1\n")
+    (package / _MIXIN).write_text(
+        "from .runner_base import RunnerBase\n\n\nclass RunnerMixin(RunnerBase):\n"
+        "    def init_pools(self):\n        self.token_to_kv_pool = None\n")
+    head, base = {
+        "absolute": ("from sglang.srt.model_executor.runner_mixin import RunnerMixin\n", "RunnerMixin"),
+        "relative": ("from .runner_mixin import RunnerMixin\n", "RunnerMixin"),
+        "module-attribute": ("from sglang.srt.model_executor import runner_mixin as mixins\n", "mixins.RunnerMixin"),
+    }[style]
+    (package / MODEL_RUNNER_FILE).write_text(
+        head + f"\n\nclass ModelRunnerOutput:\n    def __init__(self):\n        self.not_the_runners = 1\n\n\n"
+        f"class ModelRunner({base}):\n    def __init__(self):\n        self.a = 1\n")
+    from dsakit.upstream.source_scan import runner_assignments
+
+    sites = runner_assignments(release_from_tree(tmp_path))
+    assert str(sites["token_to_kv_pool"]) == "sglang/srt/model_executor/runner_mixin.py:6"
+    assert str(sites["from_the_base"]) == "sglang/srt/model_executor/runner_base.py:4"
+    assert str(sites["a"]) == "sglang/srt/model_executor/model_runner.py:11"
+    assert "not_the_runners" not in sites
+
+
+def test_a_contract_entry_the_runner_sets_only_in_a_mixin_file_is_no_drift(tree: Path) -> None:
+    """Move what ModelRunner assigns for max_running_requests into a mixin of another file: the
+    check still finds it (before: `contract-not-set-by-runner`, advice to delete a correct entry)."""
+    runner = tree / MODEL_RUNNER_FILE
+    text = runner.read_text(encoding="utf-8")
+    assert "self.max_running_requests =" in text and "\nclass ModelRunner:" in text
+    text = text.replace("self.max_running_requests =", "self._moved_away =")
+    text = text.replace("\nclass ModelRunner:", "\nfrom .runner_mixin import RunnerMixin\n\n\n"
+                        "class ModelRunner(RunnerMixin):", 1)
+    runner.write_text(text, encoding="utf-8")
+    (tree / _MIXIN).write_text("class RunnerMixin:\n    def init_memory(self):\n"
+                               "        self.max_running_requests = 8\n", encoding="utf-8")
+
+    result = _check("--sglang-src", str(tree.parent), "--json")
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    report = json.loads(result.stdout)
+    assert report["counts"]["not_set_by_runner"] == 0
+    entry = next(e for e in report["entries"] if e["path"] == "max_running_requests")
+    assert entry["set_by_runner"] == "sglang/srt/model_executor/runner_mixin.py:3"
+
+
+def test_0514_kv_cache_mixin_sets_the_pools(sglang_release_tree: Callable[[str], Path]) -> None:
+    """SGLang 0.5.14 sets max_running_requests and token_to_kv_pool in ModelRunnerKVCacheMixin
+    (model_runner_kv_cache_mixin.py): neither is reported as never set."""
+    tree = sglang_release_tree("0.5.14")
+    result = _check("--sglang-src", str(tree), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    assert report["sglang"]["version"] == "0.5.14"
+    never_set = [f["subject"] for f in report["findings"] if f["code"] == "contract-not-set-by-runner"]
+    assert never_set == []
+    sites = {e["path"]: e["set_by_runner"] for e in report["entries"]}
+    for name in ("max_running_requests", "token_to_kv_pool"):
+        assert sites[name].startswith("sglang/srt/model_executor/model_runner_kv_cache_mixin.py:"), sites[name]
+
+
+# ---------------------------------------------------------------- a tree that does not parse (issue 28 item 6)
+
+
+def test_a_merge_conflicted_model_runner_is_a_usage_error_naming_file_and_line(tree: Path) -> None:
+    runner = tree / MODEL_RUNNER_FILE
+    lines = runner.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[40:40] = ["<<<<<<< HEAD\n", "x = 1\n", "=======\n", "x = 2\n", ">>>>>>> theirs\n"]
+    runner.write_text("".join(lines), encoding="utf-8")
+
+    result = _check("--sglang-src", str(tree.parent))
+
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "sglang/srt/model_executor/model_runner.py:41: does not parse" in result.stderr
+    assert "merge conflict" in result.stderr and "--sglang-src" in result.stderr
+
+
+def test_a_model_runner_that_is_not_utf8_is_a_usage_error_naming_file_and_line(tree: Path) -> None:
+    runner = tree / MODEL_RUNNER_FILE
+    raw = runner.read_bytes().split(b"\n")
+    raw[29] += b"  # caf\xe9"
+    runner.write_bytes(b"\n".join(raw))
+
+    result = _check("--sglang-src", str(tree.parent))
+
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "sglang/srt/model_executor/model_runner.py:30: not utf-8 (byte 0xe9" in result.stderr
+
+
+def test_a_latin1_model_runner_with_its_coding_cookie_parses(tmp_path: Path) -> None:
+    release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner):\n"
+                                   "        self.device = model_runner.device\n")
+    (release.package_dir / MODEL_RUNNER_FILE).write_bytes(
+        b"# -*- coding: latin-1 -*-\nclass ModelRunner:\n    def __init__(self):\n"
+        b"        self.device = 'caf\xe9'\n")
+    from dsakit.upstream.source_scan import runner_assignments
+
+    assert str(runner_assignments(release)["device"]) == "sglang/srt/model_executor/model_runner.py:4"

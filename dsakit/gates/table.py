@@ -8,7 +8,6 @@ arch string, never by number. Never imports pytest, torch or SGLang (markers: `d
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -291,9 +290,11 @@ def _sglang_kit_modules() -> Check:
         missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
         if not missing:
             return None
+        from dsakit.sglang_release import installed_release
+
         try:
-            version = importlib.metadata.version("sglang")
-        except importlib.metadata.PackageNotFoundError:
+            version = installed_release().version  # the imported tree's, not the distribution's
+        except UsageError:
             return "SGLang is not installed in this environment"
         return (f"SGLang {version}'s sglang.test.test_utils / attention kit runner_modes import "
                 f"{', '.join(repr(m) for m in missing)}, not installed in this environment{_note(device)}")
@@ -309,6 +310,21 @@ _SGLANG_COVERED_BY = {
     "topk-v2-fold": "the unfused top-k then page-table gather path covers this SGLang",
     "hip-radix-reads-model": "the CUDA DeepSeek-V4 backend covers the shared contract entries",
 }
+
+
+def _sglang_import_chain() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        from dsakit.sglang_import_chain import gate_check
+
+        return gate_check()
+
+    return check
+
+
+def _import_chain_covered_by() -> str:
+    from dsakit.sglang_import_chain import COVERED_BY
+
+    return COVERED_BY
 
 
 def _build_table() -> dict[str, Gate]:
@@ -361,6 +377,11 @@ def _build_table() -> dict[str, Gate]:
              + " installed)",
              "it runs where SGLang's test dependencies are installed",
              (), (_sglang_kit_modules(),)),
+        # Imports SGLang, so it answers only inside a running test (dsakit.require); a mark or
+        # `dsakit capabilities` reads it open.
+        Gate("sglang:import-chain", "sglang", "SGLang's own import chain (configs, pools, backends) "
+             "loading in this environment (checked inside tests only: it imports SGLang)",
+             _import_chain_covered_by(), (), (_sglang_import_chain(),)),
         Gate("jit:tvm-ffi-nvcc", "jit", "the JIT toolchain (tvm_ffi importable and nvcc on PATH or $CUDA_HOME)",
              "the ahead-of-time sgl_kernel ops cover the kernels without JIT", (), (_jit_toolchain(),)),
     ]

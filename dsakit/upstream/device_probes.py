@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
-from dsakit.sglang_release import SGLangRelease
+from dsakit.sglang_release import SUPPORTED_RELEASES, SGLangRelease
 
 ProbeKind = Literal["constant", "cached", "torch"]
 
@@ -65,7 +66,7 @@ class Probe:
               torch: a torch.cuda / torch.version fact every runtime probe bottoms out in
     modules   where it is patched / cleared (dotted); empty for torch facts
     value     its answer on a simulated device (None for cached probes: they follow the torch facts)
-    releases  SGLang releases whose source defines it in these modules
+    releases  supported SGLang releases whose source defines it in (one of) these modules
     note      what reads it
     patched   False for forward-only kernel constants (dtypes): listed so the scan stays complete
     """
@@ -74,7 +75,7 @@ class Probe:
     kind: ProbeKind
     modules: tuple[str, ...]
     value: Callable[[DeviceModel], Any] | None
-    releases: tuple[str, ...] = ("0.5.17", "0.5.23")
+    releases: tuple[str, ...] = SUPPORTED_RELEASES
     note: str = ""
     patched: bool = True
 
@@ -89,106 +90,111 @@ class Probe:
         return str(value)
 
 
-BOTH = ("0.5.17", "0.5.23")
-NEW = ("0.5.23",)
-OLD = ("0.5.17",)
+def _span(first: int, last: int) -> tuple[str, ...]:
+    """The supported releases 0.5.<first> to 0.5.<last>, both included."""
+    return tuple(r for r in SUPPORTED_RELEASES if first <= int(r.rsplit(".", 1)[1]) <= last)
+
+
+ALL = SUPPORTED_RELEASES
 
 PROBES: tuple[Probe, ...] = (
     # ---- module constants (computed at import; patched where they are read)
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), is_cuda, NEW,
+    Probe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), is_cuda, _span(22, 23),
           "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
     Probe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
-                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), is_cuda, BOTH,
+                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), is_cuda, ALL,
           "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
     Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
-                                   f"{ATT}.dsa.head_gate"), is_cuda, NEW),
+                                   f"{ATT}.dsa.head_gate"), is_cuda, _span(18, 23)),
     Probe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
                                   f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
                                   f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
                                   "sglang.srt.mem_cache.deepseek_v4_memory_pool",
-                                  "sglang.srt.mem_cache.deepseek_v4_compress_state"), is_hip, BOTH,
+                                  "sglang.srt.mem_cache.deepseek_v4_compress_state"), is_hip, ALL,
           "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
     Probe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
-                                  f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), is_hip, NEW),
-    Probe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), _false, NEW),
+                                  f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), is_hip, _span(19, 23)),
+    Probe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), _false, _span(20, 23)),
     Probe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
-                                  f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), _false, BOTH),
+                                  f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), _false, ALL),
     Probe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
-                                  f"{ATT}.dsv4.compressor"), _false, BOTH),
-    Probe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), _false, OLD),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, NEW),
-    Probe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), _gfx("gfx95"), BOTH,
+                                  f"{ATT}.dsv4.compressor"), _false, ALL),
+    Probe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), _false, _span(17, 17)),
+    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(18, 23)),
+    Probe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), _gfx("gfx95"), ALL,
           "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
-    Probe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx95"), BOTH),
+    Probe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx95"), ALL),
     Probe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
-          _false, NEW),
-    Probe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx94"), BOTH),
-    Probe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), _false, BOTH,
+          _false, _span(22, 23)),
+    Probe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx94"), ALL),
+    Probe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), _false, ALL,
           "off: AITER kernels are not simulated"),
     Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
-          lambda d: 1024 if is_cuda(d) else 0, BOTH),
+          lambda d: 1024 if is_cuda(d) else 0, ALL),
     Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
-          lambda d: 1024 if is_cuda(d) else 0, NEW, "re-exported from dsa_indexer"),
-    Probe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), _major_in(12), OLD,
+          lambda d: 1024 if is_cuda(d) else 0, _span(20, 23), "re-exported from dsa_indexer"),
+    Probe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), _major_in(12), _span(17, 18),
           "DSv4 FlashMLA metadata is skipped on SM 12.x"),
-    Probe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), _major_in(12), NEW),
-    Probe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), _false, BOTH,
+    Probe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), _major_in(12), _span(20, 23)),
+    Probe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), _false, ALL,
           "off: the online C128 compression flag is not simulated"),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, OLD),
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), is_cuda, OLD),
-    Probe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), _gfx("gfx95"), NEW,
+    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(17, 17)),
+    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), is_cuda, _span(17, 17)),
+    Probe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), _gfx("gfx95"), _span(23, 23),
           "forward-only (tilelang kernel)"),
-    Probe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), is_hip, OLD,
+    Probe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), is_hip, _span(17, 22),
           "forward-only (kernels)"),
-    Probe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), _false, OLD,
+    Probe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), _false, _span(17, 22),
           "forward-only (kernels)"),
-    Probe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), _false, OLD, "forward-only (kernels)"),
-    Probe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), _fp8_dtype_name, BOTH,
+    Probe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), _false, _span(17, 20), "forward-only (kernels)"),
+    Probe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), _fp8_dtype_name, ALL,
           "forward-only (indexer kernels)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), _fp8_dtype_name, BOTH,
+    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), _fp8_dtype_name, ALL,
           "forward-only (dequant kernel)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), _fp8_dtype_name, NEW,
+    Probe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), _fp8_dtype_name, _span(19, 23),
           "forward-only (re-exported from fp8_kernel)", patched=False),
     Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
-          _fp8_dtype_name, OLD, "forward-only (kernels)", patched=False),
+          _fp8_dtype_name, _span(17, 22), "forward-only (kernels)", patched=False),
     # ---- cached probe functions (cleared on enter and on exit)
-    Probe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, NEW, "schedule sizing"),
-    Probe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, NEW,
+    Probe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
+    Probe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
           "DeepGEMM / JIT schedule: launches a kernel"),
-    Probe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW,
+    Probe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
           "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
-    Probe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW),
-    Probe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, NEW),
-    Probe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, NEW),
-    Probe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, BOTH),
-    Probe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, NEW),
-    Probe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, NEW),
-    Probe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, NEW),
-    Probe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, NEW, "the top-k v2 JIT module"),
-    Probe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, OLD),
+    Probe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
+    Probe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
+    Probe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
+    Probe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
+    Probe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    Probe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    Probe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
+    Probe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
+    Probe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
     # ---- torch facts (every runtime probe, lru-cached or not, reads these)
-    Probe("torch.cuda.is_available", "torch", (), lambda d: d.is_gpu, BOTH),
-    Probe("torch.cuda.get_device_capability", "torch", (), lambda d: d.sm if d.is_gpu else "raises", BOTH,
+    Probe("torch.cuda.is_available", "torch", (), lambda d: d.is_gpu, ALL),
+    Probe("torch.cuda.get_device_capability", "torch", (), lambda d: d.sm if d.is_gpu else "raises", ALL,
           "dsa_backend __init__ -> device_sm_major"),
     Probe("torch.cuda.get_device_properties", "torch", (),
-          lambda d: f"{SM_COUNTS[d.key]} SMs" + (f", {d.gfx}" if d.gfx else "") if d.is_gpu else "raises", BOTH),
-    Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", BOTH),
-    Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", BOTH),
-    Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, BOTH),
+          lambda d: f"{SM_COUNTS[d.key]} SMs" + (f", {d.gfx}" if d.gfx else "") if d.is_gpu else "raises", ALL),
+    Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", ALL),
+    Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", ALL),
+    Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, ALL),
     # the version torch was built with, not a fact of the GPU: a CUDA build keeps its own (torchvision
     # and others compare it with theirs at import); a build without CUDA answers the profile's
     Probe("torch.version.cuda", "torch", (),
           lambda d: f"host build, else {d.toolkit}" if is_cuda(d) else ("None" if is_hip(d) else "host"),
-          BOTH, "is_sm100_supported and friends also compare the CUDA version"),
-    Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", BOTH),
+          ALL, "is_sm100_supported and friends also compare the CUDA version"),
+    Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", ALL),
 )
 
 
 def probes_for(version: str) -> list[Probe]:
-    """The declared probes a release defines ("0.5.17", "0.5.23"; others get every probe)."""
-    known = {r for p in PROBES for r in p.releases}
-    return [p for p in PROBES if version not in known or version in p.releases]
+    """The declared probes a supported release defines (SUPPORTED_RELEASES); a release outside
+    them (a newer one, a checkout) gets every probe: its table is not known, so none is left out."""
+    if version not in SUPPORTED_RELEASES:
+        return list(PROBES)
+    return [p for p in PROBES if version in p.releases]
 
 
 def declared_constants() -> set[tuple[str, str]]:
@@ -284,6 +290,8 @@ class _ProbeScan:
         self.release = release
         self._constants: dict[str, dict[str, int]] = {}
         self._in_progress: set[str] = set()
+        self._trees: dict[str, ast.Module | None] = {}  # freed with the scan (an lru_cache kept every tree)
+        self._texts: dict[Path, str] = {}
 
     def path_of(self, module: str) -> Path | None:
         base = self.release.package_dir.joinpath(*module.split(".")[1:])
@@ -292,15 +300,30 @@ class _ProbeScan:
                 return candidate
         return None
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one scan object per release scan
     def parsed(self, module: str) -> ast.Module | None:
+        if module not in self._trees:
+            path = self.path_of(module)
+            try:
+                self._trees[module] = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
+            except (OSError, SyntaxError, UnicodeDecodeError):
+                self._trees[module] = None
+        return self._trees[module]
+
+    def defines_callable(self, module: str, name: str) -> bool:
+        """Is `name` a function or class of `module` (a text check)? Then it is no constant, and
+        the module need not be parsed: following every import would parse most of SGLang."""
         path = self.path_of(module)
         if path is None:
-            return None
-        try:
-            return ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            return None
+            return False
+        if path not in self._texts:
+            try:
+                self._texts[path] = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                self._texts[path] = ""
+        text = self._texts[path]
+        defined = re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", text, re.MULTILINE)
+        assigned = re.search(rf"^\s*{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
+        return defined is not None and assigned is None
 
     def imports(self, module: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
         path = self.path_of(module)
@@ -327,7 +350,8 @@ class _ProbeScan:
         found: dict[str, int] = {}
         for local, (source, name) in imports.items():
             # a re-export: `from x import _is_hip` where x computed it (names of probes, not functions)
-            if source.startswith("sglang.") and name not in PROBE_FUNCTIONS and name in self.constants(source):
+            if (source.startswith("sglang.") and name not in PROBE_FUNCTIONS
+                    and not self.defines_callable(source, name) and name in self.constants(source)):
                 found[local] = 0
 
         def walk(body: list[ast.stmt]) -> None:
@@ -378,7 +402,12 @@ class _ProbeScan:
 
 def scan_probes(release: SGLangRelease) -> list[FoundProbe]:
     """Every probe the backends' branch-deciding modules (SCAN_SCOPE) define or read."""
-    return _ProbeScan(release).scan()
+    return list(_scan_cached(release))
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_cached(release: SGLangRelease) -> tuple[FoundProbe, ...]:
+    return tuple(_ProbeScan(release).scan())
 
 
 def missing_probes(release: SGLangRelease) -> list[FoundProbe]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,37 @@ def _relative(release: SGLangRelease, path: Path) -> str:
         return str(path.resolve().relative_to(release.package_dir.parent))
     except ValueError:
         return str(path)
+
+
+def parse_source(path: Path, shown: str | None = None) -> ast.Module:
+    """The AST of one SGLang source file; UsageError naming `file:line` when it does not parse or
+    is not UTF-8 (a merge-conflicted or half-edited tree), never a traceback."""
+    where = shown or str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {where}: {error.strerror or error}") from None
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(raw).readline)[0]  # UTF-8 unless a coding cookie
+    except SyntaxError as error:
+        raise UsageError(f"{where}:1: {error.msg}; fix the file or pass --sglang-src a clean SGLang tree") from None
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise UsageError(
+            f"{where}:{line}: not {encoding} (byte {raw[error.start]:#04x} at offset {error.start}); Python "
+            "source is UTF-8 unless a coding cookie says otherwise: fix or re-check-out the file, or pass "
+            "--sglang-src a clean SGLang tree"
+        ) from None
+    try:
+        return ast.parse(text, filename=where)
+    except SyntaxError as error:
+        conflict = " (an unresolved merge conflict?)" if "\n<<<<<<< " in "\n" + text else ""
+        raise UsageError(
+            f"{where}:{error.lineno}: does not parse: {error.msg}{conflict}; fix the file or pass "
+            "--sglang-src a clean SGLang tree"
+        ) from None
 
 
 def _self_targets(target: ast.expr) -> list[str]:
@@ -84,16 +117,104 @@ def _class_assignments(cls: ast.ClassDef, *, on_self: bool = True) -> dict[str, 
     return found
 
 
-def _in_file_bases(classes: dict[str, ast.ClassDef], name: str) -> list[ast.ClassDef]:
-    """`name` and its base classes defined in the same file, most derived first."""
-    order: list[ast.ClassDef] = []
-    pending = [name]
+@dataclass(frozen=True)
+class _SourceFile:
+    """One parsed file of the tree: its classes and what its top-level imports bind."""
+
+    path: Path
+    relative: str
+    classes: dict[str, ast.ClassDef]
+    imports: dict[str, str]  # local name -> dotted target ("sglang.srt.x.Class" or a module)
+
+
+def _module_path(release: SGLangRelease, dotted: str) -> Path | None:
+    """The file of an `sglang.` module in this tree (a module file or a package's __init__)."""
+    parts = dotted.split(".")
+    if parts[0] != "sglang" or len(parts) < 2:
+        return None
+    base = release.package_dir.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _source_file(release: SGLangRelease, path: Path) -> _SourceFile:
+    relative = _relative(release, path)
+    tree = parse_source(path, relative)
+    package = ("sglang." + str(path.relative_to(release.package_dir).with_suffix("")).replace("/", "."))
+    package = package.rsplit(".", 1)[0] if path.name != "__init__.py" else package.removesuffix(".__init__")
+    imports: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                imports[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                imports[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
+                    alias.name.split(".")[0]
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    return _SourceFile(path, relative, classes, imports)
+
+
+def _base_classes(release: SGLangRelease, file: _SourceFile, cls: ast.ClassDef,
+                  files: dict[Path, _SourceFile]) -> list[tuple[_SourceFile, ast.ClassDef]]:
+    """The bases of `cls` that this tree defines: in the same file, or imported from another
+    `sglang.` module (`from .x import Mixin`, `from sglang.x import Mixin`, `x.Mixin`)."""
+    found = (_class_named(release, file, dotted, files, depth=0)
+             for dotted in (_dotted_name(base) for base in cls.bases) if dotted is not None)
+    return [hit for hit in found if hit is not None]
+
+
+def _class_named(release: SGLangRelease, file: _SourceFile, dotted: str, files: dict[Path, _SourceFile],
+                 depth: int) -> tuple[_SourceFile, ast.ClassDef] | None:
+    """The class a (dotted) name denotes in `file`, following imports and re-exports into the tree."""
+    head, _, rest = dotted.partition(".")
+    if not rest and head in file.classes:
+        return file, file.classes[head]
+    target = file.imports.get(head)
+    if target is None or depth > 4:  # not from this tree (object, typing.Generic) or a re-export loop
+        return None
+    module, _, name = (f"{target}.{rest}" if rest else target).rpartition(".")
+    path = _module_path(release, module)
+    if path is None:
+        return None
+    if path not in files:
+        files[path] = _source_file(release, path)
+    return _class_named(release, files[path], name, files, depth + 1)
+
+
+def _dotted_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted_name(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _runner_classes(release: SGLangRelease) -> list[tuple[_SourceFile, ast.ClassDef]]:
+    """`ModelRunner` and its base classes and mixins this tree defines, in this file or another,
+    most derived first (classes that are not its bases, such as `ModelRunnerOutput`, do not count)."""
+    path = release.file(MODEL_RUNNER_FILE)
+    files = {path: _source_file(release, path)}
+    main = files[path]
+    if "ModelRunner" not in main.classes:
+        return []
+    order: list[tuple[_SourceFile, ast.ClassDef]] = []
+    pending = [(main, main.classes["ModelRunner"])]
     while pending:
-        cls = classes.get(pending.pop(0))
-        if cls is None or cls in order:
+        file, cls = pending.pop(0)
+        if any(c is cls for _, c in order):
             continue
-        order.append(cls)
-        pending.extend(base.id for base in cls.bases if isinstance(base, ast.Name))
+        order.append((file, cls))
+        pending.extend(_base_classes(release, file, cls, files))
     return order
 
 
@@ -101,18 +222,15 @@ def _in_file_bases(classes: dict[str, ast.ClassDef], name: str) -> list[ast.Clas
 def runner_assignments(release: SGLangRelease, *, on_self: bool = True) -> dict[str, SourceSite]:
     """Attributes the real `ModelRunner` assigns or defines, each with its first site.
 
-    Covers the `ModelRunner` class and the mixin/base classes defined in the same file (other
-    classes of the file, such as `ModelRunnerOutput`, do not count: their fields are not the runner's).
+    Covers the `ModelRunner` class and the mixin/base classes it inherits that the tree defines,
+    in model_runner.py or another file (0.5.14's ModelRunnerKVCacheMixin sets the pools in
+    model_runner_kv_cache_mixin.py). UsageError naming file:line when one of them does not parse.
     `on_self=False`: class-level names only (methods, properties, class attributes).
     """
-    path = release.file(MODEL_RUNNER_FILE)
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    relative = _relative(release, path)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     sites: dict[str, SourceSite] = {}
-    for cls in _in_file_bases(classes, "ModelRunner"):
+    for file, cls in _runner_classes(release):
         for name, line in _class_assignments(cls, on_self=on_self).items():
-            sites.setdefault(name, SourceSite(relative, line))
+            sites.setdefault(name, SourceSite(file.relative, line))
     return sites
 
 
@@ -163,17 +281,20 @@ def runner_site(attribute: str, release: SGLangRelease | None = None) -> str:
     Never raises: a missing SGLang installation or an unreadable model_runner.py becomes a phrase.
     """
     name = attribute.split(".", 1)[0]
-    try:
-        if release is None:
-            from dsakit.sglang_release import installed_release
+    if release is None:
+        from dsakit.sglang_release import installed_release
 
+        try:
             release = installed_release()
+        except UsageError:
+            return "unknown (SGLang is not installed here, so the real ModelRunner cannot be scanned)"
+    try:
         site = runner_assignments(release).get(name)
         if site is not None and name != attribute:
             return _field_site(release, site, attribute)
-    except UsageError:
-        return "unknown (SGLang is not installed here, so the real ModelRunner cannot be scanned)"
-    except (OSError, SyntaxError, UnicodeDecodeError) as error:
+    except UsageError as error:  # a ModelRunner file that does not parse (parse_source names it)
+        return f"unknown ({error})"
+    except (OSError, SyntaxError, UnicodeDecodeError) as error:  # ServerArgs files
         return f"unknown (cannot read {MODEL_RUNNER_FILE}: {error})"
     if site is None:
         return f"the real ModelRunner never sets it (SGLang {release.version})"
