@@ -7,6 +7,7 @@ hooks, so `pytest --help` and collection on a CPU box stay fast.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from dsakit.options import check_all, explicit, value
 
     check_all(config)
+    from dsakit import sglang_import_chain
+
+    sglang_import_chain.SESSION.append(os.getpid())  # the sglang:import-chain gate answers in this process
     if "dsakit_roles" in explicit(config):  # the default needs no check (nor the schema's import)
         from dsakit.contracts.schema import validate_roles_option
 
@@ -151,6 +155,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     unconfigure(config)
     contract_extension.unconfigure(config)
+    from dsakit import sglang_import_chain
+
+    if os.getpid() in sglang_import_chain.SESSION:
+        sglang_import_chain.SESSION.remove(os.getpid())
 
 
 # ---------------------------------------------------------------- model-runner fixtures

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-import sys
 
 # The modules every contract suite's SGLang side goes through: ServerArgs (SGLangScope checks
 # server args against it; it imports the function-call parsers), the batch types (they import
@@ -63,11 +62,15 @@ def import_failure() -> str | None:
     return f"SGLang {release.version} does not: {'; '.join(clauses)}"
 
 
+SESSION: list[int] = []  # the pid of the pytest session running in this process (dsakit's plugin sets it)
+
+
 def gate_check() -> str | None:
     """The gate's answer: inside a test (setup, call or teardown) the import outcome; elsewhere
     None, since the check imports SGLang (the requirement says it is checked in tests only)."""
-    # PYTEST_CURRENT_TEST alone is inherited by a test's subprocesses (`dsakit capabilities`)
-    if not os.environ.get("PYTEST_CURRENT_TEST") or "_pytest.runner" not in sys.modules:
+    # PYTEST_CURRENT_TEST alone is inherited by a test's subprocesses (`dsakit capabilities`, a
+    # `python -c` a test starts): the session must be this process's own
+    if not os.environ.get("PYTEST_CURRENT_TEST") or os.getpid() not in SESSION:
         return None
     return import_failure()
 

@@ -21,6 +21,20 @@ pytestmark = pytest.mark.skipif(not (HAS_SGLANG and HAS_TORCH),
                                 reason="[module:sglang] the PR gate runs SGLang's backends")
 
 DSA = Path("srt/layers/attention/dsa_backend.py")
+STRICT_SUITE = """
+import dsakit
+from dsakit.backends.harness import dsa_backend
+
+
+def test_full_mock():
+    with dsa_backend(dsakit.MockModelRunner("target")):
+        pass
+
+
+def test_drifted_mock():
+    with dsa_backend(dsakit.MockModelRunner("target", omit=["max_running_requests"])):
+        pass
+"""
 HIP_BRANCH = "        if _is_hip:\n            max_bs = model_runner.req_to_token_pool.size\n"
 NEW_READ = "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n"
 
@@ -59,21 +73,24 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
         pytester: pytest.Pytester, trees: tuple[Path, Path]) -> None:
     base, pr = trees
-    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED)
+    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED, test_strict=STRICT_SUITE)
     done = subprocess.run(
         [sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(pr), "--devices", "sm103,gfx942",
-         "--json", "check.json", "--markdown", "check.md", "--", "test_indexer_shape.py"],
+         "--json", "check.json", "--markdown", "check.md", "--", "test_indexer_shape.py", "test_strict.py"],
         capture_output=True, text=True, timeout=900, cwd=pytester.path)
     assert done.returncode == 1, done.stdout + done.stderr  # the regression fails the gate
     data = json.loads((pytester.path / "check.json").read_text())
     verdicts = {(v["test"].split("::")[-1], v["device"]): v for v in data["verdicts"]}
+    # the strict mock builds on base everywhere; the PR's HIP-only read breaks it on gfx942 only
+    assert verdicts[("test_full_mock", "gfx942")]["verdict"] == "regression"
+    assert "aiter_num_kv_splits" in verdicts[("test_full_mock", "gfx942")]["detail"]
+    assert verdicts[("test_full_mock", "sm103")]["verdict"] == "not-run"  # [simulated-kernel-launch] on both
+    # the hand-written mock's B300 gap fails on both trees, explained
     built = "test_backend_builds"
-    assert verdicts[(built, "gfx942")]["verdict"] == "regression"
-    assert "aiter_num_kv_splits" in verdicts[(built, "gfx942")]["detail"]
     assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"
     assert "max_running_requests" in verdicts[(built, "sm103")]["detail"]
-    assert "fails on sm103" in verdicts[(built, "sm103")]["explanation"]  # the read, explained
-    assert verdicts[("test_pools_build", "gfx942")]["verdict"] == "passed"
+    assert "fails on sm100, sm103, sm120" in verdicts[(built, "sm103")]["explanation"]
+    assert verdicts[("test_drifted_mock", "sm103")]["verdict"] == "pre-existing"
     added = [r for r in data["reads"] if r["kind"] == "added"]
     assert [(r["path"], r["fires_on"]) for r in added] == [("aiter_num_kv_splits", ["gfx942"])]
     assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added
