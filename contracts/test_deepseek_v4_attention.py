@@ -129,7 +129,9 @@ class KvFill:
             return torch.zeros(0, HEAD_DIM, dtype=torch.float64)
         cache = self.pool.get_swa_key_buffer_radix(layer_id)
         slots = self.swa_slots(request, positions)
-        return self.dequantize(cache, slots, self.pool.swa_window_size).reshape(len(positions), -1).to("cpu", torch.float64)
+        page = getattr(self.pool, "swa_page_size", None)  # 0.5.21+; 0.5.17 names it swa_window_size
+        page = self.pool.swa_window_size if page is None else page
+        return self.dequantize(cache, slots, page).reshape(len(positions), -1).to("cpu", torch.float64)
 
     def compressed_keys(self, layer_id: int, ratio: int, request: int, entries: list[int]) -> Any:
         import torch

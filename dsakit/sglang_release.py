@@ -94,6 +94,11 @@ FEATURES: dict[str, Feature] = {
             "needs ModelRunner.draft_attention_backend; SGLang 0.5.23 has it, 0.5.17 does not",
         ),
         Feature(
+            "runner-tp-size",
+            "ModelRunner.tp_size (set by ModelRunner itself; 0.5.21's EAGLE draft CUDA-graph runner reads it)",
+            "needs ModelRunner to set tp_size; SGLang 0.5.21 does, 0.5.23 does not",
+        ),
+        Feature(
             "runner-tp-group",
             "ModelRunner.tp_group (set by ModelRunner itself)",
             "needs ModelRunner to set tp_group; SGLang 0.5.17 does, 0.5.23 does not",
@@ -239,6 +244,7 @@ class SGLangRelease:
             ),
             "kv-index-translator": lambda: self.defines(MODEL_RUNNER_FILE, "ModelRunner.init_kv_index_translator"),
             "runner-draft-attention-backend": lambda: self.assigns_on_runner("draft_attention_backend"),
+            "runner-tp-size": lambda: self.assigns_on_runner("tp_size"),
             "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
             "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
             "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
