@@ -56,11 +56,17 @@ def _whole_sentences(text: str) -> str:
 
 def _failure(report: pytest.TestReport) -> dict[str, Any]:
     crash = getattr(report.longrepr, "reprcrash", None)
+    traceback = getattr(report.longrepr, "reprtraceback", None)
+    chain = getattr(report.longrepr, "chain", None) or []
+    if len(chain) > 1 and chain[0][1] is not None:
+        # raised from another error (SGLang's CustomTestCase re-raises "retry() exceed maximum
+        # number of retries" from the test's own): the signature is the original error's
+        traceback, crash = chain[0][0], chain[0][1]
     message = str(getattr(crash, "message", "") or "")
     frame = ""
     if crash is not None:
         frame = f"{Path(str(crash.path)).name}"
-        entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", None) or []
+        entries = getattr(traceback, "reprentries", None) or []
         if entries:
             loc = getattr(entries[-1], "reprfileloc", None)
             if loc is not None:
