@@ -493,28 +493,9 @@ def test_direct_call_matches_the_command(suite: Path, monkeypatch: pytest.Monkey
 
 
 @pytest.fixture(scope="session")
-def sglang_0517(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An unpacked SGLang 0.5.17 wheel (the GPU node's release), downloaded once with pip into the
-    pytest cache; skips with [sglang-0517-unavailable] when pip cannot fetch it (an offline box)."""
-    import zipfile
-
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
-    root = Path(cache.mkdir("dsakit-sglang-0517") if cache is not None else tmp_path_factory.mktemp("sglang-0517"))
-    tree = root / "tree"
-    if (tree / "sglang" / "__init__.py").is_file():
-        return tree
-    wheels = root / "wheels"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-         "--disable-pip-version-check", "sglang==0.5.17", "-d", str(wheels)],
-        capture_output=True, text=True, timeout=300, check=False)
-    found = sorted(wheels.glob("sglang-0.5.17-*.whl")) if done.returncode == 0 else []
-    if not found:
-        pytest.skip("[sglang-0517-unavailable] `pip download sglang==0.5.17` found no wheel: "
-                    + (done.stderr.strip().splitlines() or ["pip found no wheel"])[-1])
-    with zipfile.ZipFile(found[0]) as wheel:
-        wheel.extractall(tree, [n for n in wheel.namelist() if n.startswith("sglang/")])
-    return tree
+def sglang_0517(sglang_release_tree: Any) -> Path:
+    """An unpacked SGLang 0.5.17 wheel (the GPU node's release), from the shared wheel fixture."""
+    return Path(sglang_release_tree("0.5.17"))
 
 
 def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path, sglang_0517: Path) -> None:

@@ -115,39 +115,8 @@ def test_default_is_the_installed_release() -> None:
     assert f"SGLang {release.version}: " in _summary(result)
 
 
-def _sglang_0517(cache: Path) -> Path:
-    """An unpacked SGLang 0.5.17 wheel (the GPU node's release): $DSAKIT_SGLANG_0517 when set,
-    else downloaded once with pip into `cache`; skips with [sglang-0517-unavailable] when neither
-    works (an offline CI box)."""
-    import os
-    import zipfile
-
-    given = os.environ.get("DSAKIT_SGLANG_0517")
-    if given:
-        return Path(given)
-    tree = cache / "tree"
-    if (tree / "sglang" / "__init__.py").is_file():
-        return tree
-    wheels = cache / "wheels"
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-         "--disable-pip-version-check", "sglang==0.5.17", "-d", str(wheels)],
-        capture_output=True, text=True, timeout=300, check=False)
-    found = sorted(wheels.glob("sglang-0.5.17-*.whl")) if done.returncode == 0 else []
-    if not found:
-        pytest.skip("[sglang-0517-unavailable] no SGLang 0.5.17 wheel: set DSAKIT_SGLANG_0517 to an "
-                    "unpacked 0.5.17 tree, or allow `pip download sglang==0.5.17`: "
-                    + (done.stderr.strip().splitlines() or ["pip found no wheel"])[-1])
-    with zipfile.ZipFile(found[0]) as wheel:
-        wheel.extractall(tree, [n for n in wheel.namelist() if n.startswith("sglang/")])
-    return tree
-
-
-def test_pristine_0517_tree_passes(request: pytest.FixtureRequest,
-                                   tmp_path_factory: pytest.TempPathFactory) -> None:
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
-    where = cache.mkdir("dsakit-sglang-0517") if cache is not None else tmp_path_factory.mktemp("sglang-0517")
-    tree = _sglang_0517(Path(where))
+def test_pristine_0517_tree_passes(sglang_release_tree: Callable[[str], Path]) -> None:
+    tree = sglang_release_tree("0.5.17")  # the shared wheel fixture (skips offline)
     assert release_from_tree(str(tree)).version == "0.5.17"
     result = _check("--sglang-src", str(tree))
     assert result.returncode == 0, result.stdout + result.stderr
