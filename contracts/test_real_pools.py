@@ -33,10 +33,23 @@ def test_req_to_token_pool_is_sglangs_sized_from_the_runner(role: str) -> None:
     assert pool.req_to_token.device == torch.empty(0, device=runner.device).device
 
 
+def _cuda_page_layout() -> None:
+    """These cases build the DSA pool with 64-token pages, CUDA's layout. SGLang's HIP DSA path takes
+    page_size 1 (memory_pool.py asserts it, unless AITER's preshuffle is on): on an AMD device
+    (real or simulated) they skip with that reason."""
+    import torch
+
+    if torch.version.hip:
+        pytest.skip(str(dsakit.Reason(
+            "hip-dsa-page-size", "SGLang's HIP DSA pool takes page_size 1 (AITER preshuffle: a multiple of 16); "
+            "these cases use CUDA's 64-token pages and run on NVIDIA devices and CPU")))
+
+
 def test_dsa_kv_pool_stores_a_token_where_it_is_read() -> None:
     import torch
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
 
+    _cuda_page_layout()
     runner = _small("target")
     if torch.device(runner.device).type == "cpu":
         dsakit.require("sglang:mla-kv-write-without-triton")
@@ -84,6 +97,7 @@ def _dsa_runner(role: str, *, batch_size: int, context_len: int, page_size: int 
 @pytest.mark.parametrize("role", ["target", "draft"])
 def test_the_readme_hand_built_runner_translates_through_its_real_pools(role: str) -> None:
     dsakit.require("sglang:kv-index-translator")
+    _cuda_page_layout()
     with dsakit.SGLangScope(server_args=DSA_SERVER_ARGS):
         runner = _dsa_runner(role, batch_size=2, context_len=256)
         translator = runner.kv_index_translator  # the contract default, built from the real pools
