@@ -61,7 +61,10 @@ def _published() -> bool | None:
     module = sys.modules.get(RUNTIME_CONTEXT)
     if module is None:
         return None
-    return bool(module.get_context().is_config_namespace_published("exec"))
+    published = getattr(module.get_context(), "is_config_namespace_published", None)
+    if published is None:  # a release without config namespaces (0.5.17-0.5.20): nothing to open
+        return None
+    return bool(published("exec"))
 
 
 _BY_PATH: dict[str, ModuleType] = {}  # the test file of $PYTEST_CURRENT_TEST -> its module
