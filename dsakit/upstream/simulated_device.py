@@ -119,18 +119,21 @@ def _module(name: str) -> types.ModuleType | None:
         return None
 
 
+def _touched() -> list[str]:
+    """Every module the simulation patches or clears."""
+    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {_TRTLLM, COMMON, _JIT_COMMON}
+    return sorted(names | {f"{ATT}.deepseek_v4_backend_hip_radix"})
+
+
 def _modules() -> dict[str, types.ModuleType]:
     """Every module the simulation touches, imported BEFORE patching: its constants then come from
     the real host, and a first import inside the scope would keep simulated ones after it."""
-    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {_TRTLLM, COMMON, _JIT_COMMON}
-    names.add(f"{ATT}.deepseek_v4_backend_hip_radix")
-    return {name: mod for name in sorted(names) if (mod := _module(name)) is not None}
+    return {name: mod for name in _touched() if (mod := _module(name)) is not None}
 
 
 def _imported_modules() -> dict[str, types.ModuleType]:
     """The modules of `_modules` that are imported already (nothing is imported)."""
-    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {_TRTLLM, COMMON, _JIT_COMMON}
-    return {name: sys.modules[name] for name in sorted(names) if name in sys.modules}
+    return {name: sys.modules[name] for name in _touched() if name in sys.modules}
 
 
 def _clear_caches(modules: dict[str, types.ModuleType]) -> None:
@@ -332,8 +335,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
 
 def watched_modules() -> list[str]:
     """The modules whose arrival a whole-run simulation patches (torch first)."""
-    names = {m for p in PROBES for m in p.modules} | set(KERNEL_GUARDS) | {COMMON, _JIT_COMMON}
-    return ["torch", "sglang.srt.runtime_context", *sorted(names)]
+    return ["torch", "sglang.srt.runtime_context", *_touched()]
 
 
 def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: types.ModuleType) -> None:
