@@ -336,7 +336,7 @@ def comment(pr_check: PrCheck) -> Comment:
 
 def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
     """Tests that ran on no device in either tree, grouped by their skip reason code."""
-    import re
+    from dsakit.gates.inventory import UNCODED, reasons_from_message
 
     ran = {v.test for v in pr_check.all_verdicts() if v.verdict != "not-run"}
     groups: dict[str, dict[str, Any]] = {}
@@ -346,8 +346,8 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
             if outcome["outcome"] != "skipped" or nodeid in ran:
                 continue
             reason = str(outcome.get("reason", ""))
-            found = re.match(r"\s*\[([^\]]+)\]", reason)
-            code = found.group(1) if found else "uncoded"
+            coded = reasons_from_message(reason)
+            code = coded[0].code if coded else UNCODED
             group = groups.setdefault(code, {"reason": reason, "entries": 0, "devices": [], "tests": []})
             group["entries"] += 1
             if check.label not in group["devices"]:

@@ -113,3 +113,18 @@ def test_bad_input_is_exit_2(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, done.stdout + done.stderr
         assert message in done.stderr
+
+
+def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
+    from dsakit.node.pr_vs_base import Run
+    from dsakit.pr_check import DeviceCheck, PrCheck, _not_run_groups, verdicts
+
+    skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 | [cuda] needs CUDA"}
+    plain = {"outcome": "skipped", "reason": "a suite's own skip"}
+    check = DeviceCheck("sm103", "sm103")
+    check.base = Run("base", "b", 0, 1.0, tests={"t.py::a": skipped, "t.py::b": plain})
+    check.pr = Run("pr", "p", 0, 1.0, tests={"t.py::a": skipped, "t.py::b": plain})
+    check.verdicts = verdicts(check)
+    groups = _not_run_groups(PrCheck("b", "p", [check], []))
+    assert [(g.code, g.uncovered, g.skipped_on) for g in groups] == [
+        ("fa3", ("t.py::a",), "sm103 (simulated)"), ("uncoded", ("t.py::b",), "sm103 (simulated)")]
