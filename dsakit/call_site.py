@@ -19,3 +19,13 @@ def call_site(frame: Any) -> str:
             break
     qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
     return f"{filename}:{frame.f_lineno} in {qualname}"
+
+
+def short_path(path: str) -> str:
+    """A file of an installed package from the package down; one of an SGLang tree elsewhere (on
+    PYTHONPATH) from `sglang/` down; anything else unchanged."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    index = path.rfind("/sglang/")
+    return path[index + 1:] if index >= 0 else path

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dsakit.call_site import short_path
 from dsakit.errors import ContractViolation
 
 _RUNNER_LIKE = re.compile(r"runner", re.IGNORECASE)
@@ -27,15 +28,7 @@ class MissingRead:
 
     @property
     def site(self) -> str:
-        return f"{_short(self.file)}:{self.line}"
-
-
-def _short(file: str) -> str:
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in file:
-            return file.split(marker, 1)[1]
-    index = file.rfind("/sglang/")
-    return file[index + 1:] if index >= 0 else file
+        return f"{short_path(self.file)}:{self.line}"
 
 
 def missing_read(excinfo: Any) -> MissingRead | None:

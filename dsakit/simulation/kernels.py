@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsakit.call_site import call_site
+from dsakit.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
 from dsakit.upstream.simulated_device import Patches, SimulatedKernelLaunch
 
@@ -50,10 +50,7 @@ def launch_site() -> str:
         return "<unknown>"
     site = call_site(frame).split(" in ")[0]
     here = os.getcwd() + os.sep
-    if site.startswith(here):
-        return site[len(here):]  # a test file: relative to the run's folder
-    index = site.rfind("/sglang/")  # an SGLang tree on PYTHONPATH: from its package down
-    return site[index + 1:] if index >= 0 else site
+    return site[len(here):] if site.startswith(here) else short_path(site)  # a test file: from the run's folder
 
 
 def refuse(kernel: str, device: DeviceModel) -> SimulatedKernelLaunch:
