@@ -211,6 +211,13 @@ MODEL_RUNNER_CONTRACT = Contract(
                       writers=(KIT + "speculative_draft_runner.py:371 _build_eagle_draft_fixture, :405",),
                       set_outside_runner="EagleDraftWorker.__init__ (eagle_worker_v2.py:412)",
                       note="the draft worker's multi-step backend, stored on its runner"),
+        ContractEntry("_kernel_warmed_up", "bool", False,
+                      readers=("runner/base_runner.py BaseRunner.warmup (getattr, default False)",),
+                      writers=("runner/base_runner.py BaseRunner.warmup (run-once flag)",
+                               KIT + "attention_methods/*_attention.py (the kit's own mock runners set True)"),
+                      set_outside_runner="BaseRunner.warmup (model_executor/runner/base_runner.py)",
+                      note="the CUDA-graph / eager runner's run-once kernel warm-up flag, kept on the model "
+                           "runner; a fresh runner has not warmed up"),
         ContractEntry("tp_group", "object", None, optional=True,
                       writers=("0.5.17 " + DRAFT_SETUP.format(338) + " (a dummy group)",),
                       feature="runner-tp-group",

@@ -16,7 +16,7 @@ import dsakit
 from dsakit.backends.batch_builder import BatchShape, PagedPlacement, build_forward_batch
 from dsakit.backends.dsa_invariants import expected_seqlens_expanded
 from dsakit.backends.dsv4_attention_reference import attended_positions, dsv4_sparse_attention_reference, indexer_topk
-from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata, check_dsv4_write_target, query_requests
+from dsakit.backends.dsv4_invariants import c4_index_topk, check_dsv4_core_metadata, check_dsv4_write_target, query_requests
 from dsakit.backends.harness import SPECULATIVE_SERVER_ARGS, deepseek_v4_backend
 
 # flash_mla_with_kvcache's sparse FP8 path: SM 9.0 or SM 10.x (SM 12.x runs SGLang's torch fallback)
@@ -175,7 +175,7 @@ def _seed_c4_selection(core: Any, fill: KvFill, shape: BatchShape, seed: int) ->
     selections = []
     for row, (request, length) in enumerate(zip(query_requests(shape), expected_seqlens_expanded(shape))):
         count = length // 4
-        chosen = indexer_topk(torch.randn(count, generator=generator), count, topk=int(core.c4_sparse_topk))
+        chosen = indexer_topk(torch.randn(count, generator=generator), count, topk=c4_index_topk(core))
         chosen = [chosen[i] for i in torch.randperm(len(chosen), generator=generator).tolist()]
         indices[row, : len(chosen)] = fill.compressed_slots(request, 4, chosen).to("cpu", torch.int32)
         selections.append(sorted(chosen))

@@ -9,22 +9,12 @@ from __future__ import annotations
 import pytest
 
 import dsakit
+from dsakit.backends.dsv4_invariants import c4_index_topk
 from dsakit.backends.harness import deepseek_v4_backend
 from dsakit.mocks import read_log
 
 pytestmark = dsakit.gate("cuda", "sglang:deepseek-v4-backend", "module:sgl_kernel")
 
-# The C4 indexer's top-k the backend keeps: `c4_topk` up to 0.5.20, `index_topk` from 0.5.21.
-_C4_TOPK_NAMES = ("c4_topk", "index_topk")
-
-
-def _c4_topk(backend: object) -> int:
-    """The backend's C4 top-k under whichever name this release gives it (probed, not versioned)."""
-    for name in _C4_TOPK_NAMES:
-        if name in vars(backend):
-            return int(vars(backend)[name])
-    raise AssertionError(f"{type(backend).__name__} sets none of {', '.join(_C4_TOPK_NAMES)}: "
-                         "this SGLang renamed the C4 top-k again; add its name to _C4_TOPK_NAMES")
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["no-spec", "mtp"])
@@ -34,7 +24,7 @@ def test_constructs_for_role(model_runner_role: str, speculative: bool) -> None:
         assert backend.page_size == 256
         assert backend.req_to_token is runner.req_to_token_pool.req_to_token
         assert backend.is_draft_runner is (model_runner_role == "draft")
-        assert _c4_topk(backend) == 512
+        assert c4_index_topk(backend) == 512
         assert backend.mtp_enabled is speculative
     hard = [r for r in read_log.contract_reads()[before:] if r.kind != read_log.SOFT]
     assert hard == [], f"contract violations during construction: {hard}"

@@ -3,6 +3,8 @@ reference kernels build on CPU (then corrupted one field at a time)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import dsakit
@@ -110,3 +112,17 @@ def test_draft_extend_page_table_is_checked_on_its_first_page_only() -> None:
     codes = {r.code for r in check_dsv4_core_metadata(core, shape, placement, runner.req_to_token_pool.req_to_token,
                                                       mapping, compression=False)}
     assert codes == {"page-table"}
+
+
+@pytest.mark.parametrize("name", ["c4_topk", "c4_sparse_topk", "index_topk"])
+def test_the_c4_topk_is_read_under_each_releases_name(name: str) -> None:
+    from dsakit.backends.dsv4_invariants import c4_index_topk
+
+    assert c4_index_topk(SimpleNamespace(**{name: 512, "c4_sparse_topk_lengths": 7})) == 512
+
+
+def test_a_c4_topk_under_an_unknown_name_is_named_in_the_error() -> None:
+    from dsakit.backends.dsv4_invariants import c4_index_topk
+
+    with pytest.raises(AssertionError, match="sets none of c4_topk, c4_sparse_topk, index_topk"):
+        c4_index_topk(SimpleNamespace(c4_sparse_topk_lengths=7))

@@ -16,6 +16,19 @@ from dsakit.reasons import Reason
 DSV4_PAGE_SIZE = 256
 SWA_WINDOW = 128
 COMPRESSION_RATIOS = (4, 128)
+# The C4 indexer's top-k under the name each release gives it, on the backend and on its core
+# metadata: `c4_topk` / `c4_sparse_topk` up to 0.5.20, `index_topk` from 0.5.21.
+C4_TOPK_NAMES = ("c4_topk", "c4_sparse_topk", "index_topk")
+
+
+def c4_index_topk(holder: Any) -> int:
+    """The C4 top-k a DeepSeek-V4 backend or its core metadata keeps, under whichever name this
+    release gives it (probed, not versioned)."""
+    for name in C4_TOPK_NAMES:
+        if name in vars(holder):
+            return int(vars(holder)[name])
+    raise AssertionError(f"{type(holder).__name__} sets none of {', '.join(C4_TOPK_NAMES)}: this SGLang "
+                         "renamed the C4 top-k again; add its name to dsakit.backends.dsv4_invariants.C4_TOPK_NAMES")
 
 
 def _cpu64(tensor: Any) -> Any:
