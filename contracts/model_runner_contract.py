@@ -76,6 +76,10 @@ def _kv_index_translator(runner: Any) -> Any:
     )
 
 
+def _no_capture_hooks(runner: Any) -> list[Any]:
+    return []
+
+
 def _no_model_forward(runner: Any) -> Any:
     def forward(*args: Any, **kwargs: Any) -> Any:
         from dsakit.errors import UsageError
@@ -211,6 +215,14 @@ MODEL_RUNNER_CONTRACT = Contract(
                       writers=(KIT + "speculative_draft_runner.py:371 _build_eagle_draft_fixture, :405",),
                       set_outside_runner="EagleDraftWorker.__init__ (eagle_worker_v2.py:412)",
                       note="the draft worker's multi-step backend, stored on its runner"),
+        ContractEntry("gpu_id", "int", 0,
+                      readers=("0.5.17 runner/decode_cuda_graph_runner.py:882 DecodeCudaGraphRunner._capture_one_stream "
+                               "(get_available_gpu_memory)",),
+                      note="the worker's GPU index (model_runner.py:286); one GPU: 0"),
+        ContractEntry("capture_tail_hooks", "object", Factory(_no_capture_hooks, "[]: no hooks"),
+                      readers=("0.5.17 runner/decode_cuda_graph_runner.py:994 capture_one_shape.run_once",),
+                      note="hooks run after each captured forward (model_runner.py:303 sets []; DFlash / DSpark "
+                           "draft workers append)"),
         ContractEntry("_kernel_warmed_up", "bool", False,
                       readers=("runner/base_runner.py BaseRunner.warmup (getattr, default False)",),
                       writers=("runner/base_runner.py BaseRunner.warmup (run-once flag)",
