@@ -223,6 +223,15 @@ MODEL_RUNNER_CONTRACT = Contract(
                       readers=("0.5.17 runner/decode_cuda_graph_runner.py:994 capture_one_shape.run_once",),
                       note="hooks run after each captured forward (model_runner.py:303 sets []; DFlash / DSpark "
                            "draft workers append)"),
+        ContractEntry("_flashinfer_spec_draft_autotuned_phases", "object", None, optional=True,
+                      readers=("runner/flashinfer_autotune.py maybe_flashinfer_autotune_speculative_draft (getattr, "
+                               "default None)",),
+                      writers=("runner/flashinfer_autotune.py maybe_flashinfer_autotune_speculative_draft (a set of "
+                               "the graph runners already tuned)",),
+                      set_outside_runner="maybe_flashinfer_autotune_speculative_draft (model_executor/runner/"
+                                         "flashinfer_autotune.py)",
+                      note="the draft's run-once flashinfer autotune record, kept on the model runner; None until "
+                           "the first draft graph runner tunes"),
         ContractEntry("_kernel_warmed_up", "bool", False,
                       readers=("runner/base_runner.py BaseRunner.warmup (getattr, default False)",),
                       writers=("runner/base_runner.py BaseRunner.warmup (run-once flag)",
