@@ -264,6 +264,11 @@ MODEL_RUNNER_CONTRACT = Contract(
                       readers=("eagle_worker_v2.py:889 draft_forward", "eagle_draft_cuda_graph_runner.py:643",
                                "forward_batch_info.py:1178, :1264 ForwardBatch.init_new"),
                       note="multimodal rotary positions; False for DeepSeek (model_config.py:677)"),
+        ContractEntry("model_config.quantization", "str", None, optional=True,
+                      readers=("runner/flashinfer_autotune.py should_run_flashinfer_autotune (the draft's autotune "
+                               "check before CUDA-graph capture)",),
+                      note="the checkpoint's quantization method (model_config.py); None: an unquantized mock "
+                           "model, so no flashinfer GEMM autotune runs"),
         ContractEntry("model_config.dtype", "torch.dtype", Factory(_bf16, "torch.bfloat16"),
                       writers=(DRAFT_SETUP.format(345),), note="ModelConfig.dtype (model_config.py:881)"),
         ContractEntry("model_config.spec_hidden_size", "int", 7168,
