@@ -221,6 +221,7 @@ MODEL_RUNNER_CONTRACT = Contract(
                       note="the worker's GPU index (model_runner.py:286); one GPU: 0"),
         ContractEntry("capture_tail_hooks", "object", Factory(_no_capture_hooks, "[]: no hooks"),
                       readers=("0.5.17 runner/decode_cuda_graph_runner.py:994 capture_one_shape.run_once",),
+                      feature="runner-capture-tail-hooks",
                       note="hooks run after each captured forward (model_runner.py:303 sets []; DFlash / DSpark "
                            "draft workers append)"),
         ContractEntry("_flashinfer_spec_draft_autotuned_phases", "object", None, optional=True,

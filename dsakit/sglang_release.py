@@ -99,6 +99,11 @@ FEATURES: dict[str, Feature] = {
             "needs ModelRunner to set tp_size; SGLang 0.5.21 does, 0.5.23 does not",
         ),
         Feature(
+            "runner-capture-tail-hooks",
+            "ModelRunner.capture_tail_hooks (hooks run after each captured CUDA-graph forward)",
+            "needs ModelRunner to set capture_tail_hooks; SGLang 0.5.17-0.5.23 do, 0.5.14 does not",
+        ),
+        Feature(
             "runner-tp-group",
             "ModelRunner.tp_group (set by ModelRunner itself)",
             "needs ModelRunner to set tp_group; SGLang 0.5.17 does, 0.5.23 does not",
@@ -246,6 +251,7 @@ class SGLangRelease:
             "runner-draft-attention-backend": lambda: self.assigns_on_runner("draft_attention_backend"),
             "runner-tp-size": lambda: self.assigns_on_runner("tp_size"),
             "runner-tp-group": lambda: self.assigns_on_runner("tp_group"),
+            "runner-capture-tail-hooks": lambda: self.assigns_on_runner("capture_tail_hooks"),
             "runner-parallel-state": lambda: self.assigns_on_runner("ps"),
             "attention-unittest-kit": lambda: self.file(KIT_DSA_FILE).is_file(),
             "hip-radix-reads-model": lambda: _reads_text(self.file(HIP_RADIX_FILE), "model_runner.model."),
