@@ -47,6 +47,7 @@ class BytecodeResult:
     compiled: int  # of those, compiled now (the rest already had valid bytecode)
     unwritable: int  # could not write their .pyc (read-only directories)
     failed_imports: dict[str, str]
+    sources: list[str]  # the source files themselves (a warm stamp's evidence)
 
 
 def imported_sources(modules: Sequence[str] = SGLANG_IMPORTS, *, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
@@ -104,4 +105,4 @@ def warm_bytecode(modules: Sequence[str] = SGLANG_IMPORTS, *, workers: int | Non
                 unwritable += failed_writes
     elif chunks:
         compiled, unwritable = _compile(chunks[0])
-    return BytecodeResult(len(sources), compiled, unwritable, failed)
+    return BytecodeResult(len(sources), compiled, unwritable, failed, sources)

@@ -1,0 +1,78 @@
+"""A warm target's stamp: what one build was valid for, and whether it still holds on this node.
+
+Owns: the stamp's content (the stack key, a digest of the build's inputs, the evidence: the cache
+files present after the build with their sizes, or the sources whose bytecode it compiled) and
+the check that lets `dsakit warm` skip a build. Must not build anything or import torch / SGLang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+
+def inputs_digest(inputs: Sequence[str]) -> str:
+    """Order-free: the same tests selected in another order are the same build."""
+    return hashlib.sha256("\n".join(sorted(set(inputs))).encode()).hexdigest()[:16]
+
+
+def cache_evidence(names: Sequence[str], roots: Mapping[str, Path]) -> dict[str, dict[str, int]]:
+    """{root name: {relative path: size}} of every cache file the named roots hold now."""
+    from dsakit.node.warm_cache import cache_files
+
+    out: dict[str, dict[str, int]] = {name: {} for name in names}
+    for name, rel, file in cache_files(dict(roots), names):
+        out[name][rel] = file.stat().st_size
+    return out
+
+
+def make_stamp(target: str, key: Mapping[str, Any], inputs: Sequence[str], evidence: Mapping[str, Any],
+               **facts: Any) -> dict[str, Any]:
+    return {"stamp_format": FORMAT, "target": target, "key": dict(key), "inputs": inputs_digest(inputs),
+            "evidence": dict(evidence), **facts}
+
+
+def read_stamp(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def why_stale(stamp: Mapping[str, Any] | None, key: Mapping[str, Any], inputs: Sequence[str],
+              roots: Mapping[str, Path]) -> str | None:
+    """None when the stamp still holds here; else why the target must be built again."""
+    if stamp is None:
+        return "no stamp"
+    if stamp.get("stamp_format") != FORMAT:
+        return "a stamp of another dsakit"
+    if stamp.get("key") != dict(key):
+        return "built for another stack"
+    if stamp.get("inputs") != inputs_digest(inputs):
+        return "built for another selection"
+    evidence = stamp.get("evidence")
+    if not isinstance(evidence, dict):
+        return "no evidence in the stamp"
+    for name, files in (evidence.get("files") or {}).items():
+        root = roots.get(name)
+        if root is None:
+            return f"unknown cache {name!r}"
+        for rel, size in files.items():
+            try:
+                if (root / rel).stat().st_size != size:
+                    return f"{root / rel} changed"
+            except OSError:
+                return f"{root / rel} is gone"
+    if evidence.get("sources"):
+        from dsakit.node.bytecode import _needs_compile
+
+        stale = next((s for s in evidence["sources"] if _needs_compile(s)), None)
+        if stale is not None:
+            return f"no valid bytecode for {stale}"
+    return None
