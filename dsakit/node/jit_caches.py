@@ -1,7 +1,7 @@
 """Where each JIT library keeps its compiled kernels on this node, resolved the way the library does.
 
-Owns: the cache-root table (name in the warm tarball, path, what moves it) and which root owns a
-file when roots nest. Must not import torch, SGLang or any JIT library: SGLang's own redirect of
+Owns: the cache-root table (name in the warm tarball, path, what moves it), which root owns a
+file when roots nest, and listing each root's files once. Must not import torch, SGLang or any JIT library: SGLang's own redirect of
 the third-party caches is read from its source, not run.
 """
 
@@ -11,7 +11,7 @@ import getpass
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,3 +120,16 @@ def owner(file: Path, roots: Mapping[str, CacheRoot]) -> str | None:
             if best is None or depth > best[0]:
                 best = (depth, name)
     return best[1] if best else None
+
+
+def cache_files(roots: dict[str, Path], names: Sequence[str] | None = None) -> Iterator[tuple[str, str, Path]]:
+    """(root name, path relative to it, file) for every regular file of the roots named (all when
+    None), each once: a file inside nested roots belongs to the deepest (`jit_caches.owner`).
+    Locks and symlinks are left out."""
+    table = {name: CacheRoot(name, path, "") for name, path in roots.items()}
+    for name in roots if names is None else names:
+        root = roots[name]
+        for file in sorted(root.rglob("*")) if root.is_dir() else ():
+            if not file.is_symlink() and file.is_file() and not file.name.endswith(".lock") \
+                    and owner(file, table) == name:
+                yield name, file.relative_to(root).as_posix(), file

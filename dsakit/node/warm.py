@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.node.warm_stamp import state_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
@@ -73,11 +74,6 @@ def _launch_paths(path_ids: Sequence[str]) -> int:
             launches += 1
     torch.cuda.synchronize()
     return launches
-
-
-def _home_cache(*parts: str) -> str:
-    """dsakit's own cache (its stamps and locks); the JIT libraries' are `jit_caches.cache_roots()`."""
-    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", *parts))
 
 
 # Every cache a JIT or Triton build can write (0.5.21+ keeps them all under SGLANG_CACHE_DIR).
@@ -265,11 +261,6 @@ class WarmResult:
                 "launches": self.launches, "tests": self.tests, "waited_s": round(self.waited_s, 3),
                 "reasons": [r.as_dict() for r in self.reasons], "error": self.error, "stale": self.stale,
                 "stamp_time": self.stamp_time}
-
-
-def state_dir() -> Path:
-    """Where dsakit keeps its locks and stamps (not the kernels' caches)."""
-    return Path(os.environ.get("DSAKIT_CACHE_DIR") or _home_cache("dsakit")) / "jit"
 
 
 def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ()) -> WarmResult:

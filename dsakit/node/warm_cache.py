@@ -16,12 +16,13 @@ import sys
 import tarfile
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.node import jit_caches
 from dsakit.output_paths import output_file
 
 KEY_MEMBER = "dsakit-warm-key.json"
@@ -29,13 +30,13 @@ KEY_MEMBER = "dsakit-warm-key.json"
 # SGLang 0.5.21's redirected caches), DeepGEMM / TileLang / inductor / CUDA caches, warm stamps
 FORMAT = 2
 DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "triton": "triton"}
-STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.node.warm.state_dir`)
+STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.node.warm_stamp.state_dir`)
 
 
 def cache_roots() -> dict[str, Path]:
     """The JIT caches a warm node holds and dsakit's warm stamps, by their name in the tarball."""
     from dsakit.node.jit_caches import cache_roots as library_roots
-    from dsakit.node.warm import state_dir
+    from dsakit.node.warm_stamp import state_dir
 
     return {**{name: root.path for name, root in library_roots().items()}, STAMPS: state_dir()}
 
@@ -116,21 +117,6 @@ def _bytecode_files(root: Path, modules: Sequence[str]) -> list[Path]:
     return out
 
 
-def cache_files(roots: dict[str, Path], names: Sequence[str] | None = None) -> Iterator[tuple[str, str, Path]]:
-    """(root name, path relative to it, file) for every regular file of the roots named (all when
-    None), each once: a file inside nested roots belongs to the deepest (`jit_caches.owner`).
-    Locks and symlinks are left out."""
-    from dsakit.node.jit_caches import CacheRoot, owner
-
-    table = {name: CacheRoot(name, path, "") for name, path in roots.items()}
-    for name in roots if names is None else names:
-        root = roots[name]
-        for file in sorted(root.rglob("*")) if root.is_dir() else ():
-            if not file.is_symlink() and file.is_file() and not file.name.endswith(".lock") \
-                    and owner(file, table) == name:
-                yield name, file.relative_to(root).as_posix(), file
-
-
 def export_cache(path: str, *, device_name: str | None = None, modules: Sequence[str] | None = None) -> ExportResult:
     from dsakit.node.bytecode import SGLANG_IMPORTS
 
@@ -145,7 +131,7 @@ def export_cache(path: str, *, device_name: str | None = None, modules: Sequence
         tar.addfile(info, io.BytesIO(data))
         roots = cache_roots()
         files.update((name, 0) for name in roots)
-        for name, rel, file in cache_files(roots):
+        for name, rel, file in jit_caches.cache_files(roots):
             tar.add(file, f"jit/{name}/{rel}", recursive=False)
             files[name] = files.get(name, 0) + 1
         install = key["install_path"]

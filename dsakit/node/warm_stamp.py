@@ -1,6 +1,6 @@
 """A warm target's stamp: what one build was valid for, and whether it still holds on this node.
 
-Owns: the stamp's content (the stack key, a digest of the build's inputs, the evidence: the cache
+Owns: where stamps live (`state_dir`), the stamp's content (the stack key, a digest of the build's inputs, the evidence: the cache
 files present after the build with their sizes, or the sources whose bytecode it compiled) and
 the check that lets `dsakit warm` skip a build. Must not build anything or import torch / SGLang.
 """
@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 FORMAT = 1
+
+
+def state_dir() -> Path:
+    """Where dsakit keeps its warm locks and stamps (not the kernels' caches): DSAKIT_CACHE_DIR,
+    else dsakit's folder in XDG_CACHE_HOME (~/.cache)."""
+    base = os.environ.get("DSAKIT_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "dsakit"))
+    return Path(base) / "jit"
 
 
 def inputs_digest(inputs: Sequence[str]) -> str:
@@ -23,7 +31,7 @@ def inputs_digest(inputs: Sequence[str]) -> str:
 
 def cache_evidence(names: Sequence[str], roots: Mapping[str, Path]) -> dict[str, dict[str, int]]:
     """{root name: {relative path: size}} of every cache file the named roots hold now."""
-    from dsakit.node.warm_cache import cache_files
+    from dsakit.node.jit_caches import cache_files
 
     out: dict[str, dict[str, int]] = {name: {} for name in names}
     for name, rel, file in cache_files(dict(roots), names):
