@@ -191,3 +191,24 @@ def test_unsafe_members_extract_nothing(fake_node: Path, bad: str) -> None:
         warm_cache.import_cache(str(path))
     assert not (jit_caches.cache_roots()["flashinfer"].path / "first.so").exists()  # all or nothing
     assert not (fake_node / "escaped").exists() and not (fake_node / "site" / "fakepkg" / "evil.py").exists()
+
+
+def test_export_lists_the_bytecode_from_the_warm_stamp_without_importing_the_chain(
+        fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsakit.node import bytecode
+
+    site = fake_node / "site" / "fakepkg"
+    sources = [str(site / "__init__.py"), str(site / "sub.py")]
+    target = warm.JitTarget("sglang-bytecode", "", (), (), lambda _t: warm.Built(0, {"sources": sources}),
+                            inputs=lambda _t: bytecode.stamp_inputs(["fakepkg"]))
+    assert warm.warm_target(target, resolve_device(None)).status == "built"
+
+    def no_child_import(*_a: object, **_k: object) -> None:
+        raise AssertionError("listed the import chain again")
+
+    monkeypatch.setattr(bytecode, "imported_sources", no_child_import)
+    result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    assert result.files["bytecode"] == 2 and result.files["dsakit-stamps"] == 1
+    # a stamp for other modules is not used: the chain is listed again
+    with pytest.raises(AssertionError, match="listed the import chain again"):
+        warm_cache.export_cache(str(fake_node / "cache2.tgz"), modules=["fakepkg", "other"])

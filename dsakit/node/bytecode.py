@@ -26,6 +26,14 @@ SGLANG_IMPORTS = (
     "sglang.srt.model_executor.forward_batch_info",
 )
 
+
+
+def stamp_inputs(modules: Sequence[str] = SGLANG_IMPORTS) -> tuple[str, ...]:
+    """What a bytecode warm-up depends on besides the stack: the modules, and where this
+    interpreter keeps bytecode (PYTHONPYCACHEPREFIX)."""
+    return (*modules, f"pycache_prefix={sys.pycache_prefix}")
+
+
 _LIST_SOURCES = r"""
 import importlib, json, sys
 failed = {}

@@ -161,10 +161,9 @@ def _compile_bytecode() -> Built:
 
 
 def _bytecode_inputs() -> tuple[str, ...]:
-    from dsakit.node.bytecode import SGLANG_IMPORTS
+    from dsakit.node.bytecode import stamp_inputs
 
-    # the interpreter's bytecode location is part of what was built
-    return (*SGLANG_IMPORTS, f"pycache_prefix={sys.pycache_prefix}")
+    return stamp_inputs()
 
 # Gate codes that imply a target when a test does not name it with the marker.
 GATE_TARGETS: dict[str, tuple[str, ...]] = {

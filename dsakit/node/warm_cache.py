@@ -100,13 +100,28 @@ class ExportResult:
     seconds: float
 
 
-def _bytecode_files(root: Path, modules: Sequence[str]) -> list[Path]:
-    """The valid .pyc of the import chain of `modules` that lie under `root`."""
+def _stamped_sources(key: dict[str, Any], modules: Sequence[str]) -> list[str] | None:
+    """The import chain's sources as the bytecode warm-up's stamp lists them, when it was made for
+    this stack and these modules: listing them again costs a child import of the whole chain."""
+    from dsakit.node import warm_stamp
+    from dsakit.node.bytecode import stamp_inputs
+
+    stamp = warm_stamp.read_stamp(warm_stamp.state_dir() / "sglang-bytecode.json")
+    if (stamp is None or stamp.get("key") != key
+            or stamp.get("inputs") != warm_stamp.inputs_digest(stamp_inputs(modules))):
+        return None
+    sources = (stamp.get("evidence") or {}).get("sources")
+    return sources if isinstance(sources, list) and sources else None
+
+
+def _bytecode_files(root: Path, modules: Sequence[str], sources: Sequence[str] | None = None) -> list[Path]:
+    """The valid .pyc of the import chain of `modules` (its `sources` when known) under `root`."""
     import importlib.util
 
     from dsakit.node.bytecode import _needs_compile, imported_sources
 
-    sources, _failed = imported_sources(modules)
+    if sources is None:
+        sources, _failed = imported_sources(modules)
     out = []
     for source in sources:
         if not Path(source).resolve().is_relative_to(root) or _needs_compile(source):
@@ -135,7 +150,8 @@ def export_cache(path: str, *, device_name: str | None = None, modules: Sequence
             tar.add(file, f"jit/{name}/{rel}", recursive=False)
             files[name] = files.get(name, 0) + 1
         install = key["install_path"]
-        pycs = _bytecode_files(Path(install), modules or SGLANG_IMPORTS) if install else []
+        chain = modules or SGLANG_IMPORTS
+        pycs = _bytecode_files(Path(install), chain, _stamped_sources(key, chain)) if install else []
         for pyc in pycs:
             tar.add(pyc, f"bytecode/{pyc.relative_to(install).as_posix()}", recursive=False)
         files["bytecode"] = len(pycs)
