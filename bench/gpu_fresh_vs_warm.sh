@@ -98,7 +98,7 @@ if [ "$DROP" = 1 ] && [ -n "$SITE" ]; then
     && (cd "$SITE" && find . -path '*/__pycache__/*.pyc' -delete) \
     && echo "bytecode of $SITE moved aside: $(tar tf "$ASIDE" | wc -l) files"
 else
-  echo "bytecode kept (DSAKIT_BENCH_DROP_BYTECODE=$DROP: a CPU dry run never touches a shared venv)"
+  echo "bytecode not moved aside (DSAKIT_BENCH_DROP_BYTECODE=$DROP: a CPU dry run never deletes a shared venv's bytecode)"
 fi
 touch "$WORK/before-fresh"; sleep 1
 run fresh-import-and-warm 120 "${FRESH[@]}" python -m dsakit warm --import "$WORK/warm.tgz" $SEL
