@@ -180,7 +180,7 @@ def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
         "evidence"] == {"files": {"triton": {"K/k.cubin": 5}}}
 
 
-@pytest.mark.parametrize("change", ["file gone", "file changed", "other tests", "other stack"])
+@pytest.mark.parametrize("change", ["file gone", "other tests", "other stack"])
 def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, monkeypatch: pytest.MonkeyPatch,
                                                               change: str) -> None:
     from dsakit.node import warm_cache
@@ -193,8 +193,6 @@ def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, 
     tests = ["a"]
     if change == "file gone":
         kernel.unlink()
-    elif change == "file changed":
-        kernel.write_bytes(b"other size")
     elif change == "other tests":
         tests = ["a", "c"]
     else:
@@ -202,8 +200,26 @@ def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, 
         monkeypatch.setattr(warm_cache, "stack_key", lambda d: {**real(d), "torch": "9.9"})
     result = jit_warmup.warm_target(target, device, test_ids=tests)
     assert result.status == "built" and len(calls) == 2
-    assert result.stale == {"file gone": f"{kernel} is gone", "file changed": f"{kernel} changed",
+    assert result.stale == {"file gone": f"{kernel} is gone",
                             "other tests": "built for another selection", "other stack": "built for another stack"}[change]
+
+
+def test_logs_and_build_temp_files_are_no_evidence(stamp_node: Path) -> None:
+    """FlashInfer appends to its JIT log and drops its tmp/ locks on every run: a stamp that
+    required them would send a fresh node back to building."""
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+        (stamp_node / "triton" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stamp_node / "triton" / rel).write_text("x")
+    device = simulated_device("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
+    assert stamp["evidence"]["files"] == {"triton": {"K/k.cubin": 5}}
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+        (stamp_node / "triton" / rel).unlink()
+    (stamp_node / "triton" / "K" / "k.cubin").write_bytes(b"rewritten, other size")  # the library's own business
+    assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached" and len(calls) == 1
 
 
 def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:

@@ -29,13 +29,22 @@ def inputs_digest(inputs: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(set(inputs))).encode()).hexdigest()[:16]
 
 
+def _transient(rel: str) -> bool:
+    """Files a cache rewrites or drops by itself (FlashInfer's JIT log, ninja's logs, build temp
+    folders): their absence later says nothing about the kernels."""
+    parts = rel.split("/")
+    return (parts[-1].endswith((".log", ".tmp", ".lock")) or parts[-1] in (".ninja_log", ".ninja_deps")
+            or any(p in ("tmp", "temp") or p.startswith("tmp") for p in parts[:-1]))
+
+
 def cache_evidence(names: Sequence[str], roots: Mapping[str, Path]) -> dict[str, dict[str, int]]:
-    """{root name: {relative path: size}} of every cache file the named roots hold now."""
+    """{root name: {relative path: size}} of every lasting cache file the named roots hold now."""
     from dsakit.node.jit_caches import cache_files
 
     out: dict[str, dict[str, int]] = {name: {} for name in names}
     for name, rel, file in cache_files(dict(roots), names):
-        out[name][rel] = file.stat().st_size
+        if not _transient(rel):
+            out[name][rel] = file.stat().st_size
     return out
 
 
@@ -71,11 +80,9 @@ def why_stale(stamp: Mapping[str, Any] | None, key: Mapping[str, Any], inputs: S
         root = roots.get(name)
         if root is None:
             return f"unknown cache {name!r}"
-        for rel, size in files.items():
-            try:
-                if (root / rel).stat().st_size != size:
-                    return f"{root / rel} changed"
-            except OSError:
+        for rel in files:
+            # present is enough: each library keys its own entries (a size is kept for reading)
+            if not (root / rel).is_file():
                 return f"{root / rel} is gone"
     if evidence.get("sources"):
         from dsakit.node.bytecode import _needs_compile
