@@ -22,7 +22,7 @@
 #
 # Knobs: DSAKIT_BENCH_TESTS (contracts), DSAKIT_BENCH_WORKERS (4), DSAKIT_BENCH_TOTAL_S (420),
 # DSAKIT_BENCH_DROP_BYTECODE (1 where nvidia-smi sees a GPU, else 0: never on a shared CPU venv),
-# DSAKIT_BENCH_DIAG (1). CPU dry run (GPU cases skip; checks the script end to end):
+# DSAKIT_BENCH_DIAG (1), DSAKIT_BENCH_FRESH (home | move, see below). CPU dry run (GPU cases skip; checks the script end to end):
 #   DSAKIT_BENCH_TESTS=contracts/test_topk_selection.py DSAKIT_BENCH_WORKERS=2 bash bench/gpu_fresh_vs_warm.sh
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -49,7 +49,7 @@ restore_bytecode() {
     tar xf "$ASIDE" -C "$SITE" && rm -f "$ASIDE" && echo "bytecode of $SITE put back"
   fi
 }
-cleanup() { restore_bytecode; rm -rf "$WORK"; }
+cleanup() { restore_bytecode; put_caches_back; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -75,10 +75,34 @@ run() {
   echo "== $name: ${WALL[$name]} s, exit $rc, $(summary "$OUT/$name.txt")"
 }
 
-# "${FRESH[@]}" CMD...: CMD on the simulated fresh node (an env prefix, so `timeout` can run it)
+# "${FRESH[@]}" CMD...: CMD on the simulated fresh node (an env prefix, so `timeout` can run it).
+# home (default): a new HOME and TMPDIR, the real caches untouched. move: the same HOME, its cache
+# roots moved into $WORK and put back at exit (closer to a real fresh node where a build records
+# absolute paths, e.g. a ninja file under the old HOME; a killed run leaves them in $WORK).
+MODE=${DSAKIT_BENCH_FRESH:-home}
 FRESH=(env)
-for v in $CACHE_VARS; do FRESH+=(-u "$v"); done
-FRESH+=(HOME="$WORK/home" TMPDIR="$WORK/tmp")
+if [ "$MODE" = move ]; then
+  FRESH+=(DSAKIT_BENCH_MODE=move)
+else
+  for v in $CACHE_VARS; do FRESH+=(-u "$v"); done
+  FRESH+=(HOME="$WORK/home" TMPDIR="$WORK/tmp")
+fi
+ROOTS=$(python -c "
+from dsakit.node.warm_cache import cache_roots
+for name, path in cache_roots().items(): print(f'{name}={path}')")
+move_caches_aside() {
+  mkdir -p "$WORK/aside"
+  while IFS='=' read -r name path; do
+    [ -e "$path" ] && mv "$path" "$WORK/aside/$name" && echo "$name=$path" >>"$WORK/aside/moved"
+  done <<<"$ROOTS"
+}
+put_caches_back() {
+  [ -f "$WORK/aside/moved" ] || return 0
+  tac "$WORK/aside/moved" | while IFS='=' read -r name path; do
+    rm -rf "$path"; mkdir -p "$(dirname "$path")"; mv "$WORK/aside/$name" "$path"
+  done
+  rm -f "$WORK/aside/moved"; echo "cache roots put back"
+}
 
 : >"$TABLE.rows"
 echo "== node: $GPUS GPU(s), $(nproc) cores; selection $SEL; scratch $WORK; install $SITE"
@@ -100,16 +124,20 @@ if [ "$DROP" = 1 ] && [ -n "$SITE" ]; then
 else
   echo "bytecode not moved aside (DSAKIT_BENCH_DROP_BYTECODE=$DROP: a CPU dry run never deletes a shared venv's bytecode)"
 fi
+[ "$MODE" = move ] && move_caches_aside && echo "cache roots moved aside: $(cut -d= -f1 "$WORK/aside/moved" 2>/dev/null | tr '\n' ' ')"
 touch "$WORK/before-fresh"; sleep 1
 run fresh-import-and-warm 120 "${FRESH[@]}" python -m dsakit warm --import "$WORK/warm.tgz" $SEL
 grep -E "imported|built|cached|FAILED" "$OUT/fresh-import-and-warm.txt" | head -8
 touch "$WORK/after-import"; sleep 1
 run fresh-suite 150 "${FRESH[@]}" "${PYTEST[@]}" $SEL
-NEW=$(find "$WORK/home" "$WORK/tmp" -type f -newer "$WORK/after-import" ! -name '*.lock' 2>/dev/null)
+WHERE=("$WORK/home" "$WORK/tmp")
+[ "$MODE" = move ] && WHERE=($(cut -d= -f2 <<<"$ROOTS"))
+NEW=$(find "${WHERE[@]}" -type f -newer "$WORK/after-import" ! -name '*.lock' 2>/dev/null | sort -u)
 COMPILED=$(printf '%s' "$NEW" | grep -c . || true)
 echo "files the fresh suite still compiled (not in the export): $COMPILED"
-[ "$COMPILED" -gt 0 ] && printf '%s\n' "$NEW" | sed "s|$WORK/||" | awk -F/ '{print $1"/"$2"/"$3"/"$4}' | sort | uniq -c | sort -rn | head -8
+[ "$COMPILED" -gt 0 ] && printf '%s\n' "$NEW" | sed "s|$WORK/||; s|$HOME/||" | awk -F/ '{print $1"/"$2"/"$3"/"$4}' | sort | uniq -c | sort -rn | head -8
 restore_bytecode
+put_caches_back
 
 # 4. workers on the warm node
 run n1 150 "${PYTEST[@]}" -n 1 $SEL
@@ -150,7 +178,7 @@ FRESH=$(awk "BEGIN{printf \"%.1f\", ${WALL[fresh-import-and-warm]} + ${WALL[fres
   echo
   echo "- node: $([ "$GPUS" -gt 0 ] && echo "$GPUS x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" || echo "no GPU (dry run)"), $(nproc) cores; selection: $SEL"
   echo "- $(python -c "import sys, importlib.metadata as m; print('Python', sys.version.split()[0], *[f'{d} {m.version(d)}' for d in ('torch', 'sglang', 'pytest')])" 2>/dev/null)"
-  echo "- bytecode moved aside for the fresh run: $([ "$DROP" = 1 ] && echo yes || echo no); files the fresh suite still compiled: ${COMPILED:-?}"
+  echo "- fresh node: $MODE mode; bytecode moved aside: $([ "$DROP" = 1 ] && echo yes || echo no); files the fresh suite still compiled: ${COMPILED:-?}"
   echo
   echo "| step | wall | exit | outcome |"
   echo "|---|---|---|---|"
