@@ -56,6 +56,11 @@ def test_cpu_box_skips_each_needed_target_with_reasons(pytester: pytest.Pytester
     assert "sglang-bytecode    built" in done.stdout
     assert "flashinfer-topk    skipped  [cuda] needs an NVIDIA GPU" in done.stdout
     assert "sglang-topk-v2     skipped  [cuda]" in done.stdout
+    # the second warm finds the bytecode stamp holding (every listed source has a valid .pyc):
+    # no child import of the SGLang chain (a fresh node after `--import` is this case)
+    again = _warm(pytester, "test_jit.py")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "sglang-bytecode    cached" in again.stdout and "stamp of 20" in again.stdout
 
 
 def test_json_and_explicit_target(pytester: pytest.Pytester) -> None:
@@ -111,8 +116,10 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
     target = jit_warmup.JitTarget("fake", "a fake build", (), (), build)
     device = simulated_device("sm90")
     results: list[jit_warmup.WarmResult] = []
-    threads = [threading.Thread(target=lambda: results.append(jit_warmup.warm_target(target, device)))
-               for _ in range(2)]
+    # two selections, so the second build is not answered by the first one's stamp
+    threads = [threading.Thread(target=lambda i=i: results.append(jit_warmup.warm_target(target, device,
+                                                                                       test_ids=[f"t{i}"])))
+               for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -139,3 +146,98 @@ def test_validate_targets() -> None:
     assert jit_warmup.validate_targets(["sglang-topk-v2", "sglang-topk-v2"]) == ("sglang-topk-v2",)
     with pytest.raises(UsageError):
         jit_warmup.validate_targets(["x"])
+
+
+# ---------------------------------------------------------------- stamps: a build that still holds is not run again
+
+
+@pytest.fixture
+def stamp_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path / "dsakit"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    return tmp_path
+
+
+def _kernel_target(calls: list[list[str]], out: Path) -> jit_warmup.JitTarget:
+    def build(tests) -> int:
+        calls.append(list(tests))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"cubin")
+        return len(tests)
+
+    return jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+
+
+def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
+    device = simulated_device("sm90")
+    first = jit_warmup.warm_target(target, device, test_ids=["a", "b"])
+    assert (first.status, first.stale) == ("built", "no stamp")
+    again = jit_warmup.warm_target(target, device, test_ids=["b", "a"])
+    assert (again.status, again.launches, len(calls)) == ("cached", 2, 1)
+    assert again.stamp_time and json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())[
+        "evidence"] == {"files": {"triton": {"K/k.cubin": 5}}}
+
+
+@pytest.mark.parametrize("change", ["file gone", "other tests", "other stack"])
+def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              change: str) -> None:
+    from dsakit.node import warm_cache
+
+    calls: list[list[str]] = []
+    kernel = stamp_node / "triton" / "K" / "k.cubin"
+    target = _kernel_target(calls, kernel)
+    device = simulated_device("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    tests = ["a"]
+    if change == "file gone":
+        kernel.unlink()
+    elif change == "other tests":
+        tests = ["a", "c"]
+    else:
+        real = warm_cache.stack_key
+        monkeypatch.setattr(warm_cache, "stack_key", lambda d: {**real(d), "torch": "9.9"})
+    result = jit_warmup.warm_target(target, device, test_ids=tests)
+    assert result.status == "built" and len(calls) == 2
+    assert result.stale == {"file gone": f"{kernel} is gone",
+                            "other tests": "built for another selection", "other stack": "built for another stack"}[change]
+
+
+def test_logs_and_build_temp_files_are_no_evidence(stamp_node: Path) -> None:
+    """FlashInfer appends to its JIT log and drops its tmp/ locks on every run: a stamp that
+    required them would send a fresh node back to building."""
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+        (stamp_node / "triton" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stamp_node / "triton" / rel).write_text("x")
+    device = simulated_device("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
+    assert stamp["evidence"]["files"] == {"triton": {"K/k.cubin": 5}}
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+        (stamp_node / "triton" / rel).unlink()
+    (stamp_node / "triton" / "K" / "k.cubin").write_bytes(b"rewritten, other size")  # the library's own business
+    assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached" and len(calls) == 1
+
+
+def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
+    import py_compile
+
+    source = stamp_node / "mod.py"
+    source.write_text("X = 1\n")
+    calls: list[int] = []
+
+    def build(_tests) -> jit_warmup.Built:
+        calls.append(1)
+        py_compile.compile(str(source), doraise=True)
+        return jit_warmup.Built(1, {"sources": [str(source)]})
+
+    target = jit_warmup.JitTarget("fake-bytecode", "", (), (), build, inputs=lambda _t: ("mod",))
+    device = simulated_device("sm90")
+    assert jit_warmup.warm_target(target, device, test_ids=["x"]).status == "built"
+    assert jit_warmup.warm_target(target, device, test_ids=["y"]).status == "cached"  # inputs ignore the tests
+    source.write_text("X = 22\n")  # stale bytecode
+    rebuilt = jit_warmup.warm_target(target, device)
+    assert (rebuilt.status, rebuilt.stale, len(calls)) == ("built", f"no valid bytecode for {source}", 2)

@@ -1,8 +1,8 @@
 """`dsakit warm --export / --import`: the round trip restores every cache file and valid bytecode,
 a key mismatch is refused naming the fields (exit 2), and unsafe members extract nothing.
 
-Fake caches through XDG_CACHE_HOME / TRITON_CACHE_DIR and a fake installed package, so nothing
-outside tmp_path is read or written."""
+Fake caches under a fake HOME (where the libraries put them; a decoy XDG_CACHE_HOME that none of
+them reads) and a fake installed package, so nothing outside tmp_path is read or written."""
 
 from __future__ import annotations
 
@@ -18,18 +18,47 @@ from pathlib import Path
 import pytest
 
 from dsakit.errors import UsageError
-from dsakit.node import warm_cache
+from dsakit.gates.device_model import resolve_device
+from dsakit.node import jit_caches, warm, warm_cache
 from dsakit.node.bytecode import _needs_compile
+
+# Where SGLang 0.5.21+ (which redirects the third-party caches into its own) and the libraries
+# put their builds under HOME, and the tarball root each belongs to.
+LAYOUT_0521 = {
+    ".cache/sglang/jit/sm90a/sgl_kernel_jit_dpsk_v4_metadata/build-3b/deps-4b/m.so": "sglang-jit",
+    ".cache/sglang/triton/SD4NKCH2/_build_swa_token_ids_kernel.cubin": "triton",
+    ".cache/sglang/.cache/flashinfer/0.6.18/90a/cached_ops/topk/topk.so": "flashinfer",
+    ".cache/sglang/deep_gemm/cache/kernel.sm90_paged_mqa_logits_metadata.e2/kernel.cubin": "deep-gemm",
+    ".cache/sglang/inductor/fxgraph/ab/graph": "inductor",
+    ".cache/sglang/tilelang/mhc_prenorm.so": "tilelang",
+    ".cache/sglang/nv/ComputeCache/0/1": "cuda",
+    ".cache/sglang/cute_aot/kernel.o": "sglang",
+    ".cache/tvm-ffi/sgl_kernel_jit_topk/b.so": "tvm-ffi",
+}
+CACHE_VARS = ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR",
+              "TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "TRITON_HOME",
+              "TORCHINDUCTOR_CACHE_DIR", "TILELANG_CACHE_DIR", "CUDA_CACHE_PATH", "DSAKIT_CACHE_DIR")
+
+
+def _node(monkeypatch: pytest.MonkeyPatch, where: Path) -> None:
+    """A node whose HOME, decoy XDG_CACHE_HOME and TMPDIR are under `where`."""
+    for name in CACHE_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(where / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(where / "xdg"))
+    monkeypatch.setenv("TMPDIR", str(where / "tmp"))
 
 
 @pytest.fixture
 def fake_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    for rel, data in (("xdg/flashinfer/90/topk/topk.so", b"so"), ("xdg/tvm-ffi/a/b.o", b"o"),
-                      ("xdg/sglang/jit/v2.so", b"v2"), ("triton/KEY1/kernel.cubin", b"cubin")):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
+    _node(monkeypatch, tmp_path)
+    monkeypatch.setattr(jit_caches, "sglang_redirects_caches", lambda _dir: True)  # 0.5.21+
+    for rel in LAYOUT_0521:
+        (tmp_path / "home" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "home" / rel).write_bytes(rel.encode())
+    decoy = tmp_path / "xdg" / "sglang" / "jit" / "not-read-by-sglang.so"
+    decoy.parent.mkdir(parents=True)
+    decoy.write_bytes(b"decoy")
     site = tmp_path / "site"
     (site / "fakepkg").mkdir(parents=True)
     (site / "fakepkg" / "__init__.py").write_text("from . import sub\n")
@@ -41,24 +70,69 @@ def fake_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _cache_files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.suffix != ".tgz" and "fakepkg" not in p.parts[-2:] + p.parts[-3:-2]}
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_export_import_round_trip(fake_node: Path) -> None:
-    before = _cache_files(fake_node)
+def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pycs = sorted((fake_node / "site" / "fakepkg" / "__pycache__").glob("*.pyc"))
     assert len(pycs) == 2
     result = warm_cache.export_cache(str(fake_node / "out" / "cache.tgz"), modules=["fakepkg"])
-    assert result.files == {"flashinfer": 1, "tvm-ffi": 1, "sglang": 1, "triton": 1, "bytecode": 2}
-    for folder in ("xdg", "triton", "site/fakepkg/__pycache__"):
-        subprocess.run(["rm", "-rf", str(fake_node / folder)], check=True)
+    # every file once, under the root that owns it (the deepest); the XDG decoy is not a cache
+    counts = {name: 0 for name in warm_cache.cache_roots()}
+    for name in LAYOUT_0521.values():
+        counts[name] += 1
+    assert result.files == {**counts, "bytecode": 2}
+    with tarfile.open(fake_node / "out" / "cache.tgz") as tar:
+        names = tar.getnames()
+    assert "jit/triton/SD4NKCH2/_build_swa_token_ids_kernel.cubin" in names
+    assert not any("decoy" in n or "not-read-by-sglang" in n for n in names)
+    # a fresh node: another HOME, XDG and TMPDIR; the bytecode removed
+    _node(monkeypatch, fake_node / "fresh")
+    subprocess.run(["rm", "-rf", str(fake_node / "site" / "fakepkg" / "__pycache__")], check=True)
     imported = warm_cache.import_cache(str(fake_node / "out" / "cache.tgz"))
-    assert imported.files == result.files
-    assert _cache_files(fake_node) == before
+    assert imported.files == {name: n for name, n in result.files.items() if n}
+    assert _files(fake_node / "fresh" / "home") == {rel: rel.encode() for rel in LAYOUT_0521}
     for source in ("__init__.py", "sub.py"):
         assert not _needs_compile(str(fake_node / "site" / "fakepkg" / source))  # valid bytecode again
+
+
+def test_a_cache_moved_by_its_variable_lands_where_that_node_reads_it(fake_node: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    _node(monkeypatch, fake_node / "fresh")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(fake_node / "fresh" / "triton-here"))
+    monkeypatch.setenv("SGLANG_CACHE_DIR", str(fake_node / "fresh" / "sglang-here"))
+    warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert (fake_node / "fresh" / "triton-here" / "SD4NKCH2" / "_build_swa_token_ids_kernel.cubin").is_file()
+    # SGLang's JIT dir does not follow SGLANG_CACHE_DIR (~/.cache/sglang/jit unless SGLANG_JIT_CACHE_DIR)
+    assert (fake_node / "fresh" / "home" / ".cache" / "sglang" / "jit" / "sm90a").is_dir()
+    assert (fake_node / "fresh" / "sglang-here" / "deep_gemm" / "cache").is_dir()
+    assert (fake_node / "fresh" / "sglang-here" / "cute_aot" / "kernel.o").is_file()
+
+
+def test_a_fresh_node_after_import_finds_the_warm_targets_built(fake_node: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stamps travel with the caches: `dsakit warm` on the fresh node runs no build."""
+    calls: list[str] = []
+
+    def build(_tests: object) -> int:
+        calls.append("build")
+        out = Path(jit_caches.cache_roots()["triton"].path, "NEWKEY", "kernel.cubin")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"cubin")
+        return 3
+
+    target = warm.JitTarget("fake-kernels", "", (), ("triton",), build)
+    device = resolve_device(None)
+    assert warm.warm_target(target, device, test_ids=["t::a", "t::b"]).status == "built"
+    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    _node(monkeypatch, fake_node / "fresh")
+    assert warm.warm_target(target, device, test_ids=["t::a"]).status == "built"  # nothing imported yet
+    _node(monkeypatch, fake_node / "fresh2")
+    warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    again = warm.warm_target(target, device, test_ids=["t::b", "t::a"])
+    assert (again.status, again.launches, calls) == ("cached", 3, ["build", "build"])
 
 
 def _tarball(path: Path, key: dict, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
@@ -85,13 +159,14 @@ def test_key_mismatch_is_refused_naming_the_fields(fake_node: Path) -> None:
         warm_cache.import_cache(str(path))
     assert "torch: cache '0.0.1', this node" in str(error.value)
     assert "gpu_arch: cache 'sm100', this node 'cpu'" in str(error.value)
-    assert not (fake_node / "xdg" / "flashinfer" / "new.so").exists()
+    assert not (jit_caches.cache_roots()["flashinfer"].path / "new.so").exists()
 
 
 def test_cli_refuses_mismatch_with_exit_2(tmp_path: Path) -> None:
     key = {**warm_cache.current_key(), "sglang": "0.0.0"}
     path = _tarball(tmp_path / "other.tgz", key, [])
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "TRITON_CACHE_DIR": str(tmp_path / "tr")}
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+           "TRITON_CACHE_DIR": str(tmp_path / "tr")}
     done = subprocess.run([sys.executable, "-m", "dsakit", "warm", "--import", str(path)], capture_output=True,
                           text=True, env=env, check=False, timeout=120)
     assert done.returncode == 2, done.stderr
@@ -114,5 +189,26 @@ def test_unsafe_members_extract_nothing(fake_node: Path, bad: str) -> None:
                     [_file("jit/flashinfer/first.so"), *members])
     with pytest.raises(UsageError, match="refusing cache member"):
         warm_cache.import_cache(str(path))
-    assert not (fake_node / "xdg" / "flashinfer" / "first.so").exists()  # all or nothing
+    assert not (jit_caches.cache_roots()["flashinfer"].path / "first.so").exists()  # all or nothing
     assert not (fake_node / "escaped").exists() and not (fake_node / "site" / "fakepkg" / "evil.py").exists()
+
+
+def test_export_lists_the_bytecode_from_the_warm_stamp_without_importing_the_chain(
+        fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsakit.node import bytecode
+
+    site = fake_node / "site" / "fakepkg"
+    sources = [str(site / "__init__.py"), str(site / "sub.py")]
+    target = warm.JitTarget("sglang-bytecode", "", (), (), lambda _t: warm.Built(0, {"sources": sources}),
+                            inputs=lambda _t: bytecode.stamp_inputs(["fakepkg"]))
+    assert warm.warm_target(target, resolve_device(None)).status == "built"
+
+    def no_child_import(*_a: object, **_k: object) -> None:
+        raise AssertionError("listed the import chain again")
+
+    monkeypatch.setattr(bytecode, "imported_sources", no_child_import)
+    result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    assert result.files["bytecode"] == 2 and result.files["dsakit-stamps"] == 1
+    # a stamp for other modules is not used: the chain is listed again
+    with pytest.raises(AssertionError, match="listed the import chain again"):
+        warm_cache.export_cache(str(fake_node / "cache2.tgz"), modules=["fakepkg", "other"])

@@ -26,6 +26,14 @@ SGLANG_IMPORTS = (
     "sglang.srt.model_executor.forward_batch_info",
 )
 
+
+
+def stamp_inputs(modules: Sequence[str] = SGLANG_IMPORTS) -> tuple[str, ...]:
+    """What a bytecode warm-up depends on besides the stack: the modules, and where this
+    interpreter keeps bytecode (PYTHONPYCACHEPREFIX)."""
+    return (*modules, f"pycache_prefix={sys.pycache_prefix}")
+
+
 _LIST_SOURCES = r"""
 import importlib, json, sys
 failed = {}
@@ -47,6 +55,7 @@ class BytecodeResult:
     compiled: int  # of those, compiled now (the rest already had valid bytecode)
     unwritable: int  # could not write their .pyc (read-only directories)
     failed_imports: dict[str, str]
+    sources: list[str]  # the source files themselves (a warm stamp's evidence)
 
 
 def imported_sources(modules: Sequence[str] = SGLANG_IMPORTS, *, python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
@@ -104,4 +113,4 @@ def warm_bytecode(modules: Sequence[str] = SGLANG_IMPORTS, *, workers: int | Non
                 unwritable += failed_writes
     elif chunks:
         compiled, unwritable = _compile(chunks[0])
-    return BytecodeResult(len(sources), compiled, unwritable, failed)
+    return BytecodeResult(len(sources), compiled, unwritable, failed, sources)

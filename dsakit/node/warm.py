@@ -2,7 +2,9 @@
 
 Owns: the JIT target registry (`JIT_TARGETS`), which targets a selection needs (`dsakit_jit`
 markers or gate codes), and the warm-up itself: one file lock per target, the real SGLang entry
-points, a stamp written atomically. Imports torch / SGLang only for a target whose gates are open.
+points, a stamp written atomically that lets the next warm (a fresh node's, after `--import`)
+skip a target still built for this stack and selection. Imports torch / SGLang only for a target
+whose gates are open and whose stamp does not hold.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.node.warm_stamp import state_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
@@ -33,9 +36,19 @@ class JitTarget:
     name: str
     description: str
     gates: tuple[str, ...]
-    caches: tuple[str, ...]
-    build: Callable[[Sequence[str]], int] = field(compare=False)  # gets the test ids needing it
+    caches: tuple[str, ...]  # names of `dsakit.node.jit_caches.cache_roots()` the build writes
+    build: Callable[[Sequence[str]], int | Built] = field(compare=False)  # gets the test ids needing it
     unit: str = "launches"  # what build()'s count counts
+    # what the build depends on besides the stack (its stamp's inputs): by default the tests run
+    inputs: Callable[[Sequence[str]], Sequence[str]] = field(compare=False, default=lambda tests: tests)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A build's count, plus its own evidence for the stamp (else: the files of its caches)."""
+
+    count: int
+    evidence: dict[str, Any]
 
 
 def _launch_paths(path_ids: Sequence[str]) -> int:
@@ -63,8 +76,9 @@ def _launch_paths(path_ids: Sequence[str]) -> int:
     return launches
 
 
-def _home_cache(*parts: str) -> str:
-    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", *parts))
+# Every cache a JIT or Triton build can write (0.5.21+ keeps them all under SGLANG_CACHE_DIR).
+_KERNEL_CACHES = ("sglang", "sglang-jit", "tvm-ffi", "flashinfer", "triton", "inductor", "deep-gemm",
+                  "deep-gemm-own", "tilelang", "cuda")
 
 
 JIT_TARGETS: dict[str, JitTarget] = {
@@ -75,35 +89,39 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "flashinfer.top_k and its fused page-table transforms (first call JIT-compiles, "
             "~2-3 min cold on an H200)",
             ("cuda", "module:flashinfer"),
-            (_home_cache("flashinfer"), _home_cache("tvm-ffi")),
+            ("flashinfer", "tvm-ffi"),
             lambda _tests: _launch_paths(("flashinfer.topk_func", "flashinfer.transform-paged",
                                    "flashinfer.transform-ragged")),
+            inputs=lambda _tests: ("flashinfer.topk_func", "flashinfer.transform-paged", "flashinfer.transform-ragged"),
         ),
         JitTarget(
             "sglang-topk-v2",
             "SGLang's fused top-k v2 JIT (sglang.kernels.ops.attention.dsv4.topk: "
             "topk_transform_512_v2 + plan_topk_v2 in 0.5.17, topk_transform_paged_v2 in 0.5.23)",
             ("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc"),
-            (_home_cache("sglang"), _home_cache("tvm-ffi")),
+            ("sglang-jit", "tvm-ffi"),
             lambda _tests: _launch_paths(("v2-fold.paged", "v2-fold.paged-ps1-table",
                                    "sgl-kernel.transform-ragged.v2")),
+            inputs=lambda _tests: ("v2-fold.paged", "v2-fold.paged-ps1-table", "sgl-kernel.transform-ragged.v2"),
         ),
         JitTarget(
             "sglang-bytecode",
             "cached bytecode (.pyc) of the SGLang import chain every worker imports (without it, "
             "each worker recompiles thousands of modules when the interpreter writes no bytecode)",
             ("sglang:dsa-backend",),
-            ("__pycache__ beside the SGLang stack's sources",),
+            (),  # __pycache__ beside the SGLang stack's sources
             lambda _tests: _compile_bytecode(),
             unit="modules compiled",
+            inputs=lambda _tests: _bytecode_inputs(),
         ),
         JitTarget(
             "triton-kernels",
             "the Triton kernels SGLang's backend metadata code launches (DSA decode/extend metadata, "
-            "DeepSeek-V4 page tables, SWA and compression metadata): the tests marked "
-            "dsakit_jit('triton-kernels') run once, serially, in one process",
+            "DeepSeek-V4 page tables, SWA and compression metadata) and whatever else those tests "
+            "compile (the DeepSeek-V4 forward: SGLang JIT, DeepGEMM, FlashMLA, inductor): the tests "
+            "marked dsakit_jit('triton-kernels') run once, serially, in one process",
             ("cuda",),
-            (os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache"),),
+            _KERNEL_CACHES,
             lambda tests: _run_tests_once(tests),
             unit="tests run",
         ),
@@ -132,14 +150,20 @@ def _run_tests_once(tests: Sequence[str]) -> int:
     return len(tests)
 
 
-def _compile_bytecode() -> int:
+def _compile_bytecode() -> Built:
     from dsakit.node.bytecode import warm_bytecode
 
     result = warm_bytecode()
     if result.unwritable:
         raise OSError(f"{result.unwritable} of {result.modules} modules' bytecode could not be written "
                       "(read-only site); set PYTHONPYCACHEPREFIX to a writable directory for the run")
-    return result.compiled
+    return Built(result.compiled, {"sources": result.sources})
+
+
+def _bytecode_inputs() -> tuple[str, ...]:
+    from dsakit.node.bytecode import stamp_inputs
+
+    return stamp_inputs()
 
 # Gate codes that imply a target when a test does not name it with the marker.
 GATE_TARGETS: dict[str, tuple[str, ...]] = {
@@ -221,31 +245,33 @@ def needed_targets(selection: Sequence[str]) -> tuple[dict[str, list[str]], int]
 @dataclass
 class WarmResult:
     target: str
-    status: str  # built, skipped, failed
+    status: str  # built, cached, skipped, failed
     seconds: float = 0.0
-    launches: int = 0
+    launches: int = 0  # cached: the count of the build the stamp records
     tests: int = 0
     reasons: list[Reason] = field(default_factory=list)
     error: str = ""
     waited_s: float = 0.0  # time spent waiting for another process's build of the same target
+    stale: str = ""  # built: why the stamp did not hold ("no stamp", "... is gone")
+    stamp_time: str = ""  # cached: when the stamped build ran
 
     def as_dict(self) -> dict[str, Any]:
         return {"target": self.target, "status": self.status, "seconds": round(self.seconds, 3),
                 "launches": self.launches, "tests": self.tests, "waited_s": round(self.waited_s, 3),
-                "reasons": [r.as_dict() for r in self.reasons], "error": self.error}
-
-
-def state_dir() -> Path:
-    """Where dsakit keeps its locks and stamps (not the kernels' caches)."""
-    return Path(os.environ.get("DSAKIT_CACHE_DIR") or _home_cache("dsakit")) / "jit"
+                "reasons": [r.as_dict() for r in self.reasons], "error": self.error, "stale": self.stale,
+                "stamp_time": self.stamp_time}
 
 
 def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ()) -> WarmResult:
     """Build one target under its file lock for the tests that need it (their ids); skipped with
-    reasons when its gates are closed."""
+    reasons when its gates are closed; `cached` (nothing run) when its stamp still holds: the same
+    stack and inputs, and every cache file (or valid .pyc) the build left is still there."""
     from filelock import FileLock
 
     from dsakit.gates.table import closed_reasons
+    from dsakit.node import warm_stamp
+    from dsakit.node.jit_caches import cache_roots
+    from dsakit.node.warm_cache import stack_key
 
     tests = len(test_ids)
     reasons = closed_reasons(target.gates, device)
@@ -253,20 +279,30 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
         return WarmResult(target.name, "skipped", tests=tests, reasons=reasons)
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    stamp_path = directory / f"{target.name}.json"
     start = time.perf_counter()
     with FileLock(str(directory / f"{target.name}.lock")):
         waited = time.perf_counter() - start
         tic = time.perf_counter()
+        key, inputs = stack_key(device), list(target.inputs(test_ids))
+        roots = {name: root.path for name, root in cache_roots().items()}
+        stamp = warm_stamp.read_stamp(stamp_path)
+        stale = warm_stamp.why_stale(stamp, key, inputs, roots)
+        if stale is None and stamp is not None:
+            return WarmResult(target.name, "cached", time.perf_counter() - tic, int(stamp.get("launches", 0)),
+                              tests, waited_s=waited, stamp_time=str(stamp.get("time", "")))
         try:
-            launches = target.build(test_ids)
+            built = target.build(test_ids)
         except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
             return WarmResult(target.name, "failed", time.perf_counter() - tic, tests=tests,
-                              error=f"{type(error).__name__}: {error}", waited_s=waited)
+                              error=f"{type(error).__name__}: {error}", waited_s=waited, stale=stale or "")
         seconds = time.perf_counter() - tic
-        _write_stamp(directory / f"{target.name}.json", {
-            "target": target.name, "seconds": round(seconds, 3), "launches": launches,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "python": sys.version.split()[0]})
-    return WarmResult(target.name, "built", seconds, launches, tests, waited_s=waited)
+        count, evidence = ((built.count, built.evidence) if isinstance(built, Built)
+                           else (built, {"files": warm_stamp.cache_evidence(target.caches, roots)}))
+        _write_stamp(stamp_path, warm_stamp.make_stamp(
+            target.name, key, inputs, evidence, seconds=round(seconds, 3), launches=count,
+            time=time.strftime("%Y-%m-%dT%H:%M:%S"), python=sys.version.split()[0]))
+    return WarmResult(target.name, "built", seconds, count, tests, waited_s=waited, stale=stale or "")
 
 
 def _write_stamp(path: Path, data: dict[str, Any]) -> None:
@@ -274,6 +310,15 @@ def _write_stamp(path: Path, data: dict[str, Any]) -> None:
 
     # atomic: a reader never sees half a stamp
     output_file(path, "the warm stamp").write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _cache_paths(target: JitTarget) -> str:
+    from dsakit.node.jit_caches import cache_roots
+
+    if not target.caches:
+        return "__pycache__ beside the SGLang stack's sources"
+    roots = cache_roots()
+    return ", ".join(str(roots[name].path) for name in target.caches)
 
 
 def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: bool = False,
@@ -300,7 +345,10 @@ def run_warm(selection: Sequence[str], *, targets: Sequence[str] = (), as_json: 
             if r.status == "built":
                 waited = f", waited {r.waited_s:.1f} s for another build" if r.waited_s >= 0.5 else ""
                 print(f"  {r.target:18s} built    {r.seconds:8.2f} s  ({r.launches} {JIT_TARGETS[r.target].unit}{waited}; "
-                      f"caches: {', '.join(JIT_TARGETS[r.target].caches)})")
+                      f"stamp: {r.stale}; caches: {_cache_paths(JIT_TARGETS[r.target])})")
+            elif r.status == "cached":
+                print(f"  {r.target:18s} cached   {r.seconds:8.2f} s  (stamp of {r.stamp_time} holds: same stack, "
+                      f"inputs and cache files; {r.launches} {JIT_TARGETS[r.target].unit} then)")
             elif r.status == "skipped":
                 print(f"  {r.target:18s} skipped  " + " | ".join(str(x) for x in r.reasons))
             else:

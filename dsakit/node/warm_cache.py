@@ -2,7 +2,8 @@
 keyed tarball, so a fresh node is warm in seconds.
 
 Owns: the cache key (GPU arch, torch / SGLang / flashinfer / triton versions, Python, the install
-path the caches and bytecode are keyed by), writing the tarball and the safe, key-checked extraction.
+path the caches and bytecode are keyed by), writing the tarball (every root of
+`dsakit.node.jit_caches`, dsakit's warm stamps, the bytecode) and the safe, key-checked extraction.
 Must not build anything (`dsakit.node.warm` does) and imports no torch or SGLang.
 """
 
@@ -21,21 +22,23 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.node import jit_caches
 from dsakit.output_paths import output_file
 
 KEY_MEMBER = "dsakit-warm-key.json"
-FORMAT = 1
+# 2: the libraries' own cache roots (1 read XDG_CACHE_HOME, which none of them does, and missed
+# SGLang 0.5.21's redirected caches), DeepGEMM / TileLang / inductor / CUDA caches, warm stamps
+FORMAT = 2
 DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "triton": "triton"}
+STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.node.warm_stamp.state_dir`)
 
 
 def cache_roots() -> dict[str, Path]:
-    """The JIT caches a warm node holds, by their name in the tarball (XDG_CACHE_HOME and
-    TRITON_CACHE_DIR move them, as they move the libraries' own)."""
-    from dsakit.node.warm import _home_cache
+    """The JIT caches a warm node holds and dsakit's warm stamps, by their name in the tarball."""
+    from dsakit.node.jit_caches import cache_roots as library_roots
+    from dsakit.node.warm_stamp import state_dir
 
-    triton = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
-    return {"flashinfer": Path(_home_cache("flashinfer")), "tvm-ffi": Path(_home_cache("tvm-ffi")),
-            "sglang": Path(_home_cache("sglang")), "triton": Path(triton)}
+    return {**{name: root.path for name, root in library_roots().items()}, STAMPS: state_dir()}
 
 
 def install_root(package: str = "sglang") -> Path | None:
@@ -68,8 +71,13 @@ def gpu_arch(device: Any) -> str:
 def current_key(device_name: str | None = None) -> dict[str, Any]:
     from dsakit.gates.device_model import resolve_device
 
+    return stack_key(resolve_device(device_name))
+
+
+def stack_key(device: Any) -> dict[str, Any]:
+    """What a cache (and a warm stamp) is valid for: this device's arch and this software stack."""
     root = install_root()
-    return {"format": FORMAT, "gpu_arch": gpu_arch(resolve_device(device_name)),
+    return {"format": FORMAT, "gpu_arch": gpu_arch(device),
             "python": ".".join(map(str, sys.version_info[:2])),
             **{name: _version(dist) for name, dist in DISTRIBUTIONS.items()},
             "install_path": str(root) if root else None}
@@ -92,13 +100,28 @@ class ExportResult:
     seconds: float
 
 
-def _bytecode_files(root: Path, modules: Sequence[str]) -> list[Path]:
-    """The valid .pyc of the import chain of `modules` that lie under `root`."""
+def _stamped_sources(key: dict[str, Any], modules: Sequence[str]) -> list[str] | None:
+    """The import chain's sources as the bytecode warm-up's stamp lists them, when it was made for
+    this stack and these modules: listing them again costs a child import of the whole chain."""
+    from dsakit.node import warm_stamp
+    from dsakit.node.bytecode import stamp_inputs
+
+    stamp = warm_stamp.read_stamp(warm_stamp.state_dir() / "sglang-bytecode.json")
+    if (stamp is None or stamp.get("key") != key
+            or stamp.get("inputs") != warm_stamp.inputs_digest(stamp_inputs(modules))):
+        return None
+    sources = (stamp.get("evidence") or {}).get("sources")
+    return sources if isinstance(sources, list) and sources else None
+
+
+def _bytecode_files(root: Path, modules: Sequence[str], sources: Sequence[str] | None = None) -> list[Path]:
+    """The valid .pyc of the import chain of `modules` (its `sources` when known) under `root`."""
     import importlib.util
 
     from dsakit.node.bytecode import _needs_compile, imported_sources
 
-    sources, _failed = imported_sources(modules)
+    if sources is None:
+        sources, _failed = imported_sources(modules)
     out = []
     for source in sources:
         if not Path(source).resolve().is_relative_to(root) or _needs_compile(source):
@@ -121,15 +144,14 @@ def export_cache(path: str, *, device_name: str | None = None, modules: Sequence
         info = tarfile.TarInfo(KEY_MEMBER)
         info.size, info.mtime = len(data), int(time.time())
         tar.addfile(info, io.BytesIO(data))
-        for name, root in cache_roots().items():
-            count = 0
-            for file in sorted(root.rglob("*")) if root.is_dir() else ():
-                if file.is_file() and not file.is_symlink() and not file.name.endswith(".lock"):
-                    tar.add(file, f"jit/{name}/{file.relative_to(root).as_posix()}", recursive=False)
-                    count += 1
-            files[name] = count
+        roots = cache_roots()
+        files.update((name, 0) for name in roots)
+        for name, rel, file in jit_caches.cache_files(roots):
+            tar.add(file, f"jit/{name}/{rel}", recursive=False)
+            files[name] = files.get(name, 0) + 1
         install = key["install_path"]
-        pycs = _bytecode_files(Path(install), modules or SGLANG_IMPORTS) if install else []
+        chain = modules or SGLANG_IMPORTS
+        pycs = _bytecode_files(Path(install), chain, _stamped_sources(key, chain)) if install else []
         for pyc in pycs:
             tar.add(pyc, f"bytecode/{pyc.relative_to(install).as_posix()}", recursive=False)
         files["bytecode"] = len(pycs)

@@ -1,0 +1,135 @@
+"""Where each JIT library keeps its compiled kernels on this node, resolved the way the library does.
+
+Owns: the cache-root table (name in the warm tarball, path, what moves it), which root owns a
+file when roots nest, and listing each root's files once. Must not import torch, SGLang or any JIT library: SGLang's own redirect of
+the third-party caches is read from its source, not run.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# The variables SGLang 0.5.21+ sets (setdefault) when `sglang` is imported, relative to its cache
+# base (sglang.srt.environ.third_party_cache_defaults); FLASHINFER_WORKSPACE_BASE is the base itself.
+SGLANG_REDIRECTS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
+                    "CUDA_CACHE_PATH": "nv", "TILELANG_CACHE_DIR": "tilelang", "FLASHINFER_WORKSPACE_BASE": ""}
+_REDIRECT_CALL = "_redirect_third_party_caches()"
+
+
+@dataclass(frozen=True)
+class CacheRoot:
+    name: str  # the member prefix in the warm tarball: jit/<name>/...
+    path: Path
+    moved_by: str  # the variable(s) that move it, for messages
+
+
+def _expand(path: str, env: Mapping[str, str]) -> Path:
+    # expanduser through the given env's HOME, as the libraries' os.path.expanduser does
+    if path == "~" or path.startswith("~/"):
+        return Path(env.get("HOME") or str(Path.home()), path[2:])
+    return Path(path)
+
+
+def sglang_redirects_caches(sglang_dir: Path | None) -> bool:
+    """Whether this SGLang points Triton, inductor, FlashInfer, TileLang and the CUDA cache at
+    its own cache dir on import (0.5.21 and later: `sglang/__init__.py` calls the redirect)."""
+    if sglang_dir is None:
+        return False
+    try:
+        return _REDIRECT_CALL in (sglang_dir / "__init__.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _sglang_dir() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def env_after_sglang_import(env: Mapping[str, str] | None = None, *, redirects: bool | None = None) -> dict[str, str]:
+    """The cache variables a test process sees once it imported SGLang: `env` plus SGLang's
+    setdefault redirect where the installed release makes one."""
+    out = dict(os.environ if env is None else env)
+    if redirects is None:
+        redirects = sglang_redirects_caches(_sglang_dir())
+    if redirects:
+        base = _expand(out.get("SGLANG_CACHE_DIR") or "~/.cache/sglang", out)
+        for name, sub in SGLANG_REDIRECTS.items():
+            out.setdefault(name, str(base / sub) if sub else str(base))
+    return out
+
+
+def _user() -> str:
+    try:
+        name = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        name = f"uid_{os.getuid()}"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+def cache_roots(env: Mapping[str, str] | None = None, *, redirects: bool | None = None) -> dict[str, CacheRoot]:
+    """Every JIT cache a warm node holds, by tarball name. Defaults are the libraries' own (none of
+    them reads XDG_CACHE_HOME); `redirects` says whether SGLang's import redirect applies (read
+    from the installed SGLang when None)."""
+    e = env_after_sglang_import(env, redirects=redirects)
+    home = e.get("HOME") or str(Path.home())
+    sglang = _expand(e.get("SGLANG_CACHE_DIR") or "~/.cache/sglang", e)
+    redirected = sglang_redirects_caches(_sglang_dir()) if redirects is None else redirects
+    roots = (
+        CacheRoot("sglang", sglang, "SGLANG_CACHE_DIR (default ~/.cache/sglang)"),
+        # sglang.kernels.jit: SGLANG_JIT_CACHE_DIR or ~/.cache/sglang/jit, not under SGLANG_CACHE_DIR
+        CacheRoot("sglang-jit", _expand(e.get("SGLANG_JIT_CACHE_DIR") or "~/.cache/sglang/jit", e),
+                  "SGLANG_JIT_CACHE_DIR"),
+        CacheRoot("tvm-ffi", _expand(e.get("TVM_FFI_CACHE_DIR") or "~/.cache/tvm-ffi", e), "TVM_FFI_CACHE_DIR"),
+        CacheRoot("flashinfer", _expand(e.get("FLASHINFER_WORKSPACE_BASE") or home, e) / ".cache" / "flashinfer",
+                  "FLASHINFER_WORKSPACE_BASE"),
+        CacheRoot("triton", _expand(e.get("TRITON_CACHE_DIR")
+                                    or str(_expand(e.get("TRITON_HOME") or home, e) / ".triton" / "cache"), e),
+                  "TRITON_CACHE_DIR / TRITON_HOME"),
+        CacheRoot("inductor", _expand(e.get("TORCHINDUCTOR_CACHE_DIR")
+                                      or os.path.join(e.get("TMPDIR") or tempfile.gettempdir(), f"torchinductor_{_user()}"), e),
+                  "TORCHINDUCTOR_CACHE_DIR"),
+        # SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR when its DeepGEMM wrapper imports
+        CacheRoot("deep-gemm", _expand(e.get("SGLANG_DG_CACHE_DIR")
+                                       or (str(sglang / "deep_gemm") if redirected else "~/.cache/deep_gemm"), e),
+                  "SGLANG_DG_CACHE_DIR"),
+        CacheRoot("deep-gemm-own", _expand(e.get("DG_JIT_CACHE_DIR") or "~/.deep_gemm", e), "DG_JIT_CACHE_DIR"),
+        CacheRoot("tilelang", _expand(e.get("TILELANG_CACHE_DIR") or "~/.tilelang/cache", e), "TILELANG_CACHE_DIR"),
+        CacheRoot("cuda", _expand(e.get("CUDA_CACHE_PATH") or "~/.nv/ComputeCache", e), "CUDA_CACHE_PATH"),
+    )
+    return {root.name: root for root in roots}
+
+
+def owner(file: Path, roots: Mapping[str, CacheRoot]) -> str | None:
+    """The name of the deepest root holding `file` (0.5.21 keeps Triton's cache inside SGLang's:
+    its files belong to `triton`, so a node whose TRITON_CACHE_DIR differs gets them where it reads)."""
+    best: tuple[int, str] | None = None
+    for name, root in roots.items():
+        if file.is_relative_to(root.path):
+            depth = len(root.path.parts)
+            if best is None or depth > best[0]:
+                best = (depth, name)
+    return best[1] if best else None
+
+
+def cache_files(roots: dict[str, Path], names: Sequence[str] | None = None) -> Iterator[tuple[str, str, Path]]:
+    """(root name, path relative to it, file) for every regular file of the roots named (all when
+    None), each once: a file inside nested roots belongs to the deepest (`jit_caches.owner`).
+    Locks and symlinks are left out."""
+    table = {name: CacheRoot(name, path, "") for name, path in roots.items()}
+    for name in roots if names is None else names:
+        root = roots[name]
+        for file in sorted(root.rglob("*")) if root.is_dir() else ():
+            if not file.is_symlink() and file.is_file() and not file.name.endswith(".lock") \
+                    and owner(file, table) == name:
+                yield name, file.relative_to(root).as_posix(), file
