@@ -167,3 +167,23 @@ def test_bad(simulated_device):
     result = pytester.runpytest("--collect-only")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*unknown dsakit device 'sm999'*"])
+
+
+def test_kernels_are_guarded_except_on_this_machines_own_arch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated sm90 on an sm90 machine (an H200) runs its kernels for real; sm103 there, and any
+    GPU on this CPU box, refuses them with [simulated-kernel-launch]."""
+    dsa = pytest.importorskip("sglang.srt.layers.attention.dsa_backend")
+    if "resolve_num_sms" not in vars(dsa):
+        pytest.skip("[sglang:dsa-resolve-num-sms] this SGLang's dsa_backend has no resolve_num_sms to guard")
+    from dsakit.upstream import simulated_device as sim
+
+    real = vars(dsa)["resolve_num_sms"]
+    with dsakit.simulate_device("sm90"):
+        assert vars(dsa)["resolve_num_sms"] is not real  # this box is no sm90: guarded
+    monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_device("sm90"))
+    with dsakit.simulate_device("sm90"):
+        assert vars(dsa)["resolve_num_sms"] is real
+    with dsakit.simulate_device("sm103"):
+        with pytest.raises(sim.SimulatedKernelLaunch, match=r"\[simulated-kernel-launch\].*simulated sm103"):
+            vars(dsa)["resolve_num_sms"]()
+    assert vars(dsa)["resolve_num_sms"] is real

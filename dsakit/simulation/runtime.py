@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernels import is_kernel_op, op_name, refuse
-from dsakit.upstream.simulated_device import Patches
+from dsakit.upstream.simulated_device import Patches, is_this_machine
 
 Placement = Literal["device", "cpu"]
 
@@ -44,7 +44,7 @@ class SimulationPlan:
 
 def plan(device: DeviceModel, real: DeviceModel) -> SimulationPlan:
     same_vendor = real.is_gpu and real.vendor == device.vendor
-    exact = same_vendor and (real.gfx == device.gfx if device.vendor == "amd" else real.sm == device.sm)
+    exact = is_this_machine(device, real)
     return SimulationPlan(device, real, exact or (device.vendor == "cpu" and not real.is_gpu),
                           "device" if same_vendor or not device.is_gpu else "cpu")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from dsakit.errors import UsageError
 from dsakit.call_site import call_site
-from dsakit.gates.device_model import DeviceModel, simulated_device
+from dsakit.gates.device_model import DeviceModel, real_device, simulated_device
 from dsakit.reasons import Reason
 from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES, SM_COUNTS, is_cuda, is_hip
 
@@ -70,6 +70,13 @@ def _caller_site() -> str:
     while frame is not None and "/sglang/" not in frame.f_code.co_filename:
         frame = frame.f_back
     return call_site(frame if frame is not None else sys._getframe(2)).split(" in ")[0]
+
+
+def is_this_machine(device: DeviceModel, real: DeviceModel) -> bool:
+    """The simulated `device` is this machine's own accelerator (same vendor and SM / gfx arch): its
+    kernels run for real, nothing is refused."""
+    same_vendor = real.is_gpu and real.vendor == device.vendor
+    return same_vendor and (real.gfx == device.gfx if device.vendor == "amd" else real.sm == device.sm)
 
 
 def _launch_guard(kernel: str, device: DeviceModel) -> Callable[..., Any]:
@@ -309,6 +316,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
     constants (a scope inside a run); False patches only modules already imported and lets the rest
     import under the simulation, their import-time branches taking the device's (a whole run)."""
     device = simulated_device(name)
+    own_arch = is_this_machine(device, real_device())  # probed before torch answers as the device
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
     _ACTIVE.append(device)
@@ -324,7 +332,8 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
         _clear_caches(modules)  # real answers cached earlier must not win inside it
         _patch_constants(patches, device, modules)
         _patch_import_time_names(patches, device, modules)
-        _patch_kernels(patches, device, modules)
+        if not own_arch:
+            _patch_kernels(patches, device, modules)
         yield device
     finally:
         patches.restore()
@@ -338,9 +347,11 @@ def watched_modules() -> list[str]:
     return ["torch", "sglang.srt.runtime_context", *_touched()]
 
 
-def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: types.ModuleType) -> None:
+def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: types.ModuleType, *,
+                  guard_kernels: bool = True) -> None:
     """What the simulation patches once `name` has imported: torch's facts, SGLang's buffer registry,
-    a probe module's constants, cached probes and kernel entry points."""
+    a probe module's constants, cached probes and (unless the device is this machine's own,
+    guard_kernels=False) kernel entry points."""
     if name == "torch":
         _patch_torch(patches, device, {})
         return
@@ -352,7 +363,8 @@ def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: type
     _clear_caches(modules)
     patches.callback(lambda: _clear_caches(modules))
     _patch_constants(patches, device, modules)
-    _patch_kernels(patches, device, modules)
+    if guard_kernels:
+        _patch_kernels(patches, device, modules)
 
 
 @contextlib.contextmanager
