@@ -46,7 +46,7 @@ def test_skipif():
 
 # varies between any two runs, with or without a plugin (xdist hands tests to whichever worker
 # is free, so which worker ran a test is not compared: how many workers there were is)
-_PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER", "INERT_OUT", "TMPDIR"}
+PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER", "INERT_OUT", "TMPDIR"}
 _GPUS = (os.cpu_count() or 1) + 1
 
 
@@ -73,7 +73,7 @@ def probe_log(pytester: pytest.Pytester, tmp_path: Path) -> Path:
     return log
 
 
-def _normalized(lines: list[str]) -> list[str]:
+def normalized_lines(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
         if line.startswith("plugins: "):
@@ -99,9 +99,9 @@ def _session(pytester: pytest.Pytester, tmp_path: Path, tag: str, *args: str) ->
         env = json.loads(path.read_text())
         worker, tag = path.stem.split("-", 1)
         workers.add(worker)
-        envs[tag] = {k: v for k, v in env.items() if k not in _PER_RUN_ENV}
+        envs[tag] = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
     counts = {env.get("PYTEST_XDIST_WORKER_COUNT") for env in envs.values()}
-    return {"ret": result.ret, "lines": _normalized(result.outlines), "errlines": _normalized(result.errlines),
+    return {"ret": result.ret, "lines": normalized_lines(result.outlines), "errlines": normalized_lines(result.errlines),
             "envs": envs, "workers": workers, "worker_count": counts,
             "tmp": sorted(p.name for p in scratch.iterdir())}
 
