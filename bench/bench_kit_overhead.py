@@ -23,7 +23,11 @@ median difference in seconds; target <= 0.02 s). `--profile` runs the dsakit var
 functions by cumulative and by own time. A last line times the runner itself (timeit, in a
 subprocess): building a MockModelRunner, and building one plus reading through it.
 
+`--instructions` replaces the timing with one run per variant under valgrind's callgrind and
+compares instructions executed: a count the neighbours on a shared box do not move.
+
     python bench/bench_kit_overhead.py [--cells 1000] [--repeats 7] [--json out.json] [--profile]
+    python bench/bench_kit_overhead.py --instructions
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-KIT_CODE = r"(dsakit|mocks|contracts)/[a-z_]+\.py"  # pstats restriction: the kit's own functions
+KIT_CODE = r"(dsakit|mocks|contracts)/([a-z_]+/)*[a-z_]+\.py"  # pstats restriction: the kit's own
+# functions, its wings (gates/, node/, simulation/, ...) included
 
 # Gates that are open on a CPU box with SGLang 0.5.23 installed: every body runs, so the fixture
 # work is measured, while apply_gates still resolves the device and evaluates each mark.
@@ -410,12 +415,50 @@ def profile(cells: int, top: int) -> None:
         pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(KIT_CODE, top)
 
 
+def instructions(cells: int) -> dict[str, int]:
+    """Each variant's full run once under valgrind's callgrind: instructions executed (Ir). Unlike
+    wall or CPU time this count does not move with the neighbours' load on a shared box (~50x
+    slower than a plain run: minutes per variant)."""
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind) on PATH")
+    counts: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="dsakit-bench-ir-") as tmp:
+        root = Path(tmp)
+        PYCACHE["prefix"] = str(root / "pycache")
+        files = write_matrix(root, cells)
+        for name, (module, extra) in VARIANTS.items():
+            cmd = pytest_cmd(root, files[module], extra, collect=False)
+            time_once(cmd, _env(root / "warm.json"), root)  # fill the bytecode cache first
+            done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                                  env=_env(root / "ph.json"), cwd=root, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode != 0 or found is None:
+                raise SystemExit(f"callgrind run of {name} failed ({done.returncode}): {done.stderr[-2000:]}")
+            counts[name] = int(found.group(1))
+    return counts
+
+
+def instructions_markdown(counts: dict[str, int], cells: int) -> str:
+    plain = counts["plain"]
+    lines = [f"{cells} no-op tests, full run once per variant under callgrind: instructions executed",
+             "", "| variant | instructions | x plain |", "|---|---|---|"]
+    lines += [f"| {name} | {n / 1e9:.3f} G | {n / plain:.3f}x |" for name, n in counts.items()]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--profile", action="store_true", help="also profile the dsakit variant once")
+    ap.add_argument("--instructions", action="store_true",
+                    help="instead of timing: each variant once under valgrind callgrind, instructions "
+                    "executed (steady on a shared box; minutes per variant)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--session-repeats", type=int, default=15,
                     help="repeats of the unused-session pair (0: skip it)")
@@ -425,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
                     "package has; off: PYTHONDONTWRITEBYTECODE=1 (every run compiles); inherit: as is")
     args = ap.parse_args(argv)
     PYCACHE["mode"] = args.bytecode_cache
+    if args.instructions:
+        counts = instructions(args.cells)
+        print(instructions_markdown(counts, args.cells))
+        if args.json:
+            args.json.write_text(json.dumps({"instructions": counts}, indent=2))
+        return 0
     session = session_overhead(args.session_repeats) if args.session_repeats else None
     if session is not None:
         print(session_markdown(session))

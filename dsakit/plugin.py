@@ -164,25 +164,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
-def _runner(role: str) -> Iterator[MockModelRunner]:
-    from dsakit.mocks.runner_scope import scoped_runner
-
-    yield from scoped_runner(role)
-
-
 @pytest.fixture
 def target_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test's
     module imported SGLang and nothing is published, inside an SGLangScope with the role's server
     args for the test (dsakit.mocks.runner_scope)."""
-    yield from _runner("target")
+    from dsakit.mocks.runner_scope import scoped_runner
+
+    yield from scoped_runner("target")
 
 
 @pytest.fixture
 def draft_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
     as `target_runner` is."""
-    yield from _runner("draft")
+    from dsakit.mocks.runner_scope import scoped_runner
+
+    yield from scoped_runner("draft")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -212,7 +210,9 @@ def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
     (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
     parametrize argument, not a fixture: name it in a test's arguments to know the role."""
-    yield from _runner(model_runner_role)
+    from dsakit.mocks.runner_scope import scoped_runner
+
+    yield from scoped_runner(model_runner_role)
 
 
 @pytest.fixture

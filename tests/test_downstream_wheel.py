@@ -50,7 +50,9 @@ def _env() -> dict[str, str]:
 
 
 def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(venv / "venv" / "bin" / "python"), *args], cwd=cwd, env=_env(),
+    # -P: the working directory is not put on sys.path, as with the `pytest` and `dsakit` commands
+    # the README tells a user to type (`python -m pytest` would import my_backend from there)
+    return subprocess.run([str(venv / "venv" / "bin" / "python"), "-P", *args], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=600)
 
 

@@ -9,6 +9,7 @@ machine has CPUs, so GPU pinning would change `-n auto` and a device probe would
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -46,7 +47,7 @@ def test_skipif():
 
 # varies between any two runs, with or without a plugin (xdist hands tests to whichever worker
 # is free, so which worker ran a test is not compared: how many workers there were is)
-_PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER", "INERT_OUT", "TMPDIR"}
+PER_RUN_ENV = {"PYTEST_XDIST_TESTRUNUID", "PYTEST_XDIST_WORKER", "INERT_OUT", "TMPDIR"}
 _GPUS = (os.cpu_count() or 1) + 1
 
 
@@ -73,7 +74,7 @@ def probe_log(pytester: pytest.Pytester, tmp_path: Path) -> Path:
     return log
 
 
-def _normalized(lines: list[str]) -> list[str]:
+def normalized_lines(lines: list[str]) -> list[str]:
     out = []
     for line in lines:
         if line.startswith("plugins: "):
@@ -99,9 +100,9 @@ def _session(pytester: pytest.Pytester, tmp_path: Path, tag: str, *args: str) ->
         env = json.loads(path.read_text())
         worker, tag = path.stem.split("-", 1)
         workers.add(worker)
-        envs[tag] = {k: v for k, v in env.items() if k not in _PER_RUN_ENV}
+        envs[tag] = {k: v for k, v in env.items() if k not in PER_RUN_ENV}
     counts = {env.get("PYTEST_XDIST_WORKER_COUNT") for env in envs.values()}
-    return {"ret": result.ret, "lines": _normalized(result.outlines), "errlines": _normalized(result.errlines),
+    return {"ret": result.ret, "lines": normalized_lines(result.outlines), "errlines": normalized_lines(result.errlines),
             "envs": envs, "workers": workers, "worker_count": counts,
             "tmp": sorted(p.name for p in scratch.iterdir())}
 
@@ -213,3 +214,19 @@ def test_coded_skip_of_a_test_using_a_dsakit_fixture_is_inventoried(pytester: py
     pytester.makepyfile("import pytest\n\ndef test_x(target_runner):\n    pytest.skip('[my-code] why')\n")
     result = pytester.runpytest_subprocess(*PLUGIN)
     result.stdout.fnmatch_lines(["*dsakit skip inventory*", "   1 skipped  [[]my-code[]] why"])
+
+
+def test_an_unused_session_loads_no_gate_table_device_model_or_contract(pytester: pytest.Pytester) -> None:
+    """What a session that uses nothing of dsakit imports is its start-up cost (it was +0.16-0.2 s):
+    the gate table, the device model and the contract load on first use, not with the plugin's hooks."""
+    pytester.makepyfile(test_unrelated=(
+        "import sys\n\n"
+        "def test_nothing_heavy_loaded():\n"
+        "    heavy = [m for m in ('dsakit.gates.table', 'dsakit.gates.device_model', 'dsakit.sglang_release',\n"
+        "                         'dsakit.contracts.model_runner_contract', 'dsakit.mocks.model_runner',\n"
+        "                         'torch', 'sglang') if m in sys.modules]\n"
+        "    assert heavy == []\n"))
+    for xdist in ((), ("-n", "1")):
+        if xdist and importlib.util.find_spec("xdist") is None:
+            continue
+        pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", *xdist).assert_outcomes(passed=1)

@@ -79,3 +79,17 @@ def test_scope_example_runs(pytester: pytest.Pytester) -> None:
 def test_install_line_names_the_published_distribution() -> None:
     assert "pip install pytest-dsakit" in README
     assert not re.search(r"^\s*pip install dsakit\b", README, re.M)
+
+
+def test_readme_documents_what_users_had_to_guess() -> None:
+    """The names a user met without docs: `case.scores()` is a method, what `simulated_device`
+    yields, what `topk_cell` / `topk_scope` are, what an SGLang tree is for `dsakit compare`, and how
+    the example project runs from the sdist."""
+    fixtures = {row.split("|")[1].strip(): row for row in README.splitlines() if row.startswith("| `")}
+    assert "case.scores(device=\"cpu\")` is a method" in README
+    assert "`dsakit.DeviceModel`" in fixtures["`simulated_device`"]
+    assert "`dsakit.TopkCell`" in fixtures["`topk_cell`"] and "applied" in fixtures["`topk_scope`"]
+    assert re.search(r"An SGLang\s+tree is a folder with SGLang's Python sources", README)
+    for line in ("pytest --snapshot-update", "dsakit contract check --backend-src my_backend",
+                 "cd pytest_dsakit-0.1.0/tests/downstream_project"):
+        assert line in README, line

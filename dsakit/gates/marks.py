@@ -15,7 +15,6 @@ import pytest
 
 from dsakit.errors import UsageError
 from dsakit.options import explicit, value as option_value
-from dsakit.gates.table import closed_reasons, never_open_explanation, split_codes, validate_codes
 from dsakit.output_paths import output_file
 from dsakit.reasons import Reason
 from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
@@ -154,11 +153,34 @@ FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_ru
                       "selection_snapshot", "topk_cell", "topk_scope"})
 
 
-def uses_dsakit(item: pytest.Item) -> bool:
-    """Does a collected test ask for a dsakit fixture or carry a dsakit marker?"""
-    if not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
-        return True
-    return any(mark.name.startswith("dsakit_") for mark in item.iter_markers())
+def marker_names(items: list[pytest.Item]) -> set[str]:
+    """Every marker name on the items and their parents, each node visited once: what
+    `item.iter_markers()` per item would find, without walking the shared parents again."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    for item in items:
+        node: pytest.Item | pytest.Collector | None = item
+        while node is not None and id(node) not in seen:
+            seen.add(id(node))
+            names.update(mark.name for mark in node.own_markers)
+            node = node.parent
+    return names
+
+
+def uses_dsakit(items: list[pytest.Item], names: set[str]) -> bool:
+    """Does a collected test ask for a dsakit fixture or carry a dsakit marker (`names`: the
+    items' `marker_names`)?"""
+    return (any(name.startswith("dsakit_") for name in names)
+            or any(not FIXTURES.isdisjoint(getattr(item, "fixturenames", ())) for item in items))
+
+
+def _validated(item: pytest.Item, raw: tuple[str, ...]) -> tuple[str, ...]:
+    from dsakit.gates.table import validate_codes
+
+    try:
+        return validate_codes(raw)
+    except UsageError as error:
+        raise pytest.UsageError(f"{item.nodeid}: {error}") from None
 
 
 def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -167,25 +189,29 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
         return
+    names = marker_names(items)
     if not session.inventory.used:
-        session.inventory.used = any(uses_dsakit(item) for item in items)
-    if not any(True for item in items for _ in item.iter_markers(MARKER)):
+        session.inventory.used = uses_dsakit(items, names)
+    if MARKER not in names:
         return
-    from dsakit.gates.table import closed_reasons, never_open_explanation, validate_codes
+    from dsakit.gates.table import closed_reasons, never_open_explanation
 
     warned: set[tuple[str, ...]] = set()
     # one evaluation per distinct code tuple: a matrix repeats a few tuples over thousands of
     # items, and the device and this machine's environment are fixed for the pass (module and
     # SGLang probes stat files each time; bench/bench_kit_overhead.py)
     verdicts: dict[tuple[str, ...], tuple[str | None, list[Reason]]] = {}
+    validated: dict[tuple[str, ...], tuple[str, ...]] = {}  # as written -> canonical (once per tuple)
     for item in items:
-        raw = [code for marker in item.iter_markers(MARKER) for code in marker.args]
+        raw = tuple(code for marker in item.iter_markers(MARKER) for code in marker.args)
         if not raw:
             continue
         try:
-            codes = validate_codes(raw)
-        except UsageError as error:
-            raise pytest.UsageError(f"{item.nodeid}: {error}") from None
+            codes = validated[raw]
+        except KeyError:
+            codes = validated[raw] = _validated(item, raw)
+        except TypeError:  # an unhashable argument: refused by name
+            codes = _validated(item, raw)
         session.inventory.declare(item.nodeid, codes)
         verdict = verdicts.get(codes)
         if verdict is None:

@@ -437,6 +437,10 @@ def configure_worker(config: pytest.Config) -> dict[str, object]:
 
 def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Collection: tests declaring more GPUs than the node has skip with a [gpus:n] reason."""
+    from dsakit.gates.marks import marker_names
+
+    if not {GPUS_MARKER, WHOLE_NODE_MARKER} & marker_names(items):
+        return  # the common case: one pass over the nodes instead of two marker lookups per test
     available: int | None = None
     for item in items:
         try:

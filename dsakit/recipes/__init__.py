@@ -64,6 +64,10 @@ def run_env(show: str | None) -> int:
     print("# dsakit's CPU recipe: torch + real SGLang 0.5.23 on a machine without a GPU.")
     print("# Run in a fresh venv (python -m venv .venv && . .venv/bin/activate); then pytest your suite.")
     print("\n".join(commands()))
-    print("# the test tools (pytest-xdist, pytest-split, syrupy + numpy for goldens):")
-    print("python -m pip install 'pytest-dsakit[test]'   # or the wheel / sdist file with [test]")
+    from dsakit import __version__
+
+    # pytest-dsakit is not on PyPI yet: the file a user was given (or built) is what pip can install
+    print("# the test tools (pytest-xdist, pytest-split, syrupy + numpy for goldens), with dsakit from its")
+    print("# wheel or sdist ('pytest-dsakit[test]' once it is published):")
+    print(f"python -m pip install 'pytest_dsakit-{__version__}-py3-none-any.whl[test]'")
     return 0

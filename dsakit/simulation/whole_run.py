@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dsakit.gates.device_model import REAL, SIMULATED, DeviceModel, real_device, simulated_device
+if TYPE_CHECKING:  # the device model loads when a device is simulated, not with every session's hooks
+    from dsakit.gates.device_model import DeviceModel
 
 SECTION = "dsakit simulated device"
 EXPLAINED = "dsakit model_runner read"
@@ -24,14 +25,14 @@ EXPLAINED = "dsakit model_runner read"
 
 def requested_device(config: pytest.Config) -> DeviceModel | None:
     """The one simulated device this process runs as (None: the real device, or a fleet of several)."""
-    from dsakit.gates.device_model import validate_device_name
     from dsakit.options import value
 
-    from dsakit.errors import UsageError
-
-    raw = value(config, "dsakit_device")
-    if raw and "," in str(raw):
+    raw = value(config, "dsakit_device")  # $DSAKIT_DEVICE included
+    if not raw or "," in str(raw):
         return None
+    from dsakit.errors import UsageError
+    from dsakit.gates.device_model import REAL, simulated_device, validate_device_name
+
     try:
         name = validate_device_name(raw)
     except UsageError as error:
@@ -47,6 +48,7 @@ class WholeRun:
     """The run's simulation: started at configure, stopped at unconfigure (also after a failed run)."""
 
     def __init__(self, config: pytest.Config, device: DeviceModel) -> None:
+        from dsakit.gates.device_model import real_device
         from dsakit.simulation.runtime import plan
 
         self.config = config
@@ -134,30 +136,39 @@ class FailureSections:
     """Reports of a process that ran under a simulation (whole-run, marker or fixture): a kernel launch
     skips; a failure names the device it ran as, and a model-runner read is explained."""
 
-    @pytest.hookimpl(hookwrapper=True)
+    @pytest.hookimpl(wrapper=True)  # a new-style wrapper: an old-style one costs every test more
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        outcome = yield
-        report = outcome.get_result()
+        report: pytest.TestReport = yield
         simulation = sys.modules.get("dsakit.upstream.simulated_device")  # never entered: nothing to do
         if simulation is None or not report.failed or call.excinfo is None:
-            return
+            return report
         device = simulation.active_simulation()
         if device is None:
-            return
-        launch = _in_chain(call.excinfo.value, simulation.SimulatedKernelLaunch)
-        if launch is not None:  # also wrapped: SGLang's CustomTestCase re-raises after its retries
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {launch.reason}")
-            return
-        report.sections.append((SECTION, f"ran as simulated {device.key} ({device.name}) on "
-                                         f"{real_device().describe()}"))
-        from dsakit.simulation.explain import explain, missing_read
+            return report
+        _explain(report, item, call.excinfo.value, simulation, device)
+        return report
 
-        error = _in_chain(call.excinfo.value, AttributeError)
-        read = missing_read(pytest.ExceptionInfo.from_exception(error)) if error is not None else None
-        if read is not None:
-            devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
-            report.sections.append((EXPLAINED, explain(read, devices)))
+
+def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException, simulation: Any,
+             device: Any) -> None:
+    """A failure under a simulation: a kernel launch becomes its skip; else the device it ran as and,
+    for a model-runner read, the read explained."""
+    launch = _in_chain(raised, simulation.SimulatedKernelLaunch)
+    if launch is not None:  # also wrapped: SGLang's CustomTestCase re-raises after its retries
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {launch.reason}")
+        return
+    from dsakit.gates.device_model import SIMULATED, real_device
+
+    report.sections.append((SECTION, f"ran as simulated {device.key} ({device.name}) on "
+                                     f"{real_device().describe()}"))
+    from dsakit.simulation.explain import explain, missing_read
+
+    error = _in_chain(raised, AttributeError)
+    read = missing_read(pytest.ExceptionInfo.from_exception(error)) if error is not None else None
+    if read is not None:
+        devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
+        report.sections.append((EXPLAINED, explain(read, devices)))
 
 
 def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
