@@ -6,10 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from dsakit.sglang_release import SGLangRelease
 
 # a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
 collect_ignore = ["downstream_project", "suites"]
@@ -22,6 +27,33 @@ def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(gates, "_importable", lambda name: False)
     monkeypatch.setattr(gates, "_package_dir", lambda name: None)
+
+
+@pytest.fixture
+def installed_sglang() -> SGLangRelease:
+    """The SGLang installed here, whose source audits and scans read; skips with
+    [sglang-not-installed] where there is none."""
+    from dsakit.errors import UsageError
+    from dsakit.sglang_release import installed_release
+
+    try:
+        return installed_release()
+    except UsageError as error:
+        pytest.skip(f"[sglang-not-installed] needs the installed SGLang source: {error}")
+
+
+@pytest.fixture
+def write_files(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
+    """`write_files({"pkg/test_x.py": source, ...})`: each source dedented into tmp_path (folders
+    made as needed); returns tmp_path."""
+    def write(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return tmp_path
+
+    return write
 
 
 @pytest.fixture(scope="session")
