@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("importlinter", reason="[import-linter-missing] pip install -r requirements/test.txt "
                     "(import-linter checks the declared layering)")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PROJECT = Path(__file__).resolve().parent / "downstream_project"
+PROJECT = Path(__file__).resolve().parents[1] / "downstream_project"
 
 
 @pytest.fixture(scope="module", params=["wheel", "sdist"])

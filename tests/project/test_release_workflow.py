@@ -17,11 +17,11 @@ import pytest
 
 import dsakit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 SDIST_MUST_HAVE = (
     "pyproject.toml", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
-    "tests/conftest.py", "tests/test_release_workflow.py",
+    "tests/conftest.py", "tests/project/test_release_workflow.py",
     "tests/downstream_project/pyproject.toml", "tests/downstream_project/my_backend/__init__.py",
     "tests/downstream_project/tests/conftest.py", "tests/downstream_project/tests/test_my_backend.py",
     "requirements/cpu-torch.txt", "requirements/cpu-sglang-0.5.23.txt", "requirements/test.txt",

@@ -21,7 +21,7 @@ else:  # pytest depends on tomli below 3.11
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAPPED = {name: folder for name, folder in
           tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"].items()
           if name != folder}  # {"dsakit.mocks": "mocks", "dsakit.contracts": "contracts"}
@@ -100,7 +100,7 @@ print(json.dumps({"rc": int(rc), "names": names}))
 @pytest.fixture(scope="module")
 def editable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """`pip install -e` of a copy of the checkout into a fresh venv (this interpreter's packages
-    through a .pth, as tests/test_downstream_wheel.py does): (the venv's python, the copy)."""
+    through a .pth, as tests/project/test_downstream_wheel.py does): (the venv's python, the copy)."""
     work = tmp_path_factory.mktemp("editable")
     source = work / "src"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
