@@ -33,7 +33,7 @@ try:
     for name, old, new in MUTANTS:
         assert original.count(old) >= 1, name
         open(P, "w").write(original.replace(old, new, 1))
-        r = subprocess.run([sys.executable, "-m", "pytest", "tests/test_audit_guard_eval.py", "tests/test_audit.py::test_guard_verdicts_follow_the_probe_table",
+        r = subprocess.run([sys.executable, "-m", "pytest", "tests/audit/test_audit_guard_eval.py", "tests/audit/test_audit.py::test_guard_verdicts_follow_the_probe_table",
                             "-q", "-x", "-p", "no:cacheprovider"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
         rows.append((name, "killed" if r.returncode != 0 else "SURVIVED", r.stdout.strip().splitlines()[-1]))
 finally:

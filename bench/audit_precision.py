@@ -1,6 +1,6 @@
 """Precision and recall of `dsakit audit` on the corpus of upstream SGLang mock shapes (issue 26).
 
-The corpus and its hand-judged verdicts live in tests/test_audit_precision.py (the test asserts
+The corpus and its hand-judged verdicts live in tests/audit/test_audit_precision.py (the test asserts
 100% / 100%); this prints the numbers and every wrong decision, for any dsakit on the path:
 
     python bench/audit_precision.py
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "test_audit_precision.py"
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "audit" / "test_audit_precision.py"
 
 
 def main() -> int:

@@ -19,15 +19,14 @@ from dsakit.errors import ContractViolation, UsageError
 from dsakit.call_site import call_site
 from dsakit.mocks import read_log
 
-# this module's code filenames: as imported (through dsakit/mocks in a checkout) and resolved
-_MOCKS_DIRS = tuple({str(Path(__file__).parent) + "/", str(Path(__file__).resolve().parent) + "/"})
+_MOCKS_DIR = str(Path(__file__).parent) + "/"  # where dsakit.mocks' code runs from: frames to skip
 _SOFT_READ = r"""\b(getattr|hasattr)\s*\([^()]*?,\s*['"]{name}['"]"""
 
 
 def _reading_frame() -> Any:
     """The first frame outside dsakit's mocks: the code that read the attribute."""
     frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame
-    while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIRS):
+    while frame is not None and frame.f_code.co_filename.startswith(_MOCKS_DIR):
         frame = frame.f_back
     return frame
 

@@ -74,7 +74,8 @@ case "$job" in
     exec python -m pytest contracts -n 2 --dsakit-report "$report" "${must_run[@]}"
     ;;
   test)
-    lint-imports --no-cache --no-logo  # the wing order in pyproject.toml [tool.importlinter]
+    # the wing order in pyproject.toml [tool.importlinter], on the package as an install lays it out
+    python scripts/installed_layout.py lint-imports --no-cache --no-logo
     exec python -m pytest tests -n 2
     ;;
 esac

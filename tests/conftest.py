@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from dsakit.sglang_release import SGLangRelease
 
 # a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
 collect_ignore = ["downstream_project", "suites"]
@@ -24,35 +30,93 @@ def no_kernel_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gates, "_package_dir", lambda name: None)
 
 
-@pytest.fixture(scope="session")
-def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pytest-dsakit wheel, built from a copy of the checkout: setuptools leaves build/ and
-    *.egg-info in the source tree, and a stale build/lib would put deleted modules in the wheel."""
-    root = Path(__file__).resolve().parent.parent
-    work = tmp_path_factory.mktemp("wheel-build")
-    source = work / "src"
-    shutil.copytree(root, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".device", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(work / "dist"), str(source)], check=True, timeout=300)
-    (wheel,) = (work / "dist").glob("*.whl")
-    return wheel
+@pytest.fixture
+def installed_sglang() -> SGLangRelease:
+    """The SGLang installed here, whose source audits and scans read; skips with
+    [sglang-not-installed] where there is none."""
+    from dsakit.errors import UsageError
+    from dsakit.sglang_release import installed_release
+
+    try:
+        return installed_release()
+    except UsageError as error:
+        pytest.skip(f"[sglang-not-installed] needs the installed SGLang source: {error}")
 
 
-@pytest.fixture(scope="session")
-def built_sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pytest-dsakit sdist, built from a copy of the checkout (as `built_wheel`)."""
+@pytest.fixture
+def write_files(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
+    """`write_files({"pkg/test_x.py": source, ...})`: each source dedented into tmp_path (folders
+    made as needed); returns tmp_path."""
+    def write(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return tmp_path
+
+    return write
+
+
+def _once_per_run(name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  build: Callable[[Path], dict[str, str]]) -> dict[str, Path]:
+    """`build(folder)` once per test run: the first xdist worker to ask builds under a file lock in
+    the folder the run's workers share (pytest's basetemp; its parent under xdist), the others wait
+    and read what it built. `build` returns its files by name, relative to the folder."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if hasattr(request.config, "workerinput") else base) / f"dsakit-{name}"
+    done = folder.with_suffix(".json")
+    with FileLock(str(folder) + ".lock", timeout=900):
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a build a killed worker left half done
+            folder.mkdir()
+            done.write_text(json.dumps(build(folder)))
+    return {key: folder / value for key, value in json.loads(done.read_text()).items()}
+
+
+def _build_release(work: Path) -> dict[str, str]:
+    """The sdist from a copy of the checkout, then the wheel from the unpacked sdist, as
+    `python -m build` does (with this interpreter's setuptools: no download). A copy, because
+    setuptools leaves build/ and *.egg-info in the source tree, and a stale build/lib would put
+    deleted modules in the wheel."""
+    import tarfile
+
     root = Path(__file__).resolve().parent.parent
-    work = tmp_path_factory.mktemp("sdist-build")
     source = work / "src"
     shutil.copytree(root, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".device", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
+        ".git", ".venv", ".device", ".cache", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+        "dsakit-report*.json"))
     (work / "dist").mkdir()
     subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
                     "b.build_sdist(sys.argv[1])", str(work / "dist")], cwd=source, check=True, timeout=300,
                    capture_output=True)
     (sdist,) = (work / "dist").glob("*.tar.gz")
-    return sdist
+    with tarfile.open(sdist) as archive:
+        archive.extractall(work / "unpacked", filter="data")
+    (unpacked,) = (work / "unpacked").iterdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(work / "dist"), str(unpacked)], check=True, timeout=300, capture_output=True)
+    (wheel,) = (work / "dist").glob("*.whl")
+    return {"sdist": str(sdist.relative_to(work)), "wheel": str(wheel.relative_to(work)),
+            "unpacked": str(unpacked.relative_to(work))}
+
+
+@pytest.fixture(scope="session")
+def built_release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """{"sdist", "wheel", "unpacked"}: the pytest-dsakit sdist, the wheel built from it (the one PyPI
+    gets) and the unpacked sdist it was built in; built once per test run, shared by the workers."""
+    return _once_per_run("release", request, tmp_path_factory, _build_release)
+
+
+@pytest.fixture(scope="session")
+def built_wheel(built_release: dict[str, Path]) -> Path:
+    return built_release["wheel"]
+
+
+@pytest.fixture(scope="session")
+def built_sdist(built_release: dict[str, Path]) -> Path:
+    return built_release["sdist"]
 
 
 @pytest.fixture(scope="session")

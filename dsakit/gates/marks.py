@@ -147,7 +147,7 @@ def unconfigure(config: pytest.Config) -> None:
         _SESSIONS.remove(session)
 
 
-# Every fixture the plugin provides (tests/test_inert.py holds this to dsakit.plugin's): a test
+# Every fixture the plugin provides (tests/plugin/test_inert.py holds this to dsakit.plugin's): a test
 # asking for one uses dsakit, so its coded skips are dsakit's business (the skip inventory).
 FIXTURES = frozenset({"target_runner", "draft_runner", "model_runner", "model_runner_role", "simulated_device",
                       "selection_snapshot", "topk_cell", "topk_scope"})

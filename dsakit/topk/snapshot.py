@@ -64,7 +64,7 @@ class SelectionSummary(str):
 # gather, masks); its one full-window need -- which rows hold NaN -- is taken from the validity
 # check that `assert_selection` runs first (`TopkReport.nan_rows`; that check reads every window
 # anyway), or scanned exactly when a caller gives none. Equal, row by row, to `normalized_rows`
-# in tests/test_selection_snapshot.py, the per-row oracle (tested on every catalogue case).
+# in tests/topk/test_selection_snapshot.py, the per-row oracle (tested on every catalogue case).
 #
 # On a mismatch the message says which part differs: the input (the case generator changed: not
 # the kernel's fault) or the selection (which rows, with this path's normal form of each). No
@@ -185,7 +185,7 @@ def input_digest(scores: np.ndarray, lengths: np.ndarray, starts: np.ndarray) ->
 
 @dataclass
 class _NormalForm:
-    """Every row's normal form (the per-row oracle in tests/test_selection_snapshot.py), as arrays."""
+    """Every row's normal form (the per-row oracle in tests/topk/test_selection_snapshot.py), as arrays."""
 
     nan: np.ndarray  # (rows,) bool: window holds NaN (row not normalised)
     count: np.ndarray  # (rows,) selected ranked positions

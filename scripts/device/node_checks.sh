@@ -10,7 +10,7 @@ t() { local s=$(date +%s.%N); "$@"; echo "rc=$? wall=$(awk "BEGIN{printf \"%.1f\
 t python -m dsakit warm contracts > "$OUT/warm.txt" 2>&1; grep -E "built|skip|rc=" "$OUT/warm.txt" | tail -8
 t $P contracts -q -rfEs --dsakit-host-label h200 --dsakit-report "$OUT/contracts.json" > "$OUT/contracts.txt" 2>&1
 echo "== contracts:"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|rc=" "$OUT/contracts.txt" | cut -c1-300 | tail -40
-t $P tests/test_fault_isolation_gpu.py -q -rA -p no:randomly > "$OUT/faults.txt" 2>&1
+t $P tests/node/test_fault_isolation_gpu.py -q -rA -p no:randomly > "$OUT/faults.txt" 2>&1
 echo "== fault isolation:"; grep -E "PASSED|FAILED|ERROR|[0-9]+ (passed|failed)|rc=" "$OUT/faults.txt" | tail -6
 t python scripts/device/dsv4_forward_probe.py > "$OUT/dsv4_probe.txt" 2>&1; echo "== dsv4 probe:"; tail -25 "$OUT/dsv4_probe.txt" | cut -c1-250
 R=$PWD; rm -rf /tmp/dsp; cp -r tests/downstream_project /tmp/dsp

@@ -16,8 +16,8 @@ for device in ${DEVICES:-real sm90 sm103 gfx942}; do
 done
 t $P "$SUITE" --dsakit-device sm90,sm100,sm103,gfx942 --dsakit-report "$OUT/suite/r.json" > "$OUT/suite-fleet.txt" 2>&1
 echo "== $SUITE fleet:"; grep -E "^dsakit (fleet|report)|^  .*::.* on |rc=" "$OUT/suite-fleet.txt" | head -20
-t $P tests/test_whole_run.py -q -rs > "$OUT/whole-run-tests.txt" 2>&1
-echo "== tests/test_whole_run.py:"; show "$OUT/whole-run-tests.txt" 20
+t $P tests/simulation/test_whole_run.py -q -rs > "$OUT/whole-run-tests.txt" 2>&1
+echo "== tests/simulation/test_whole_run.py:"; show "$OUT/whole-run-tests.txt" 20
 t $P contracts -q -n 4 -rfE --dsakit-host-label h200 --dsakit-report "$OUT/h200-0521.json" > "$OUT/contracts-real.txt" 2>&1
 echo "== contracts on the real device:"; grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed)|rc=" "$OUT/contracts-real.txt" | tail -12
 t $P contracts -q -n 4 --dsakit-device sm90,sm100,sm103,gfx942 --dsakit-report "$OUT/contracts/r.json" > "$OUT/contracts-fleet.txt" 2>&1

@@ -17,7 +17,7 @@ from dsakit.errors import UsageError
 from dsakit.upstream import device_probes
 from dsakit.sglang_release import SUPPORTED_RELEASES, SGLangRelease, installed_release, release_from_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 Tree = Callable[[str], Path]
 
 

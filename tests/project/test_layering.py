@@ -3,17 +3,18 @@ copy of the package with one function-level import that runs backwards is refuse
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("importlinter", reason="[import-linter-missing] pip install -r requirements/test.txt "
                     "(import-linter checks the declared layering)")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 
 
@@ -22,14 +23,20 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def _installed_layout() -> object:
+    spec = importlib.util.spec_from_file_location("installed_layout", ROOT / "scripts" / "installed_layout.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """The package as lint-imports sees it (dsakit/mocks and dsakit/contracts stay links)."""
-    for name in ("dsakit", "mocks", "contracts"):
-        shutil.copytree(ROOT / name, tmp_path / name, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "__snapshots__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    return tmp_path
+    """The package as lint-imports sees it in scripts/env.sh test: laid out as an install has it
+    (mocks/ and contracts/ copied inside dsakit/ by scripts/installed_layout.py)."""
+    layout: Any = _installed_layout()
+    return Path(layout.lay_out(tmp_path))
 
 
 def test_the_declared_layering_holds(tree: Path) -> None:
@@ -41,11 +48,10 @@ def test_the_declared_layering_holds(tree: Path) -> None:
 @pytest.mark.parametrize(("module", "target"), [
     ("reasons.py", "dsakit.cli"),  # a leaf reaching the top
     ("gates/table.py", "dsakit.upstream.scope"),  # gates below upstream
-    ("mocks/read_log.py", "dsakit.topk.cases"),  # through a linked folder
+    ("mocks/read_log.py", "dsakit.topk.cases"),  # a folder package-dir maps into dsakit
 ])
 def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, target: str) -> None:
     path = tree / "dsakit" / module
-    # dsakit/mocks links to the copied mocks/: the edit stays in tmp_path
     path.write_text(path.read_text(encoding="utf-8")
                     + f"\n\ndef _backwards() -> None:\n    import {target}  # noqa: F401\n", encoding="utf-8")
     result = _lint(tree)

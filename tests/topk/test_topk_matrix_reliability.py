@@ -21,7 +21,7 @@ def _plugin_args() -> tuple[str, ...]:
 
     return tuple(plugin_args())
 
-SUITE = Path(__file__).resolve().parent.parent / "contracts" / "test_topk_matrix.py"
+SUITE = Path(__file__).resolve().parents[2] / "contracts" / "test_topk_matrix.py"
 
 CONFTEST = r'''
 import json, os, random

@@ -1,6 +1,6 @@
 """Fault isolation with a real kernel fault (GPU node): an out-of-bounds CUDA scatter (device-side
 assert) in test 2 of a generated suite is blamed on test 2 alone, in one process and under -n 2.
-The same behaviour with a simulated fault, on CPU: tests/test_fault_isolation.py.
+The same behaviour with a simulated fault, on CPU: tests/node/test_fault_isolation.py.
 """
 
 from __future__ import annotations

@@ -13,14 +13,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsakit.audit.command import audit, select_devices
-from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
 from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
@@ -34,24 +33,9 @@ NVIDIA = [k for k, d in SIMULATED.items() if d.vendor == "nvidia"]
 AMD = [k for k, d in SIMULATED.items() if d.vendor == "amd"]
 
 
-def _installed() -> SGLangRelease:
-    try:
-        return installed_release()
-    except UsageError as error:
-        pytest.skip(f"[sglang-not-installed] needs the installed SGLang source: {error}")
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return root
-
-
 def _run(root: Path, monkeypatch: pytest.MonkeyPatch, *paths: str, devices: str | None = None) -> dict[str, Any]:
-    monkeypatch.chdir(root)
-    data: dict[str, Any] = audit(list(paths) or ["."], select_devices(devices), _installed()).as_dict()
+    monkeypatch.chdir(root)  # the callers ask for `installed_sglang`, which skips where there is none
+    data: dict[str, Any] = audit(list(paths) or ["."], select_devices(devices), installed_release()).as_dict()
     return data
 
 
@@ -101,11 +85,13 @@ KIT_DSV4 = '''
 '''
 
 
-def test_registry_key_from_imports_routes_dsv4_per_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_registry_key_from_imports_routes_dsv4_per_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        installed_sglang: SGLangRelease, write_files: Callable[[dict[str, str]], Path]) -> None:
     """The kit's `ATTENTION_BACKENDS[case.backend](runner)`: DeepseekV4AttnBackend on CUDA,
     DeepseekV4HipRadixBackend on AMD; never DeepseekSparseAttnBackend (dsa_backend.py)."""
-    release = _installed()
-    _write(tmp_path, {"dsv4_attention.py": KIT_DSV4})
+    release = installed_sglang
+    write_files({"dsv4_attention.py": KIT_DSV4})
     data = _run(tmp_path, monkeypatch, devices="sm90,sm100,gfx942")
     mock = _mock(data, "MockDSV4ModelRunner")
     assert mock["used_with"] == ["DeepseekV4HipRadixBackend", "DeepseekV4AttnBackend"]
@@ -122,10 +108,12 @@ def test_registry_key_from_imports_routes_dsv4_per_device(tmp_path: Path, monkey
     assert any(site.startswith(hip) for _, site, _ in sites) and any(site.startswith(v4) for _, site, _ in sites)
 
 
-def test_literal_registry_key_and_non_dsa_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    release = _installed()
+def test_literal_registry_key_and_non_dsa_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        installed_sglang: SGLangRelease, write_files: Callable[[dict[str, str]], Path]) -> None:
+    release = installed_sglang
     line = min(_lines_reading(release.file(DSA_BACKEND_FILE), "max_running_requests"))
-    _write(tmp_path, {"test_reg.py": '''
+    write_files({"test_reg.py": '''
         from types import SimpleNamespace
 
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
@@ -154,9 +142,10 @@ def test_literal_registry_key_and_non_dsa_keys(tmp_path: Path, monkeypatch: pyte
     assert "1 runners not for DSA / DSv4" in data["summary"]
 
 
-def test_multistep_factory_is_traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {"test_ms.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_multistep_factory_is_traced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_ms.py": '''
         from types import SimpleNamespace
 
         from sglang.srt.layers.attention.deepseek_v4_trtllm_backend import create_deepseek_v4_multistep_backend
@@ -191,11 +180,11 @@ GDN_KIT = '''
 '''
 
 
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
 def test_non_dsa_runner_is_counted_not_listed_and_verdicts_do_not_depend_on_other_files(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {"kit/gdn_attention.py": GDN_KIT, "kit/dsv4_attention.py": KIT_DSV4,
-                      "alone/dsv4_attention.py": KIT_DSV4})
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"kit/gdn_attention.py": GDN_KIT, "kit/dsv4_attention.py": KIT_DSV4,
+                 "alone/dsv4_attention.py": KIT_DSV4})
     both = _run(tmp_path, monkeypatch, "kit")
     assert [m["label"] for m in both["mocks"]] == ["MockDSV4ModelRunner"]
     assert [m["label"] for m in both["not_for_dsa"]] == ["MockGDNModelRunner"]
@@ -237,10 +226,12 @@ XPU_SUITE = '''
 '''
 
 
-def test_xpu_suite_is_judged_on_xpu_without_device_guards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    release = _installed()
+def test_xpu_suite_is_judged_on_xpu_without_device_guards(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        installed_sglang: SGLangRelease, write_files: Callable[[dict[str, str]], Path]) -> None:
+    release = installed_sglang
     line = min(_lines_reading(release.file(DSA_BACKEND_FILE), "max_running_requests"))
-    _write(tmp_path, {"test_xpu.py": XPU_SUITE.format(register="register_xpu_ci", device="xpu")})
+    write_files({"test_xpu.py": XPU_SUITE.format(register="register_xpu_ci", device="xpu")})
     data = _run(tmp_path, monkeypatch)
     mock = _mock(data, "MockModelRunner")
     assert mock["devices"] == ["xpu"] and mock["not_simulated_devices"] == ["xpu"]
@@ -254,9 +245,10 @@ def test_xpu_suite_is_judged_on_xpu_without_device_guards(tmp_path: Path, monkey
     assert "  xpu: not a simulated device; reads checked without device guards" in text
 
 
-def test_amd_registration_and_skip_guards_narrow_the_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_amd_registration_and_skip_guards_narrow_the_devices(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({
         "amd/test_amd.py": XPU_SUITE.format(register="register_amd_ci", device="cuda"),
         "guard/test_guard.py": '''
             import unittest
@@ -295,9 +287,10 @@ def test_amd_registration_and_skip_guards_narrow_the_devices(tmp_path: Path, mon
 # ---------------------------------------------------------------- expected raises, silent skips
 
 
-def test_construction_expected_to_raise_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {"test_raise.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_construction_expected_to_raise_is_a_note(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_raise.py": '''
         import unittest
         from types import SimpleNamespace
         from unittest.mock import patch
@@ -331,9 +324,10 @@ def test_construction_expected_to_raise_is_a_note(tmp_path: Path, monkeypatch: p
     assert "  note (expected to raise): lacks " in text and "\n  lacks " not in text
 
 
-def test_silent_skip_harness_is_called_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {"harness.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_silent_skip_harness_is_called_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"harness.py": '''
         import unittest
 
         from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend
@@ -379,10 +373,10 @@ def test_silent_skip_harness_is_called_out(tmp_path: Path, monkeypatch: pytest.M
             "construction errors into skips") in text
 
 
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
 def test_a_handler_that_does_not_catch_attribute_errors_is_no_silent_skip(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _installed()
-    _write(tmp_path, {"kit.py": '''
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"kit.py": '''
         from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend
 
 
@@ -399,9 +393,11 @@ def test_a_handler_that_does_not_catch_attribute_errors_is_no_silent_skip(
 # ---------------------------------------------------------------- release mismatch
 
 
-def test_imports_the_tree_lacks_are_one_warning_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    release = _installed()
-    _write(tmp_path, {"test_new.py": '''
+def test_imports_the_tree_lacks_are_one_warning_per_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        installed_sglang: SGLangRelease, write_files: Callable[[dict[str, str]], Path]) -> None:
+    release = installed_sglang
+    write_files({"test_new.py": '''
         from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend, NoSuchHelperAnywhere
         from sglang.srt.layers.attention.not_a_module_here import thing
         from sglang.srt.layers.attention import dsa_backend, deepseek_v4_backend
@@ -427,8 +423,8 @@ def test_imports_the_tree_lacks_are_one_warning_per_file(tmp_path: Path, monkeyp
 # ---------------------------------------------------------------- files that do not parse (issue 28 item 5)
 
 
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
 def test_binary_non_utf8_and_broken_files_are_named_and_latin1_cookie_is_parsed(tmp_path: Path) -> None:
-    _installed()
     (tmp_path / "test_binary.py").write_bytes(b"\x7fELF\x00\x01\x02")
     (tmp_path / "test_cp1252.py").write_bytes(b"x = '\xe9t\xe9'\n")
     (tmp_path / "test_broken.py").write_text("def broken(:\n", encoding="utf-8")
@@ -457,9 +453,10 @@ def test_binary_non_utf8_and_broken_files_are_named_and_latin1_cookie_is_parsed(
 # ---------------------------------------------------------------- --backend-src and the contract extension (issue 25 item 6)
 
 
-def test_backend_src_reads_the_users_backend_and_contract_extension(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_backend_src_reads_the_users_backend_and_contract_extension(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({
         "pyproject.toml": '''
             [tool.dsakit.contract."my_sparse_budget"]
             type = "int"
@@ -506,12 +503,12 @@ def test_backend_src_reads_the_users_backend_and_contract_extension(tmp_path: Pa
     assert missing.returncode == 2 and "--backend-src nowhere does not exist" in missing.stderr
 
 
-def test_registry_table_per_device() -> None:
+def test_registry_table_per_device(installed_sglang: SGLangRelease) -> None:
     """SGLang's registry read statically: "dsa" / "nsa" build DeepseekSparseAttnBackend everywhere;
     "dsv4" builds DeepseekV4AttnBackend on CUDA (and a GPU-less host), the HIP radix backend on AMD."""
     from dsakit.audit.registry import chosen_on, registry
 
-    table = registry(_installed())
+    table = registry(installed_sglang)
     for key in ("dsa", "nsa"):
         assert {d: [c.qualname for c in chosen_on(table[key], d, m)] for d, m in SIMULATED.items()} == {
             d: ["DeepseekSparseAttnBackend"] for d in SIMULATED}

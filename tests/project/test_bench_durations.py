@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "durations_table.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "durations_table.py"
 
 OUTPUT = """\
 ============================= slowest durations ==============================

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_whole_run import HAS_SGLANG, HAS_TORCH, SGLANG_SHAPED
+from tests.simulation.test_whole_run import HAS_SGLANG, HAS_TORCH, SGLANG_SHAPED
 
 pytestmark = pytest.mark.skipif(not (HAS_SGLANG and HAS_TORCH),
                                 reason="[module:sglang] the PR gate runs SGLang's backends")

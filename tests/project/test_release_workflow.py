@@ -6,9 +6,7 @@ publishes through trusted publishing (no stored token)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from email.parser import Parser
@@ -19,11 +17,11 @@ import pytest
 
 import dsakit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 SDIST_MUST_HAVE = (
     "pyproject.toml", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
-    "tests/conftest.py", "tests/test_release_workflow.py",
+    "tests/conftest.py", "tests/project/test_release_workflow.py",
     "tests/downstream_project/pyproject.toml", "tests/downstream_project/my_backend/__init__.py",
     "tests/downstream_project/tests/conftest.py", "tests/downstream_project/tests/test_my_backend.py",
     "requirements/cpu-torch.txt", "requirements/cpu-sglang-0.5.23.txt", "requirements/test.txt",
@@ -45,26 +43,10 @@ def workflow() -> dict[Any, Any]:
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def release(built_release: dict[str, Path]) -> dict[str, Path]:
     """sdist from a copy of the checkout, then the wheel from the unpacked sdist (what
-    `python -m build` does), both with the checkout's own setuptools (no download)."""
-    work = tmp_path_factory.mktemp("release")
-    source = work / "src"
-    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".device", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-        "dsakit-report.json"))
-    (work / "dist").mkdir()
-    subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
-                    "print(b.build_sdist(sys.argv[1]))", str(work / "dist")],
-                   cwd=source, check=True, timeout=300, capture_output=True)
-    (sdist,) = (work / "dist").glob("*.tar.gz")
-    with tarfile.open(sdist) as archive:
-        archive.extractall(work / "unpacked", filter="data")
-    (unpacked,) = (work / "unpacked").iterdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(work / "dist"), str(unpacked)], check=True, timeout=300, capture_output=True)
-    (wheel,) = (work / "dist").glob("*.whl")
-    return {"sdist": sdist, "wheel": wheel, "unpacked": unpacked}
+    `python -m build` does): tests/conftest.py builds them once per run."""
+    return built_release
 
 
 def test_sdist_is_complete(release: dict[str, Path]) -> None:

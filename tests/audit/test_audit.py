@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from dsakit.audit.command import audit, select_devices
 from dsakit.audit.guard_eval import verdict
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
-from dsakit.sglang_release import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, installed_release, release_from_tree
+from dsakit.sglang_release import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, release_from_tree
 
 EVERY_DEVICE = list(SIMULATED)
 
@@ -157,24 +157,9 @@ COMPLETE = '''
 '''
 
 
-def _installed() -> SGLangRelease:
-    try:
-        return installed_release()
-    except UsageError as error:
-        pytest.skip(f"[sglang-not-installed] needs the installed SGLang source: {error}")
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    return root
-
-
 @pytest.fixture
-def suite(tmp_path: Path) -> Path:
-    return _write(tmp_path, {
+def suite(tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> Path:
+    return write_files({
         "other_suite/__init__.py": "",
         "other_suite/runners.py": INDEXER_STYLE,
         "other_suite/test_indexer.py": INDEXER_TEST,
@@ -221,8 +206,8 @@ def _read_line(path: Path, attribute: str) -> int:
 # ---------------------------------------------------------------- the B300 trap
 
 
-def test_indexer_style_mock_lacks_max_running_requests_on_sm10x(suite: Path) -> None:
-    release = _installed()
+def test_indexer_style_mock_lacks_max_running_requests_on_sm10x(suite: Path, installed_sglang: SGLangRelease) -> None:
+    release = installed_sglang
     line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
 
     data = _json(suite, ".", "--device", "sm90,sm100,sm103")
@@ -240,8 +225,8 @@ def test_indexer_style_mock_lacks_max_running_requests_on_sm10x(suite: Path) -> 
     assert read["only_with"] == [{"condition": "self.dsa_decode_impl == 'trtllm'", "devices": ["sm90"]}]
 
 
-def test_text_line_names_site_guard_and_devices(suite: Path) -> None:
-    release = _installed()
+def test_text_line_names_site_guard_and_devices(suite: Path, installed_sglang: SGLangRelease) -> None:
+    release = installed_sglang
     line = _read_line(release.file(DSA_BACKEND_FILE), "max_running_requests")
 
     result = _audit(suite, "other_suite")
@@ -257,8 +242,8 @@ def test_text_line_names_site_guard_and_devices(suite: Path) -> None:
     assert result.stdout.strip().splitlines()[-1].endswith("\u2192 FAILED")
 
 
-def test_is_draft_worker_is_read_unconditionally_by_topk_resolve(suite: Path) -> None:
-    release = _installed()
+def test_is_draft_worker_is_read_unconditionally_by_topk_resolve(suite: Path, installed_sglang: SGLangRelease) -> None:
+    release = installed_sglang
     if not release.has("topk-role-split"):
         pytest.skip(f"[sglang:topk-role-split] SGLang {release.version} has no DSATopKBackend.resolve")
     line = _read_line(release.file(DSA_TOPK_BACKEND_FILE), "is_draft_worker")
@@ -309,9 +294,10 @@ def test_simplenamespace_fixture_is_traced_to_its_backend(suite: Path) -> None:
     assert "max_running_requests" not in lacking  # DeepseekV4AttnBackend never reads it
 
 
-def test_complete_mock_exits_0_and_dropping_one_entry_fails(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {"test_complete.py": COMPLETE})
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_complete_mock_exits_0_and_dropping_one_entry_fails(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_complete.py": COMPLETE})
     result = _audit(tmp_path, ".")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "lacks nothing its backends read on the devices it runs on" in result.stdout
@@ -326,9 +312,10 @@ def test_complete_mock_exits_0_and_dropping_one_entry_fails(tmp_path: Path) -> N
     assert _audit(tmp_path, ".", "--device", "sm90,gfx942,cpu").returncode == 0
 
 
-def test_unittest_setup_runner_and_post_construction_writes(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {"test_unit.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_unittest_setup_runner_and_post_construction_writes(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_unit.py": '''
         import unittest
         from unittest.mock import MagicMock
         from sglang.srt.layers.attention import dsa_backend
@@ -353,9 +340,9 @@ def test_unittest_setup_runner_and_post_construction_writes(tmp_path: Path) -> N
     assert "page_size" in lacking  # assigned in ModelRunner.__init__, so not on the spec class
 
 
-def test_unspecced_magicmock_and_untraced_use(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {"test_mm.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_unspecced_magicmock_and_untraced_use(tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_mm.py": '''
         from unittest.mock import MagicMock
         from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 
@@ -392,9 +379,10 @@ def test_unspecced_magicmock_and_untraced_use(tmp_path: Path) -> None:
     assert fake["assumed_backends"] == ["DeepseekSparseAttnBackend"]
 
 
-def test_module_level_type_runner_and_nested_writes(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {"test_shared.py": '''
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_module_level_type_runner_and_nested_writes(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_shared.py": '''
         from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 
         SHARED_RUNNER = type("Runner", (), {"device": "cpu", "model_config": type("MC", (), {})()})()
@@ -442,9 +430,10 @@ def test_usage_errors_exit_2(tmp_path: Path, args: tuple[str, ...], message: str
     assert message in result.stderr and result.stdout == ""
 
 
-def test_unparsable_file_is_named_and_the_run_is_incomplete(tmp_path: Path) -> None:
-    _installed()
-    _write(tmp_path, {"test_broken.py": "def broken(:\n", "test_complete.py": COMPLETE})
+@pytest.mark.usefixtures("installed_sglang")  # skips where no SGLang source is installed
+def test_unparsable_file_is_named_and_the_run_is_incomplete(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_broken.py": "def broken(:\n", "test_complete.py": COMPLETE})
     result = _audit(tmp_path, ".")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "warning: test_broken.py has a syntax error at line 1: invalid syntax: not audited" in result.stdout
@@ -481,9 +470,10 @@ def test_attr_tree_names_the_shortest_missing_prefix() -> None:
     assert tree.missing("device") == "device"
 
 
-def test_direct_call_matches_the_command(suite: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_direct_call_matches_the_command(
+        suite: Path, monkeypatch: pytest.MonkeyPatch, installed_sglang: SGLangRelease) -> None:
     monkeypatch.chdir(suite)
-    result = audit(["."], select_devices("b300"), _installed())
+    result = audit(["."], select_devices("b300"), installed_sglang)
     assert result.devices == ["sm103"]
     failing = {m.mock.label: [e.path for e in m.missing if e.failing] for m in result.failing}
     assert failing["MockModelRunner"] == ["is_draft_worker", "max_running_requests"]
@@ -511,10 +501,10 @@ def test_0517_tree_reads_max_running_requests_without_is_cuda(suite: Path, sglan
     assert ast.parse(entry["reads"][0]["guard"])
 
 
-def test_attention_kits_of_0517_and_0523(sglang_0517: Path) -> None:
+def test_attention_kits_of_0517_and_0523(sglang_0517: Path, installed_sglang: SGLangRelease) -> None:
     """SGLang's own kit: its DSA and DSv4 runners lack nothing on their own release, its six or seven
     other runners are counted, not listed; the 0.5.17 kit judged against 0.5.23 says it does not match."""
-    installed = _installed()
+    installed = installed_sglang
     old = release_from_tree(sglang_0517)
     for release in (old, installed):
         kit = release.file("test/kits/attention_unittest")

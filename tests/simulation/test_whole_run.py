@@ -64,7 +64,7 @@ class TestOnCuda(unittest.TestCase):
         self.assertEqual(str(z.device), PLACED)
 '''
 
-SGLANG_SHAPED = (Path(__file__).parent / "suites" / "indexer_shaped.py").read_text(encoding="utf-8")
+SGLANG_SHAPED = (Path(__file__).parents[1] / "suites" / "indexer_shaped.py").read_text(encoding="utf-8")
 
 
 PLUGIN = plugin_args()  # a checkout on PYTHONPATH (the offline GPU node) has no entry point

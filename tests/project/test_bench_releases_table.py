@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "releases_table.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "releases_table.py"
 
 
 def _report(path: Path, release: str, tests: dict[str, str], *, simulated: bool = False) -> Path:

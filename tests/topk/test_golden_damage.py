@@ -5,6 +5,9 @@ and --dsakit-report survive (syrupy's own reader used to raise inside the sessio
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -28,12 +31,28 @@ def test_sel(selection_snapshot):
 """
 
 
+@pytest.fixture(scope="module")
+def updated_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
+    """(name, bytes) of the golden one `--snapshot-update` run of SUITE writes, run once for both
+    cases below (the bytes do not depend on the folder)."""
+    project = tmp_path_factory.mktemp("damage-golden")
+    (project / "test_sel.py").write_text(SUITE, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu",
+                           "--snapshot-update"], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (golden,) = (project / "__snapshots__" / "test_sel").glob("*.topksel")
+    return golden.name, golden.read_bytes()
+
+
 @pytest.mark.parametrize("update", [False, True], ids=["check", "snapshot-update"])
-def test_a_non_utf8_byte_in_a_golden_fails_its_test_not_the_session(pytester: pytest.Pytester, update: bool) -> None:
+def test_a_non_utf8_byte_in_a_golden_fails_its_test_not_the_session(pytester: pytest.Pytester, update: bool,
+                                                                    updated_golden: tuple[str, bytes]) -> None:
     pytester.makepyfile(test_sel=SUITE)
     args = (*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu")
-    assert pytester.runpytest_subprocess(*args, "--snapshot-update").ret == 0
-    (golden,) = (pytester.path / "__snapshots__" / "test_sel").glob("*.topksel")
+    golden = pytester.path / "__snapshots__" / "test_sel" / updated_golden[0]
+    golden.parent.mkdir(parents=True)
+    golden.write_bytes(updated_golden[1])  # as `--snapshot-update` left it
     lines = golden.read_bytes().split(b"\n")
     lines[4] = lines[4][:6] + b"\xff" + lines[4][6:]
     golden.write_bytes(b"\n".join(lines))

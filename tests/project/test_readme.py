@@ -12,7 +12,7 @@ from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
 from dsakit.contracts.schema import markdown_table
 from dsakit.options import OPTIONS
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 
 
 def _between(name: str) -> str:

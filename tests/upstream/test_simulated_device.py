@@ -18,7 +18,7 @@ import dsakit
 from dsakit.upstream import device_probes
 from dsakit.sglang_release import installed_release
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 def _sglang_installed() -> bool:
     try:

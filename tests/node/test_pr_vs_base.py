@@ -1,6 +1,6 @@
 """`dsakit compare`: one selection against two (fake) SGLang trees, each test classified, the
 fingerprint checked, exit 1 only on regressions. The real 0.5.22-vs-0.5.23 run is opt-in (slow):
-DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/test_pr_vs_base.py."""
+DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/node/test_pr_vs_base.py."""
 
 from __future__ import annotations
 
@@ -162,11 +162,11 @@ def test_real_trees_end_to_end(tmp_path: Path) -> None:
     import importlib.util
 
     installed = Path(next(iter(importlib.util.find_spec("sglang").submodule_search_locations)))  # type: ignore[union-attr]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "dsakit", "compare", "--base", os.environ["DSAKIT_COMPARE_BASE"], "--pr",
          str(installed), "--json", str(tmp_path / "c.json"), "--",
-         "contracts/test_model_runner_contract.py", "tests/test_mock_model_runner.py"],
+         "contracts/test_model_runner_contract.py", "tests/mocks/test_mock_model_runner.py"],
         cwd=root, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "same fingerprint in both runs" in done.stdout and "regression 0" in done.stdout

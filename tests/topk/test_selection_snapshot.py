@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,26 @@ def mod(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.fixture(scope="module")
+def updated_golden(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The golden one `--snapshot-update` run of MODULE writes (4 passed), run once for the tests
+    that start from a stored golden: the bytes do not depend on the folder or the run
+    (test_golden_of_an_older_format_must_be_regenerated writes them again and compares)."""
+    project = tmp_path_factory.mktemp("selection-golden")
+    (project / "test_sel_mod.py").write_text(MODULE.strip() + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--snapshot-update"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "4 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    return (project / GOLDEN).read_text(encoding="utf-8")
+
+
+def _store(pytester: pytest.Pytester, golden: str) -> None:
+    """The state right after `--snapshot-update` in this project: its golden on disk."""
+    (pytester.path / GOLDEN).parent.mkdir(parents=True, exist_ok=True)
+    (pytester.path / GOLDEN).write_text(golden, encoding="utf-8")
+
+
 def _run(pytester: pytest.Pytester, *args: str, monkeypatch: pytest.MonkeyPatch | None = None,
          **env: str) -> pytest.RunResult:
     with pytest.MonkeyPatch.context() as mp:
@@ -95,16 +117,16 @@ def test_update_then_pass_with_tie_aware_match(mod: pytest.Pytester) -> None:
                              "*extra (selected, should not be): 4 (score 1.0)*"], id="swapped"),
     pytest.param("dropped", ["*row 1 [[]count[]]*selected 2 positions, expected 3*"], id="dropped"),
 ])
-def test_changed_selection_fails_with_a_row_diff(mod: pytest.Pytester, scenario: str,
+def test_changed_selection_fails_with_a_row_diff(mod: pytest.Pytester, updated_golden: str, scenario: str,
                                                  lines: list[str]) -> None:
-    _run(mod, "--snapshot-update").assert_outcomes(passed=4)
+    _store(mod, updated_golden)
     planted = _run(mod, SCENARIO=scenario)
     planted.assert_outcomes(passed=2, failed=2)
     planted.stdout.fnmatch_lines(lines)
 
 
-def test_changed_input_is_blamed_on_the_input(mod: pytest.Pytester) -> None:
-    _run(mod, "--snapshot-update").assert_outcomes(passed=4)
+def test_changed_input_is_blamed_on_the_input(mod: pytest.Pytester, updated_golden: str) -> None:
+    _store(mod, updated_golden)
     changed = _run(mod, SCENARIO="new-scores")  # valid selections of other scores: golden differs
     changed.assert_outcomes(failed=4)
     changed.stdout.fnmatch_lines([
@@ -116,8 +138,8 @@ def test_changed_input_is_blamed_on_the_input(mod: pytest.Pytester) -> None:
     assert "selection differs" not in changed.stdout.str()
 
 
-def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester) -> None:
-    _run(mod, "--snapshot-update").assert_outcomes(passed=4)
+def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester, updated_golden: str) -> None:
+    _store(mod, updated_golden)
     golden = mod.path / GOLDEN
     text = golden.read_text()
     assert text.startswith("# serializer version: topksel-2\n")
@@ -132,8 +154,8 @@ def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester) -> 
     _run(mod).assert_outcomes(passed=4)
 
 
-def test_unused_snapshot_is_detected_and_deleted_on_update(mod: pytest.Pytester) -> None:
-    _run(mod, "--snapshot-update").assert_outcomes(passed=4)
+def test_unused_snapshot_is_detected_and_deleted_on_update(mod: pytest.Pytester, updated_golden: str) -> None:
+    _store(mod, updated_golden)
     result = _run(mod, CASES="tiny-a")
     result.stdout.fnmatch_lines(["*1 snapshot unused*"])
     assert result.ret != 0
@@ -141,8 +163,9 @@ def test_unused_snapshot_is_detected_and_deleted_on_update(mod: pytest.Pytester)
     assert "tiny-b" not in (mod.path / GOLDEN).read_text()
 
 
-def test_a_suite_without_a_reference_path_gets_its_goldens_from_one_update(mod: pytest.Pytester) -> None:
-    _run(mod, "--snapshot-update").assert_outcomes(passed=4)
+def test_a_suite_without_a_reference_path_gets_its_goldens_from_one_update(mod: pytest.Pytester,
+                                                                        updated_golden: str) -> None:
+    _store(mod, updated_golden)
     by_reference_path = (mod.path / GOLDEN).read_text()
     (mod.path / GOLDEN).unlink()
     first = _run(mod, "-k", "other")

@@ -1,7 +1,7 @@
 """Fault isolation on CPU: a simulated sticky device error in test 2 of 5 (the probe hook answered
 by a conftest, the tests' `cuda` fixture raising like a poisoned CUDA context) is blamed on test 2
 alone, in one process (later GPU tests not run, [cuda-context-poisoned]) and under xdist (worker
-replaced, the rest pass). tests/test_fault_isolation_gpu.py shows the same with a real kernel fault.
+replaced, the rest pass). tests/node/test_fault_isolation_gpu.py shows the same with a real kernel fault.
 """
 
 from __future__ import annotations
