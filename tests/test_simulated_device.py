@@ -180,7 +180,7 @@ def test_kernels_are_guarded_except_on_this_machines_own_arch(monkeypatch: pytes
     real = vars(dsa)["resolve_num_sms"]
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is not real  # this box is no sm90: guarded
-    monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_device("sm90"))
+    monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_model("sm90"))
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is real
     with dsakit.simulate_device("sm103"):

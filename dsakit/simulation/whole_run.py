@@ -31,13 +31,13 @@ def requested_device(config: pytest.Config) -> DeviceModel | None:
     if not raw or "," in str(raw):
         return None
     from dsakit.errors import UsageError
-    from dsakit.gates.device_model import REAL, simulated_device, validate_device_name
+    from dsakit.gates.device_model import REAL, simulated_model, validate_device_name
 
     try:
         name = validate_device_name(raw)
     except UsageError as error:
         raise pytest.UsageError(f"--dsakit-device: {error}") from None
-    return None if name == REAL else simulated_device(name)
+    return None if name == REAL else simulated_model(name)
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:

@@ -1,8 +1,8 @@
 """SGLang's device probes as data: what the DSA / DeepSeek-V4 backends read to choose a hardware branch.
 
-Owns: the declared probe table (name, module(s), kind, value per simulated device, releases that
-define it) and the AST scan that finds probes in a source tree, so a new probe fails loudly
-(`missing_probes`). Never imports torch or SGLang: values are computed from a `DeviceModel`.
+Owns: the declared probe table (name, module(s), kind, the question it asks of the device table,
+releases that define it) and the AST scan that finds probes in a source tree, so a new probe fails
+loudly (`missing_probes`). Never imports torch or SGLang: values are the device table's answers.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
+from dsakit.gates.devices import Answer, answer
 from dsakit.sglang_release import SUPPORTED_RELEASES, SGLangRelease
 
 ProbeKind = Literal["constant", "cached", "torch"]
@@ -24,40 +25,9 @@ ATT = "sglang.srt.layers.attention"
 KOPS = "sglang.kernels.ops.attention"
 COMMON = "sglang.srt.utils.common"
 
-# ---------------------------------------------------------------- facts of a simulated device
-
-# Streaming multiprocessors (NVIDIA) / compute units (AMD) of each profile: what sizing helpers read.
-SM_COUNTS: dict[str, int] = {"sm90": 132, "sm100": 148, "sm103": 148, "sm120": 188,
-                             "gfx90a": 110, "gfx942": 304, "gfx950": 256, "cpu": 0}
-
-
-def is_cuda(d: DeviceModel) -> bool:
-    """SGLang's is_cuda(): torch.cuda.is_available() and torch.version.cuda is set."""
-    return d.vendor == "nvidia"
-
-
-def is_hip(d: DeviceModel) -> bool:
-    return d.vendor == "amd"
-
-
-def _major_in(*majors: int) -> Callable[[DeviceModel], bool]:
-    return lambda d: is_cuda(d) and d.sm is not None and d.sm[0] in majors
-
-
-def _gfx(prefix: str) -> Callable[[DeviceModel], bool]:
-    return lambda d: is_hip(d) and (d.gfx or "").startswith(prefix)
-
-
-def _false(d: DeviceModel) -> bool:
-    return False
-
-
-def _fp8_dtype_name(d: DeviceModel) -> str:
-    return "float8_e4m3fnuz" if _gfx("gfx94")(d) else "float8_e4m3fn"
-
 
 @dataclass(frozen=True)
-class Probe:
+class SGLangProbe:
     """One probe SGLang reads to choose a branch.
 
     name      the module global (constant), function (cached) or torch attribute (torch)
@@ -65,7 +35,8 @@ class Probe:
               cached: an lru/functools/cache_once probe function, cleared on enter and exit;
               torch: a torch.cuda / torch.version fact every runtime probe bottoms out in
     modules   where it is patched / cleared (dotted); empty for torch facts
-    value     its answer on a simulated device (None for cached probes: they follow the torch facts)
+    answer    the question it asks, a code of the device table's `ANSWERS` (None for cached
+              probes: they follow the torch facts)
     releases  supported SGLang releases whose source defines it in (one of) these modules
     note      what reads it
     patched   False for forward-only kernel constants (dtypes): listed so the scan stays complete
@@ -74,13 +45,19 @@ class Probe:
     name: str
     kind: ProbeKind
     modules: tuple[str, ...]
-    value: Callable[[DeviceModel], Any] | None
+    answer: str | None
     releases: tuple[str, ...] = SUPPORTED_RELEASES
     note: str = ""
     patched: bool = True
 
+    def value(self, device: DeviceModel) -> Answer:
+        """Its answer on `device` (only for probes with an `answer`)."""
+        if self.answer is None:
+            raise ValueError(f"{self.name} is a cached probe: it follows the torch facts, it has no value")
+        return answer(self.answer, device)
+
     def value_text(self, device: DeviceModel) -> str:
-        if self.value is None:
+        if self.answer is None:
             return "follows"
         value = self.value(device)
         if value is True:
@@ -97,99 +74,95 @@ def _span(first: int, last: int) -> tuple[str, ...]:
 
 ALL = SUPPORTED_RELEASES
 
-PROBES: tuple[Probe, ...] = (
+PROBES: tuple[SGLangProbe, ...] = (
     # ---- module constants (computed at import; patched where they are read)
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), is_cuda, _span(22, 23),
-          "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
-    Probe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
-                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), is_cuda, ALL,
-          "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
-                                   f"{ATT}.dsa.head_gate"), is_cuda, _span(18, 23)),
-    Probe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
-                                  f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
-                                  f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
-                                  f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
-                                  "sglang.srt.mem_cache.deepseek_v4_memory_pool",
-                                  "sglang.srt.mem_cache.deepseek_v4_compress_state"), is_hip, ALL,
-          "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
-    Probe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
-                                  f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), is_hip, _span(19, 23)),
-    Probe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), _false, _span(20, 23)),
-    Probe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
-                                  f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), _false, ALL),
-    Probe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
-                                  f"{ATT}.dsv4.compressor"), _false, ALL),
-    Probe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), _false, _span(17, 17)),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(18, 23)),
-    Probe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), _gfx("gfx95"), ALL,
-          "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
-    Probe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx95"), ALL),
-    Probe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
-          _false, _span(22, 23)),
-    Probe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx94"), ALL),
-    Probe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), _false, ALL,
-          "off: AITER kernels are not simulated"),
-    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
-          lambda d: 1024 if is_cuda(d) else 0, ALL),
-    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
-          lambda d: 1024 if is_cuda(d) else 0, _span(20, 23), "re-exported from dsa_indexer"),
-    Probe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), _major_in(12), _span(17, 18),
-          "DSv4 FlashMLA metadata is skipped on SM 12.x"),
-    Probe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), _major_in(12), _span(20, 23)),
-    Probe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), _false, ALL,
-          "off: the online C128 compression flag is not simulated"),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(17, 17)),
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), is_cuda, _span(17, 17)),
-    Probe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), _gfx("gfx95"), _span(23, 23),
-          "forward-only (tilelang kernel)"),
-    Probe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), is_hip, _span(17, 22),
-          "forward-only (kernels)"),
-    Probe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), _false, _span(17, 22),
-          "forward-only (kernels)"),
-    Probe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), _false, _span(17, 20), "forward-only (kernels)"),
-    Probe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), _fp8_dtype_name, ALL,
-          "forward-only (indexer kernels)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), _fp8_dtype_name, ALL,
-          "forward-only (dequant kernel)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), _fp8_dtype_name, _span(19, 23),
-          "forward-only (re-exported from fp8_kernel)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
-          _fp8_dtype_name, _span(17, 22), "forward-only (kernels)", patched=False),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), "is_cuda", _span(22, 23),
+                "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                         f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), "is_cuda", ALL,
+                "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
+                                         f"{ATT}.dsa.head_gate"), "is_cuda", _span(18, 23)),
+    SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                        f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
+                                        f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
+                                        f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
+                                        "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+                                        "sglang.srt.mem_cache.deepseek_v4_compress_state"), "is_hip", ALL,
+                "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
+    SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
+                                        f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), "is_hip", _span(19, 23)),
+    SGLangProbe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), "other_platform", _span(20, 23)),
+    SGLangProbe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
+                                        f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), "other_platform", ALL),
+    SGLangProbe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
+                                        f"{ATT}.dsv4.compressor"), "other_platform", ALL),
+    SGLangProbe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), "other_platform", _span(17, 17)),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(18, 23)),
+    SGLangProbe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), "is_gfx95", ALL,
+                "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
+    SGLangProbe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_gfx95", ALL),
+    SGLangProbe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
+                "is_gfx1250", _span(22, 23)),
+    SGLangProbe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_fp8_fnuz", ALL),
+    SGLangProbe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), "not_simulated", ALL,
+                "off: AITER kernels are not simulated"),
+    SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
+                "dual_stream_threshold", ALL),
+    SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
+                "dual_stream_threshold", _span(20, 23), "re-exported from dsa_indexer"),
+    SGLangProbe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), "is_sm120_supported", _span(17, 18),
+                "DSv4 FlashMLA metadata is skipped on SM 12.x"),
+    SGLangProbe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), "is_sm120_supported", _span(20, 23)),
+    SGLangProbe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), "not_simulated", ALL,
+                "off: the online C128 compression flag is not simulated"),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(17, 17)),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), "is_cuda", _span(17, 17)),
+    SGLangProbe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), "is_gfx95", _span(23, 23),
+                "forward-only (tilelang kernel)"),
+    SGLangProbe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), "is_hip", _span(17, 22),
+                "forward-only (kernels)"),
+    SGLangProbe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), "other_platform", _span(17, 22),
+                "forward-only (kernels)"),
+    SGLangProbe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), "not_simulated", _span(17, 20), "forward-only (kernels)"),
+    SGLangProbe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), "fp8_dtype", ALL,
+                "forward-only (indexer kernels)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), "fp8_dtype", ALL,
+                "forward-only (dequant kernel)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), "fp8_dtype", _span(19, 23),
+                "forward-only (re-exported from fp8_kernel)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
+                "fp8_dtype", _span(17, 22), "forward-only (kernels)", patched=False),
     # ---- cached probe functions (cleared on enter and on exit)
-    Probe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
-    Probe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
-          "DeepGEMM / JIT schedule: launches a kernel"),
-    Probe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
-          "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
-    Probe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
-    Probe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
-    Probe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
-    Probe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
-    Probe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    Probe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    Probe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
-    Probe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
-    Probe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
+    SGLangProbe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
+    SGLangProbe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
+                "DeepGEMM / JIT schedule: launches a kernel"),
+    SGLangProbe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
+                "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
+    SGLangProbe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
+    SGLangProbe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
+    SGLangProbe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
+    SGLangProbe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
+    SGLangProbe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    SGLangProbe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    SGLangProbe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
+    SGLangProbe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
+    SGLangProbe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
     # ---- torch facts (every runtime probe, lru-cached or not, reads these)
-    Probe("torch.cuda.is_available", "torch", (), lambda d: d.is_gpu, ALL),
-    Probe("torch.cuda.get_device_capability", "torch", (), lambda d: d.sm if d.is_gpu else "raises", ALL,
-          "dsa_backend __init__ -> device_sm_major"),
-    Probe("torch.cuda.get_device_properties", "torch", (),
-          lambda d: f"{SM_COUNTS[d.key]} SMs" + (f", {d.gfx}" if d.gfx else "") if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, ALL),
-    # the version torch was built with, not a fact of the GPU: a CUDA build keeps its own (torchvision
-    # and others compare it with theirs at import); a build without CUDA answers the profile's
-    Probe("torch.version.cuda", "torch", (),
-          lambda d: f"host build, else {d.toolkit}" if is_cuda(d) else ("None" if is_hip(d) else "host"),
-          ALL, "is_sm100_supported and friends also compare the CUDA version"),
-    Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", ALL),
+    SGLangProbe("torch.cuda.is_available", "torch", (), "torch.cuda.is_available", ALL),
+    SGLangProbe("torch.cuda.get_device_capability", "torch", (), "torch.cuda.get_device_capability", ALL,
+                "dsa_backend __init__ -> device_sm_major"),
+    SGLangProbe("torch.cuda.get_device_properties", "torch", (), "torch.cuda.get_device_properties", ALL),
+    SGLangProbe("torch.cuda.get_device_name", "torch", (), "torch.cuda.get_device_name", ALL),
+    SGLangProbe("torch.cuda.current_device", "torch", (), "torch.cuda.current_device", ALL),
+    SGLangProbe("torch.cuda.device_count", "torch", (), "torch.cuda.device_count", ALL),
+    SGLangProbe("torch.version.cuda", "torch", (), "torch.version.cuda", ALL,
+                "is_sm100_supported and friends also compare the CUDA version"),
+    SGLangProbe("torch.version.hip", "torch", (), "torch.version.hip", ALL),
 )
 
 
-def probes_for(version: str) -> list[Probe]:
+def probes_for(version: str) -> list[SGLangProbe]:
     """The declared probes a supported release defines (SUPPORTED_RELEASES); a release outside
     them (a newer one, a checkout) gets every probe: its table is not known, so none is left out."""
     if version not in SUPPORTED_RELEASES:
