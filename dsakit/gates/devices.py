@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 
 Vendor = Literal["nvidia", "amd", "cpu"]
 
-Answer = bool | int | str | tuple[int, int] | None
+Answer = bool | int | str | tuple[int, int] | tuple[None, None] | None
 """What a probe answers: a flag, an SM number, a capability pair, a dtype name, or None (CPU)."""
 
 
@@ -165,10 +165,12 @@ ANSWERS: dict[str, ProbeAnswer] = {
         ProbeAnswer("other_platform",
                     "Ascend NPU, Intel XPU, MUSA, Gaudi or SGLang's CPU engine: none is a simulated device",
                     lambda d: False),
-        ProbeAnswer("device_capability", "torch.cuda.get_device_capability()", lambda d: d.sm),
+        ProbeAnswer("device_capability", "torch.cuda.get_device_capability() (no capability: CPU)", lambda d: d.sm),
+        ProbeAnswer("sglang_device_capability", "SGLang's get_device_capability(): (None, None) without a GPU",
+                    lambda d: d.sm or (None, None)),
         ProbeAnswer("sm_major", "torch.cuda.get_device_capability()[0]", lambda d: d.sm[0] if d.sm else None),
-        ProbeAnswer("device_sm", "SGLang's get_device_sm(): major * 10 + minor",
-                    lambda d: d.sm[0] * 10 + d.sm[1] if d.sm else None),
+        ProbeAnswer("device_sm", "SGLang's get_device_sm(): major * 10 + minor, 0 without a GPU",
+                    lambda d: d.sm[0] * 10 + d.sm[1] if d.sm else 0),
         ProbeAnswer("is_sm90_supported", "SM 9.x on CUDA >= 12.3", _cuda_majors((9,), (12, 3))),
         ProbeAnswer("is_sm100_supported", "SM 10.x on CUDA >= 12.8", _cuda_majors((10,), (12, 8))),
         ProbeAnswer("is_sm100_or_sm110_supported", "SM 10.x or 11.x on CUDA >= 12.8",

@@ -105,6 +105,8 @@ PROBES: tuple[SGLangProbe, ...] = (
     SGLangProbe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
                 "is_gfx1250", _span(22, 23)),
     SGLangProbe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_fp8_fnuz", ALL),
+    SGLangProbe("_is_hip", "constant", ("sglang.kernels.ops.quantization.fp8_kernel",), "is_hip", ALL,
+                "is_fp8_fnuz() reads it: called after import, it answers the simulated device too"),
     SGLangProbe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), "not_simulated", ALL,
                 "off: AITER kernels are not simulated"),
     SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
@@ -148,6 +150,8 @@ PROBES: tuple[SGLangProbe, ...] = (
     SGLangProbe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
     SGLangProbe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
     SGLangProbe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
+    SGLangProbe("is_fp8_fnuz", "cached", ("sglang.kernels.ops.quantization.fp8_kernel",), None, ALL,
+                "lru-cached: cleared, a call after import answers the simulated device"),
     # ---- torch facts (every runtime probe, lru-cached or not, reads these)
     SGLangProbe("torch.cuda.is_available", "torch", (), "torch.cuda.is_available", ALL),
     SGLangProbe("torch.cuda.get_device_capability", "torch", (), "torch.cuda.get_device_capability", ALL,

@@ -18,11 +18,11 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dsakit.errors import UsageError
 from dsakit.call_site import call_site
+from dsakit.errors import UsageError
 from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
-from dsakit.reasons import Reason
 from dsakit.gates.devices import DEVICES
+from dsakit.reasons import Reason
 from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES
 
 KERNEL_LAUNCH = "simulated-kernel-launch"
@@ -206,11 +206,33 @@ def _patch_torch(patches: Patches, device: DeviceModel, modules: dict[str, types
     patches.set(torch.version, "hip", device.toolkit if amd else None)
 
 
-def _patch_sm_query(patches: Patches, modules: dict[str, types.ModuleType]) -> None:
+class _TorchSeenByProbes(types.ModuleType):
+    """torch as SGLang's probe module (`sglang.srt.utils.common`) sees it under a simulation: torch
+    itself, except `version.cuda`, which is the device's toolkit. The version-gated probes
+    (`_check_cuda_device_version`: is_sm100_supported, is_sm120_supported, is_blackwell, ...) then
+    compare the device's CUDA version, as the device table does, while `torch.version.cuda` keeps
+    the build's for everything else (torchvision and others compare it with theirs at import)."""
+
+    def __init__(self, torch: types.ModuleType, cuda: str) -> None:
+        super().__init__("torch")
+        self._torch = torch
+        self.version = types.SimpleNamespace(**{**vars(torch.version), "cuda": cuda})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+
+def _patch_sm_query(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     common = modules.get(COMMON)
-    if common is not None and hasattr(common, "_get_device_sm_via_nvml"):
+    if common is None:
+        return
+    if hasattr(common, "_get_device_sm_via_nvml"):
         # 0.5.23 asks NVML before torch: on a real GPU host it would answer the real SM
         patches.set(common, "_get_device_sm_via_nvml", lambda: None)
+    torch = vars(common).get("torch")
+    if (device.vendor == "nvidia" and device.toolkit and isinstance(torch, types.ModuleType)
+            and getattr(torch.version, "cuda", None) != device.toolkit):
+        patches.set(common, "torch", _TorchSeenByProbes(torch, device.toolkit))
 
 
 def _patch_constants(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
@@ -330,7 +352,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
         _isolate_buffers(patches)  # imports SGLang's runtime context (under the simulation when lazy)
         if not import_first:
             modules.update(_imported_modules())
-        _patch_sm_query(patches, modules)
+        _patch_sm_query(patches, device, modules)
         patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
         _clear_caches(modules)  # real answers cached earlier must not win inside it
         _patch_constants(patches, device, modules)
@@ -362,7 +384,7 @@ def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: type
         _isolate_buffers(patches)
         return
     modules = {name: module}
-    _patch_sm_query(patches, modules)
+    _patch_sm_query(patches, device, modules)
     _clear_caches(modules)
     patches.callback(lambda: _clear_caches(modules))
     _patch_constants(patches, device, modules)
