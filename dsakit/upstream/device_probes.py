@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.gates.devices import Answer, answer
-from dsakit.sglang_release import SUPPORTED_RELEASES, SGLangRelease
+from dsakit import sglang_source
+from dsakit.sglang_release import PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease
 
 ProbeKind = Literal["constant", "cached", "torch"]
 
@@ -181,22 +182,6 @@ def declared_constants() -> set[tuple[str, str]]:
 
 # ---------------------------------------------------------------- the source scan
 
-# Where the backends make branch decisions: construction, metadata, the backend-class choice and
-# the DSv4 pools (files or folders under the sglang package; folders not recursive).
-SCAN_SCOPE: tuple[str, ...] = (
-    "srt/layers/attention/dsa_backend.py",
-    "srt/layers/attention/deepseek_v4_backend.py",
-    "srt/layers/attention/attention_registry.py",
-    "srt/layers/attention/dsa",
-    "srt/layers/attention/dsv4",
-    "srt/layers/attention/dsv4/v41_indexer",
-    "srt/mem_cache/deepseek_v4_memory_pool.py",
-    "srt/mem_cache/deepseek_v4_compress_state.py",
-    "kernels/ops/attention/utils.py",
-    "kernels/ops/attention/flash_mla_sm120.py",
-    "kernels/ops/attention/dsv4",
-)
-
 PROBE_FUNCTIONS = frozenset({
     "is_cuda", "is_hip", "is_npu", "is_xpu", "is_musa", "is_cuda_alike", "is_sm90_supported",
     "is_sm100_supported", "is_sm120_supported", "is_blackwell", "is_blackwell_supported",
@@ -206,6 +191,10 @@ PROBE_FUNCTIONS = frozenset({
 })
 TORCH_FACTS = frozenset(p.name for p in PROBES if p.kind == "torch")
 _CACHE_DECORATORS = frozenset({"lru_cache", "cache", "cache_once"})
+# Top-level functions and classes, and names assigned anywhere: a name in the first and not the
+# second is a callable, so a re-export of it is no constant (a text check: no parse needed).
+_DEFINED = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^\s*(\w+)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -221,15 +210,6 @@ class FoundProbe:
 def _module_name(relative: Path) -> str:
     parts = ("sglang",) + relative.with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _scope_files(release: SGLangRelease) -> Iterator[Path]:
-    for entry in SCAN_SCOPE:
-        path = release.file(entry)
-        if path.is_dir():
-            yield from sorted(path.glob("*.py"))
-        elif path.is_file():
-            yield path
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -260,6 +240,39 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@dataclass(frozen=True)
+class _Summary:
+    """imports: local name -> (module, name) of every `from ... import`; loaded: names read;
+    marked: cache-decorated functions and torch-fact attributes, in walk order."""
+
+    imports: dict[str, tuple[str, str]]
+    loaded: frozenset[str]
+    marked: tuple[ast.FunctionDef | ast.Attribute, ...]
+
+
+def _cache_decorated(node: ast.FunctionDef) -> bool:
+    return any((_dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] in _CACHE_DECORATORS
+               for d in node.decorator_list)
+
+
+def _summarize(module: str, is_package: bool, tree: ast.Module) -> _Summary:
+    imports: dict[str, tuple[str, str]] = {}
+    loaded: set[str] = set()
+    marked: list[ast.FunctionDef | ast.Attribute] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _resolve_from(module, is_package, node)
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (source, alias.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loaded.add(node.id)
+        elif isinstance(node, ast.FunctionDef) and _cache_decorated(node):
+            marked.append(node)
+        elif isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+            marked.append(node)
+    return _Summary(imports, frozenset(loaded), tuple(marked))
+
+
 class _ProbeScan:
     """Module constants derived from probes (following re-exports), cached probe functions, torch facts."""
 
@@ -267,8 +280,8 @@ class _ProbeScan:
         self.release = release
         self._constants: dict[str, dict[str, int]] = {}
         self._in_progress: set[str] = set()
-        self._trees: dict[str, ast.Module | None] = {}  # freed with the scan (an lru_cache kept every tree)
-        self._texts: dict[Path, str] = {}
+        self._summaries: dict[str, _Summary] = {}
+        self._callables: dict[Path, frozenset[str]] = {}
 
     def path_of(self, module: str) -> Path | None:
         base = self.release.package_dir.joinpath(*module.split(".")[1:])
@@ -278,13 +291,8 @@ class _ProbeScan:
         return None
 
     def parsed(self, module: str) -> ast.Module | None:
-        if module not in self._trees:
-            path = self.path_of(module)
-            try:
-                self._trees[module] = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
-            except (OSError, SyntaxError, UnicodeDecodeError):
-                self._trees[module] = None
-        return self._trees[module]
+        path = self.path_of(module)
+        return sglang_source.tree(path) if path is not None else None
 
     def defines_callable(self, module: str, name: str) -> bool:
         """Is `name` a function or class of `module` (a text check)? Then it is no constant, and
@@ -292,26 +300,21 @@ class _ProbeScan:
         path = self.path_of(module)
         if path is None:
             return False
-        if path not in self._texts:
-            try:
-                self._texts[path] = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                self._texts[path] = ""
-        text = self._texts[path]
-        defined = re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", text, re.MULTILINE)
-        assigned = re.search(rf"^\s*{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
-        return defined is not None and assigned is None
+        if path not in self._callables:  # one pass per file, not one regex per (file, name)
+            text = sglang_source.text(path)
+            defined = set(_DEFINED.findall(text))
+            self._callables[path] = frozenset(defined - set(_ASSIGNED.findall(text)))
+        return name in self._callables[path]
 
     def imports(self, module: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
-        path = self.path_of(module)
-        is_package = path is not None and path.name == "__init__.py"
-        found: dict[str, tuple[str, str]] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                source = _resolve_from(module, is_package, node)
-                for alias in node.names:
-                    found[alias.asname or alias.name] = (source, alias.name)
-        return found
+        return self.summary(module, tree).imports
+
+    def summary(self, module: str, tree: ast.Module) -> _Summary:
+        """What the scan needs of a module, from one walk of its tree."""
+        if module not in self._summaries:
+            path = self.path_of(module)
+            self._summaries[module] = _summarize(module, path is not None and path.name == "__init__.py", tree)
+        return self._summaries[module]
 
     def constants(self, module: str) -> dict[str, int]:
         """Module-level names computed from a probe, with their line (0: re-exported)."""
@@ -351,39 +354,38 @@ class _ProbeScan:
 
     def scan(self) -> list[FoundProbe]:
         found: list[FoundProbe] = []
-        for path in _scope_files(self.release):
+        for path in self.release.python_files(PROBE_SCAN_FILES):
             relative = path.relative_to(self.release.package_dir)
             module = _module_name(relative)
             tree = self.parsed(module)
             if tree is None:
                 continue
             site = f"sglang/{relative}"
+            summary = self.summary(module, tree)
             for name, line in self.constants(module).items():
                 if line:  # defined here; re-exports count where they are read too
                     found.append(FoundProbe(module, name, "constant", f"{site}:{line}"))
-                elif any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-                         for n in ast.walk(tree)):
+                elif name in summary.loaded:
                     found.append(FoundProbe(module, name, "constant", f"{site} (re-exported)"))
-            imports = self.imports(module, tree)
-            probe_names = {local for local, (_, name) in imports.items() if name in PROBE_FUNCTIONS}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.FunctionDef) and any(
-                    (_dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] in _CACHE_DECORATORS
-                    for d in node.decorator_list
-                ) and any(_uses_probe(s, probe_names) for s in node.body):
-                    found.append(FoundProbe(module, node.name, "cached", f"{site}:{node.lineno}"))
-                elif isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+            probe_names = {local for local, (_, name) in summary.imports.items() if name in PROBE_FUNCTIONS}
+            for node in summary.marked:
+                if isinstance(node, ast.FunctionDef):
+                    if any(_uses_probe(s, probe_names) for s in node.body):
+                        found.append(FoundProbe(module, node.name, "cached", f"{site}:{node.lineno}"))
+                else:
                     found.append(FoundProbe("torch", str(_dotted(node)), "torch", f"{site}:{node.lineno}"))
         return found
 
 
 def scan_probes(release: SGLangRelease) -> list[FoundProbe]:
-    """Every probe the backends' branch-deciding modules (SCAN_SCOPE) define or read."""
-    return list(_scan_cached(release))
+    """Every probe the backends' branch-deciding modules (`PROBE_SCAN_FILES`) define or read; one
+    scan per tree and process while the scanned files keep their mtime and size."""
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in release.python_files(PROBE_SCAN_FILES))
+    return list(_scan_cached(release, stamps))
 
 
 @functools.lru_cache(maxsize=8)
-def _scan_cached(release: SGLangRelease) -> tuple[FoundProbe, ...]:
+def _scan_cached(release: SGLangRelease, stamps: tuple[tuple[str, int, int], ...]) -> tuple[FoundProbe, ...]:
     return tuple(_ProbeScan(release).scan())
 
 
