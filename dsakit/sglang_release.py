@@ -1,10 +1,11 @@
-"""The SGLang release under test and its feature probes.
+"""The SGLang release under test, its file layout and its feature checks.
 
 dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 stack on the H200),
-so code asks for *features*, never for version numbers. Every probe reads source files (text or
-AST) of the installed package or of a source tree: nothing here imports SGLang or torch, so probes
-are cheap at collection time and work on a tree that cannot be imported on this machine.
-A leaf of the layering (imports only dsakit.errors): the gates, the SGLang adapters in
+so code asks for *features*, never for version numbers. Every check reads source files (text or
+AST, through `dsakit.sglang_source`) of the installed package or of a source tree: nothing here
+imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
+imported on this machine. A leaf of the layering (imports only dsakit.errors and the source
+index): the gates, the SGLang adapters in
 dsakit.upstream, top-k, node and audit all read it.
 """
 
@@ -65,7 +66,7 @@ TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
 
 @dataclass(frozen=True)
 class Feature:
-    """A probed capability of the SGLang source; `missing` says what lacks it and what has it."""
+    """A checked capability of the SGLang source; `missing` says what lacks it and what has it."""
 
     code: str
     description: str
@@ -253,7 +254,7 @@ class SGLangRelease:
         return None
 
     def assigns_on_runner(self, name: str) -> bool:
-        """Does model_runner.py assign `self.<name> = ...` (text probe: no AST, no import)?"""
+        """Does model_runner.py assign `self.<name> = ...` (a text check: no AST, no import)?"""
         text = sglang_source.text(self.file(MODEL_RUNNER_FILE))
         return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=]*)?=[^=]", text) is not None
 
@@ -262,7 +263,7 @@ class SGLangRelease:
             raise UsageError(
                 f"unknown SGLang feature {feature!r}; known features: {', '.join(sorted(FEATURES))}"
             )
-        probes: dict[str, Callable[[], bool]] = {
+        checks: dict[str, Callable[[], bool]] = {
             "dsa-backend": lambda: self.file(DSA_BACKEND_FILE).is_file(),
             "deepseek-v4-backend": lambda: self.file(DEEPSEEK_V4_BACKEND_FILE).is_file(),
             "topk-role-split": lambda: self.defines(DSA_TOPK_BACKEND_FILE, "DSATopKBackend.resolve"),
@@ -285,7 +286,7 @@ class SGLangRelease:
                                                                         "is_sm100_or_newer"),
             "mla-kv-write-without-triton": lambda: self.defines(MLA_BUFFER_FILE, "set_mla_kv_buffer_naive"),
         }
-        return bool(probes[feature]())
+        return bool(checks[feature]())
 
     def features(self) -> dict[str, bool]:
         return {code: self.has(code) for code in FEATURES}
