@@ -29,7 +29,7 @@ from dsakit.contracts.schema import ContractEntry
 from dsakit.gates.device_model import DeviceModel
 from dsakit.gates.table import evaluate
 from dsakit.mocks import read_log
-from dsakit.upstream.simulated_device import SimulatedKernelLaunch
+from dsakit.upstream.device_simulation import SimulatedKernelLaunch
 
 pytestmark = [pytest.mark.dsakit_simulate(), dsakit.gate("sglang:dsa-backend")]
 

@@ -69,8 +69,8 @@ _EXPORTS: dict[str, str] = {
     "SGLangState": "dsakit.upstream.scope",
     "sglang_state": "dsakit.upstream.scope",
     # hardware branches on any machine
-    "simulate_device": "dsakit.upstream.simulated_device",
-    "SimulatedKernelLaunch": "dsakit.upstream.simulated_device",
+    "simulate_device": "dsakit.upstream.device_simulation",
+    "SimulatedKernelLaunch": "dsakit.upstream.device_simulation",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

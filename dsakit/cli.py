@@ -194,6 +194,8 @@ class _VersionAction(argparse.Action):
 
 
 def _build_parser() -> argparse.ArgumentParser:
+    from dsakit.gates.devices import keys_text  # the device table: data only, nothing heavy
+
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and where dsakit is imported from")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -223,8 +225,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                 "DSA / DeepSeek-V4 backend reads, per simulated device")
     audit.add_argument("paths", nargs="+", metavar="PATH", help="test files or folders to scan (AST only)")
     audit.add_argument("--device", metavar="NAME,...",
-                       help="simulated devices (sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu; "
-                       "aliases such as b300); default: every one")
+                       help=f"simulated devices ({keys_text()}; aliases such as b300); default: every one")
     audit.add_argument("--sglang-src", metavar="DIR", help="SGLang tree to scan (default: the installed one)")
     audit.add_argument("--backend-src", metavar="DIR", help="your own backend's .py file or folder: a mock handed "
                        "to one of its classes is checked against what it reads (and [tool.dsakit.contract])")
@@ -236,8 +237,7 @@ def _build_parser() -> argparse.ArgumentParser:
     caps.add_argument(
         "--device",
         metavar="NAME",
-        help="simulate a device (sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu; default: "
-        "$DSAKIT_DEVICE or the real one)",
+        help=f"simulate a device ({keys_text()}; default: $DSAKIT_DEVICE or the real one)",
     )
     caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
     caps.add_argument("--json", action="store_true", help="print the report as JSON")

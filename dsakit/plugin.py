@@ -200,9 +200,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         parametrize(metafunc)  # the target/draft top-k backend matrix
     if "simulated_device" in metafunc.fixturenames:
-        from dsakit.upstream import simulated_device
+        from dsakit.upstream import device_simulation
 
-        simulated_device.parametrize(metafunc)  # @pytest.mark.dsakit_simulate(...)
+        device_simulation.parametrize(metafunc)  # @pytest.mark.dsakit_simulate(...)
 
 
 @pytest.fixture
@@ -220,7 +220,7 @@ def simulated_device(request: pytest.FixtureRequest) -> Iterator[Any]:
     """SGLang's device probes answer as a simulated device for the test (`dsakit.simulate_device`):
     the `dsakit_simulate` marker's device, else --dsakit-device NAME; skips when neither names one.
     Yields the DeviceModel; restored afterwards even when the test raised."""
-    from dsakit.upstream.simulated_device import fixture
+    from dsakit.upstream.device_simulation import fixture
 
     yield from fixture(request)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_device
+from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
@@ -71,7 +71,7 @@ def parse_devices(spec: str | None) -> list[str]:
         return list(DEFAULT_DEVICES)
     if spec.strip() == "all":
         return [key for key in SIMULATED if key != "cpu"]
-    names = [simulated_device(part.strip()).key for part in spec.split(",") if part.strip()]
+    names = [simulated_model(part.strip()).key for part in spec.split(",") if part.strip()]
     if not names:
         raise UsageError(f"--devices {spec!r} names no device; valid: all or a list of {', '.join(SIMULATED)}")
     return list(dict.fromkeys(names))
@@ -79,7 +79,7 @@ def parse_devices(spec: str | None) -> list[str]:
 
 def runs_as(device: str) -> str:
     """'real' where this machine is the device (same vendor and arch), else the device itself."""
-    real, wanted = real_device(), simulated_device(device)
+    real, wanted = real_device(), simulated_model(device)
     same = real.is_gpu and real.vendor == wanted.vendor and (
         real.gfx == wanted.gfx if wanted.vendor == "amd" else real.sm == wanted.sm)
     return REAL if same else device
@@ -201,7 +201,7 @@ def _reads_by_key(src: str) -> dict[tuple[str, str], list[Any]]:
 def read_changes(base_src: str, pr_src: str, devices: Sequence[str]) -> list[ReadChange]:
     from dsakit.audit.guard_eval import verdicts as guard_verdicts
 
-    profiles = {d: simulated_device(d) for d in devices}
+    profiles = {d: simulated_model(d) for d in devices}
 
     def fires(guard: str) -> tuple[str, ...]:
         return tuple(v.device for v in guard_verdicts(guard, profiles) if v.fires)
@@ -231,7 +231,7 @@ def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, 
     files = [str(p) for p in python_files(suites)] if suites else []
     if not files or not changes:
         return changes
-    result = audit(files, {d: simulated_device(d) for d in devices}, release_from_tree(pr_src))
+    result = audit(files, {d: simulated_model(d) for d in devices}, release_from_tree(pr_src))
     lacking: dict[str, list[str]] = {}
     for mock in getattr(result, "mocks", []):
         for missing in getattr(mock, "missing", []):

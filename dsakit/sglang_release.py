@@ -1,10 +1,11 @@
-"""The SGLang release under test and its feature probes.
+"""The SGLang release under test, its file layout and its feature checks.
 
 dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 stack on the H200),
-so code asks for *features*, never for version numbers. Every probe reads source files (text or
-AST) of the installed package or of a source tree: nothing here imports SGLang or torch, so probes
-are cheap at collection time and work on a tree that cannot be imported on this machine.
-A leaf of the layering (imports only dsakit.errors): the gates, the SGLang adapters in
+so code asks for *features*, never for version numbers. Every check reads source files (text or
+AST, through `dsakit.sglang_source`) of the installed package or of a source tree: nothing here
+imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
+imported on this machine. A leaf of the layering (imports only dsakit.errors and the source
+index): the gates, the SGLang adapters in
 dsakit.upstream, top-k, node and audit all read it.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsakit import sglang_source
 from dsakit.errors import UsageError
 
 MODEL_RUNNER_FILE = "srt/model_executor/model_runner.py"
@@ -33,6 +35,26 @@ SERVER_ARGS_FILE = "srt/server_args.py"
 KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 V41_INDEXER_FILE = "srt/layers/attention/dsv4/v41_indexer/__init__.py"
 MLA_BUFFER_FILE = "kernels/ops/kvcache/mla_buffer.py"
+# Where ServerArgs fields are declared: the class body (0.5.17) or its field namespaces (0.5.23).
+SERVER_ARGS_FILES = (SERVER_ARGS_FILE, "srt/arg_groups/fields")
+# What the runner-read scan reads directly: the DSA and DeepSeek-V4 backends and the dsa/, nsa/ helpers.
+RUNNER_READER_FILES = (DSA_BACKEND_FILE, DEEPSEEK_V4_BACKEND_FILE, "srt/layers/attention/dsa",
+                       "srt/layers/attention/nsa")
+# Where the backends make branch decisions (the probe scan): construction, metadata, the
+# backend-class choice and the DSv4 pools (files or folders; folders not recursive).
+PROBE_SCAN_FILES = (
+    DSA_BACKEND_FILE,
+    DEEPSEEK_V4_BACKEND_FILE,
+    "srt/layers/attention/attention_registry.py",
+    "srt/layers/attention/dsa",
+    "srt/layers/attention/dsv4",
+    "srt/layers/attention/dsv4/v41_indexer",
+    "srt/mem_cache/deepseek_v4_memory_pool.py",
+    "srt/mem_cache/deepseek_v4_compress_state.py",
+    "kernels/ops/attention/utils.py",
+    "kernels/ops/attention/flash_mla_sm120.py",
+    "kernels/ops/attention/dsv4",
+)
 
 # The releases dsakit is tested against: every one has its row in the probe table
 # (device_probes.PROBES `releases`) and its CPU run (scripts/env.sh main --sglang VERSION).
@@ -44,7 +66,7 @@ TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
 
 @dataclass(frozen=True)
 class Feature:
-    """A probed capability of the SGLang source; `missing` says what lacks it and what has it."""
+    """A checked capability of the SGLang source; `missing` says what lacks it and what has it."""
 
     code: str
     description: str
@@ -151,17 +173,13 @@ FEATURES: dict[str, Feature] = {
 
 
 def _reads_text(path: Path, text: str) -> bool:
-    try:
-        return text in path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
+    return text in sglang_source.text(path)
 
 
 def _defined_names(path: Path) -> frozenset[str]:
     """Top-level function/class names and method names (as Class.method) defined in a file."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    tree = sglang_source.tree(path)
+    if tree is None:
         return frozenset()
     names: set[str] = set()
     for node in tree.body:
@@ -181,9 +199,8 @@ def _capability_read_guarded(path: Path, function: str) -> bool:
     True where the file or the function is absent (nothing reads it); False where a
     `get_device_capability` call is reached without an `is_cuda()` call in the same expression
     or an earlier statement of the function."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    tree = sglang_source.tree(path)
+    if tree is None:
         return True
     for node in tree.body:
         if not (isinstance(node, ast.FunctionDef) and node.name == function):
@@ -216,7 +233,18 @@ class SGLangRelease:
         return self.package_dir / relative
 
     def defines(self, relative: str, name: str) -> bool:
-        return name in _defined_names_cached(self.file(relative))
+        return name in _defined_names(self.file(relative))
+
+    def python_files(self, entries: tuple[str, ...]) -> list[Path]:
+        """The `.py` files of `entries` (files, or folders: not recursive) that this tree has, in order."""
+        found: list[Path] = []
+        for entry in entries:
+            path = self.file(entry)
+            if path.is_dir():
+                found.extend(sorted(path.glob("*.py")))
+            elif path.is_file():
+                found.append(path)
+        return found
 
     @property
     def topk_v2_kernel_name(self) -> str | None:
@@ -226,9 +254,8 @@ class SGLangRelease:
         return None
 
     def assigns_on_runner(self, name: str) -> bool:
-        """Does model_runner.py assign `self.<name> = ...` (text probe: no AST, no import)?"""
-        path = self.file(MODEL_RUNNER_FILE)
-        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        """Does model_runner.py assign `self.<name> = ...` (a text check: no AST, no import)?"""
+        text = sglang_source.text(self.file(MODEL_RUNNER_FILE))
         return re.search(rf"\bself\.{re.escape(name)}\s*(:[^=]*)?=[^=]", text) is not None
 
     def has(self, feature: str) -> bool:
@@ -236,7 +263,7 @@ class SGLangRelease:
             raise UsageError(
                 f"unknown SGLang feature {feature!r}; known features: {', '.join(sorted(FEATURES))}"
             )
-        probes: dict[str, Callable[[], bool]] = {
+        checks: dict[str, Callable[[], bool]] = {
             "dsa-backend": lambda: self.file(DSA_BACKEND_FILE).is_file(),
             "deepseek-v4-backend": lambda: self.file(DEEPSEEK_V4_BACKEND_FILE).is_file(),
             "topk-role-split": lambda: self.defines(DSA_TOPK_BACKEND_FILE, "DSATopKBackend.resolve"),
@@ -259,7 +286,7 @@ class SGLangRelease:
                                                                         "is_sm100_or_newer"),
             "mla-kv-write-without-triton": lambda: self.defines(MLA_BUFFER_FILE, "set_mla_kv_buffer_naive"),
         }
-        return bool(probes[feature]())
+        return bool(checks[feature]())
 
     def features(self) -> dict[str, bool]:
         return {code: self.has(code) for code in FEATURES}
@@ -269,17 +296,11 @@ class SGLangRelease:
         return f"SGLang {self.version} at {self.package_dir} (features: {', '.join(on) or 'none'})"
 
 
-@functools.lru_cache(maxsize=None)
-def _defined_names_cached(path: Path) -> frozenset[str]:
-    return _defined_names(path)
-
-
 def _version_from_tree(package_dir: Path) -> str:
     """`__version__` from the generated `_version.py` (wheels, built checkouts) or `version.py`."""
     for name in ("_version.py", "version.py"):
-        try:
-            tree = ast.parse((package_dir / name).read_text(encoding="utf-8"))
-        except (OSError, SyntaxError):
+        tree = sglang_source.tree(package_dir / name)
+        if tree is None:
             continue
         for node in tree.body:
             targets = node.targets if isinstance(node, ast.Assign) else (

@@ -208,7 +208,7 @@ class StrictNode:
         _check_type(entry, self._dsakit_role, value, what)
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
-        from dsakit.upstream.simulated_device import active_simulation
+        from dsakit.upstream.device_simulation import active_simulation
         from dsakit.upstream.source_scan import runner_site
 
         path = self._full(name)

@@ -28,7 +28,7 @@ from dsakit.audit.report import AuditResult
 from dsakit.audit.usage import Backend, Routes, find_usage
 from dsakit.contracts.schema import Contract
 from dsakit.errors import UsageError
-from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_device
+from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
 from dsakit.sglang_release import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
 from dsakit.upstream.source_scan import (
     RunnerFlow,
@@ -52,7 +52,7 @@ def select_devices(spec: str | None) -> dict[str, DeviceModel]:
         if name.lower() == "real":
             raise UsageError(f"dsakit audit simulates devices; 'real' is not one; valid names: "
                              f"{', '.join(SIMULATED)} (or an alias such as b300)")
-        device = simulated_device(name)
+        device = simulated_model(name)
         chosen[device.key] = device
     if not chosen:
         raise UsageError(f"--device names no device; valid names: {', '.join(SIMULATED)}")

@@ -1,89 +1,65 @@
-"""THE probe table: how SGLang asks which device it runs on, answered per simulated device.
+"""How SGLang spells a device probe in a guard, mapped to the device table's answer.
 
-Owns the mapping from an SGLang probe spelling (`_is_cuda`, `self.device_sm_major`,
-`is_sm100_supported()`, `get_platform().is_sm100`, ...) to the value it has on a `DeviceModel`.
-Static: nothing here imports torch or SGLang, and nothing is probed. Must not decide what a guard
-means (that is `dsakit.audit.guard_eval`).
+Owns the mapping from a spelling (`_is_cuda`, `self.device_sm_major`, `is_sm100_supported()`,
+`get_platform().is_sm100`, ...) to a question of `dsakit.gates.devices.ANSWERS`, which holds the
+values. Static: imports neither torch nor SGLang. Must not decide what a guard means (that is
+`dsakit.audit.guard_eval`).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from dsakit.gates.device_model import DeviceModel
+from dsakit.gates.devices import ANSWERS, Answer, Device
 
-DeviceValue = bool | int | tuple[int, int] | None
-"""What a probe answers: a flag, an SM number, a capability pair, or None (no capability: CPU)."""
+DeviceValue = Answer
+"""What a spelling answers: a flag, an SM number, a capability pair, or None (no capability: CPU)."""
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One SGLang device probe: the spellings that reach it and its value on a device."""
+class GuardSpelling:
+    """The spellings of one SGLang device probe in a guard, and the question they ask (`answer`,
+    a code of `dsakit.gates.devices.ANSWERS`: the device table answers it)."""
 
     spellings: tuple[str, ...]
-    meaning: str
-    value: Callable[[DeviceModel], DeviceValue]
+    answer: str
+
+    @property
+    def meaning(self) -> str:
+        return ANSWERS[self.answer].meaning
+
+    def value(self, device: Device) -> DeviceValue:
+        return ANSWERS[self.answer].value(device)
 
 
-def _toolkit(device: DeviceModel) -> tuple[int, int]:
-    if not device.toolkit:
-        return (0, 0)
-    major, _, minor = device.toolkit.partition(".")
-    return (int(major), int(minor or 0))
-
-
-def _cuda_majors(majors: tuple[int, ...], toolkit: tuple[int, int]) -> Callable[[DeviceModel], bool]:
-    """SGLang's `_check_cuda_device_version`: CUDA, SM major in `majors`, toolkit >= `toolkit`."""
-
-    def value(device: DeviceModel) -> bool:
-        return (device.vendor == "nvidia" and device.sm is not None and device.sm[0] in majors
-                and _toolkit(device) >= toolkit)
-
-    return value
-
-
-def _gfx(prefix: str) -> Callable[[DeviceModel], bool]:
-    return lambda device: device.vendor == "amd" and (device.gfx or "").startswith(prefix)
-
-
-def _never(device: DeviceModel) -> bool:
-    return False
-
-
-# torch reports a capability on ROCm too (MI300X says 9.4): SGLang's SM numbers are that number.
-PROBES: tuple[Probe, ...] = (
-    Probe(("_is_cuda", "is_cuda()", "platform.is_cuda"), "an NVIDIA GPU (torch.version.cuda)",
-          lambda d: d.vendor == "nvidia"),
-    Probe(("_is_hip", "is_hip()", "platform.is_hip"), "an AMD GPU (torch.version.hip)",
-          lambda d: d.vendor == "amd"),
-    Probe(("_is_cuda_alike", "is_cuda_alike()"), "an NVIDIA or AMD GPU", lambda d: d.is_gpu),
-    Probe(("_is_npu", "is_npu()", "_is_xpu", "is_xpu()", "_is_musa", "is_musa()", "_is_hpu", "is_hpu()",
-           "_is_cpu", "is_cpu()", "platform.is_npu", "platform.is_xpu", "platform.is_cpu"),
-          "Ascend NPU, Intel XPU, MUSA, Gaudi or SGLang's CPU engine: none is a simulated device", _never),
-    Probe(("device_capability", "get_device_capability()"), "torch.cuda.get_device_capability()",
-          lambda d: d.sm),
-    Probe(("device_sm_major", "sm_major"), "torch.cuda.get_device_capability()[0]",
-          lambda d: d.sm[0] if d.sm else None),
-    Probe(("device_sm", "get_device_sm()"), "SGLang's get_device_sm(): major * 10 + minor",
-          lambda d: d.sm[0] * 10 + d.sm[1] if d.sm else None),
-    Probe(("is_sm90_supported()", "_is_sm90_supported", "is_hopper_with_cuda_12_3()", "platform.is_sm90"),
-          "SM 9.x on CUDA >= 12.3", _cuda_majors((9,), (12, 3))),
-    Probe(("is_sm100_supported()", "_is_sm100_supported", "platform.is_sm100"),
-          "SM 10.x on CUDA >= 12.8", _cuda_majors((10,), (12, 8))),
-    Probe(("is_sm100_or_sm110_supported()", "platform.is_sm100_or_sm110"), "SM 10.x or 11.x on CUDA >= 12.8",
-          _cuda_majors((10, 11), (12, 8))),
-    Probe(("is_sm120_supported()", "_is_sm120_supported", "platform.is_sm120"), "SM 12.x on CUDA >= 12.8",
-          _cuda_majors((12,), (12, 8))),
-    Probe(("is_blackwell()", "is_blackwell_supported()", "_is_blackwell", "platform.is_blackwell"),
-          "SM 10.x, 11.x or 12.x on CUDA >= 12.8", _cuda_majors((10, 11, 12), (12, 8))),
-    Probe(("is_sm120()",), "exactly SM 12.0 on CUDA", lambda d: d.vendor == "nvidia" and d.sm == (12, 0)),
-    Probe(("is_gfx95_supported()", "_is_gfx95_supported"), "AMD gfx95x (MI355)", _gfx("gfx95")),
-    Probe(("is_gfx942_supported()", "_is_gfx942_supported"), "AMD gfx942 (MI300)", _gfx("gfx942")),
+SPELLINGS: tuple[GuardSpelling, ...] = (
+    GuardSpelling(("_is_cuda", "is_cuda()", "platform.is_cuda"), "is_cuda"),
+    GuardSpelling(("_is_hip", "is_hip()", "platform.is_hip"), "is_hip"),
+    GuardSpelling(("_is_cuda_alike", "is_cuda_alike()"), "is_cuda_alike"),
+    GuardSpelling(("_is_npu", "is_npu()", "_is_xpu", "is_xpu()", "_is_musa", "is_musa()", "_is_hpu", "is_hpu()",
+                   "_is_cpu", "is_cpu()", "platform.is_npu", "platform.is_xpu", "platform.is_cpu"), "other_platform"),
+    GuardSpelling(("device_capability",), "device_capability"),
+    GuardSpelling(("get_device_capability()",), "sglang_device_capability"),
+    GuardSpelling(("device_sm_major", "sm_major"), "sm_major"),
+    GuardSpelling(("device_sm", "get_device_sm()"), "device_sm"),
+    GuardSpelling(("is_sm90_supported()", "_is_sm90_supported", "is_hopper_with_cuda_12_3()", "platform.is_sm90"),
+                  "is_sm90_supported"),
+    GuardSpelling(("is_sm100_supported()", "_is_sm100_supported", "platform.is_sm100"), "is_sm100_supported"),
+    GuardSpelling(("is_sm100_or_sm110_supported()", "platform.is_sm100_or_sm110"), "is_sm100_or_sm110_supported"),
+    # `_is_sm120` (0.5.17-0.5.18) and `_IS_SM120` (0.5.20-) are module constants = is_sm120_supported()
+    GuardSpelling(("is_sm120_supported()", "_is_sm120_supported", "platform.is_sm120", "_is_sm120", "_IS_SM120"),
+                  "is_sm120_supported"),
+    GuardSpelling(("is_blackwell()", "is_blackwell_supported()", "_is_blackwell", "platform.is_blackwell"),
+                  "is_blackwell"),
+    GuardSpelling(("is_sm120()",), "is_sm120"),
+    GuardSpelling(("is_gfx95_supported()", "_is_gfx95_supported", "_IS_GFX95"), "is_gfx95"),
+    GuardSpelling(("is_gfx942_supported()", "_is_gfx942_supported"), "is_gfx942"),
+    GuardSpelling(("is_gfx1250_supported()", "_is_gfx1250_supported"), "is_gfx1250"),
+    GuardSpelling(("is_fp8_fnuz()", "_is_fp8_fnuz"), "is_fp8_fnuz"),
 )
 
-_BY_SPELLING: dict[str, Probe] = {spelling: probe for probe in PROBES for spelling in probe.spellings}
+_BY_SPELLING: dict[str, GuardSpelling] = {spelling: entry for entry in SPELLINGS for spelling in entry.spellings}
 
 
 def spelling(node: ast.expr) -> str | None:
@@ -109,7 +85,7 @@ def _callee_name(func: ast.expr) -> str | None:
     return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
 
 
-def probe_for(node: ast.expr) -> Probe | None:
+def spelling_for(node: ast.expr) -> GuardSpelling | None:
     key = spelling(node)
     return _BY_SPELLING.get(key) if key is not None else None
 
@@ -119,9 +95,9 @@ def probe_table() -> list[dict[str, object]]:
     from dsakit.gates.device_model import SIMULATED
 
     return [
-        {"spellings": list(p.spellings), "meaning": p.meaning,
-         "values": {key: _jsonable(p.value(device)) for key, device in SIMULATED.items()}}
-        for p in PROBES
+        {"spellings": list(s.spellings), "meaning": s.meaning,
+         "values": {key: _jsonable(s.value(device)) for key, device in SIMULATED.items()}}
+        for s in SPELLINGS
     ]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from dsakit.audit.findings import ReadFinding, read_verdict
 from dsakit.audit.report import outcome_text, render_reads
 from dsakit.errors import UsageError
-from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_device
+from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
 from dsakit.sglang_release import MODEL_RUNNER_FILE, SGLangRelease, release_from_tree
 from dsakit.upstream.source_scan import RunnerRead, scan_files_flow
 
@@ -73,7 +73,7 @@ def _devices(devices: Iterable[str | DeviceModel] | None) -> dict[str, DeviceMod
         return dict(SIMULATED)
     chosen: dict[str, DeviceModel] = {}
     for device in devices:
-        model = device if isinstance(device, DeviceModel) else simulated_device(device)
+        model = device if isinstance(device, DeviceModel) else simulated_model(device)
         chosen[model.key] = model
     return chosen
 

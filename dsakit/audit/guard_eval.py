@@ -1,8 +1,8 @@
 """Which simulated devices a guarded SGLang read fires on: partial evaluation of the guard.
 
 Owns the evaluation of an `if` condition (source text, from `source_scan.RunnerRead.guard`) on
-one `DeviceModel`: device probes (`dsakit.audit.device_guards`) become values, what is left is
-configuration. Configuration counts as *off by default*: flags false, `== 'choice'` false,
+one `DeviceModel`: device probes (the spellings of `dsakit.audit.device_guards`) become the device
+table's answers, what is left is configuration. Configuration counts as *off by default*: flags false, `== 'choice'` false,
 `is None` true. Never imports torch or SGLang.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsakit.audit.device_guards import probe_for
+from dsakit.audit.device_guards import spelling_for
 from dsakit.gates.device_model import DeviceModel
 
 
@@ -33,9 +33,9 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
 
 
 def _partial(node: ast.expr, device: DeviceModel) -> _Partial:
-    probe = probe_for(node)
-    if probe is not None:
-        return _Known(probe.value(device))
+    known = spelling_for(node)
+    if known is not None:
+        return _Known(known.value(device))
     if isinstance(node, ast.Constant):
         return _Known(node.value)
     if isinstance(node, ast.Tuple):

@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsakit import sglang_source
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
 from dsakit.sglang_release import SGLangRelease
@@ -41,9 +42,8 @@ class _Module:
 
 
 def _parse(path: Path) -> _Module | None:
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    tree = sglang_source.tree(path)
+    if tree is None:
         return None
     functions: dict[str, _FunctionNode] = {}
     classes: set[str] = set()

@@ -11,6 +11,7 @@ import ast
 import functools
 from pathlib import Path
 
+from dsakit import sglang_source
 from dsakit.audit.mock_finder import SourceFile
 from dsakit.sglang_release import SGLangRelease
 
@@ -18,9 +19,8 @@ from dsakit.sglang_release import SGLangRelease
 @functools.lru_cache(maxsize=512)
 def _module_names(path: Path) -> frozenset[str] | None:
     """Top-level names a module defines or imports; None when anything may exist (`*`, `__getattr__`)."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    tree = sglang_source.tree(path)
+    if tree is None:
         return None
     names: set[str] = set()
     pending: list[ast.stmt] = list(tree.body)

@@ -1,9 +1,9 @@
 """The accelerator a run is gated on: a frozen `DeviceModel`, real (probed) or simulated.
 
-Owns: the simulated device profiles, the lazy real probe (NVML, `nvidia-smi`, `rocminfo` under a
-short timeout, first run when a gate or a GPU option needs the device; torch only when already
-loaded or asked) and the choice between them (`--dsakit-device` /
-`DSAKIT_DEVICE`). AMD devices carry their gfx arch string. Never imports SGLang.
+Owns: the simulated devices as `DeviceModel`s (read live from the table, `dsakit.gates.devices`),
+the lazy real probe (NVML, `nvidia-smi`, `rocminfo` under a short timeout, first run when a gate or
+a GPU option needs the device; torch only when already loaded or asked) and the choice between them
+(`--dsakit-device` / `DSAKIT_DEVICE`). AMD devices carry their gfx arch string. Never imports SGLang.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from dsakit.errors import UsageError
-
-Vendor = Literal["nvidia", "amd", "cpu"]
+from dsakit.gates.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
 
 DEVICE_ENV = "DSAKIT_DEVICE"
 PROBE_TORCH_ENV = "DSAKIT_PROBE_TORCH"
@@ -87,54 +87,48 @@ class DeviceModel:
         return data
 
 
-# ---------------------------------------------------------------- simulated profiles
+# ---------------------------------------------------------------- simulated devices (dsakit.gates.devices)
 
-SIMULATED: dict[str, DeviceModel] = {
-    d.key: d
-    for d in (
-        DeviceModel("sm90", "nvidia", "NVIDIA H200", (9, 0), None, 141 * _GIB, "12.8", 1, True),
-        DeviceModel("sm100", "nvidia", "NVIDIA B200", (10, 0), None, 180 * _GIB, "12.8", 1, True),
-        DeviceModel("sm103", "nvidia", "NVIDIA B300", (10, 3), None, 288 * _GIB, "12.9", 1, True),
-        DeviceModel(
-            "sm120", "nvidia", "NVIDIA RTX PRO 6000 Blackwell", (12, 0), None, 96 * _GIB, "12.8", 1, True
-        ),
-        # MI200 reports capability 9.0, the same number as Hopper.
-        DeviceModel("gfx90a", "amd", "AMD Instinct MI250X", (9, 0), "gfx90a", 64 * _GIB, "6.3", 1, True),
-        DeviceModel("gfx942", "amd", "AMD Instinct MI300X", (9, 4), "gfx942", 192 * _GIB, "6.3", 1, True),
-        # MI355 reports 9.5: a number that looks like "SM 9.x" but is not Hopper.
-        DeviceModel("gfx950", "amd", "AMD Instinct MI355X", (9, 5), "gfx950", 288 * _GIB, "7.0", 1, True),
-        DeviceModel("cpu", "cpu", "CPU", None, None, None, None, 0, True),
-    )
-}
 
-# Marketing names people type; each maps to one profile above.
-ALIASES: dict[str, str] = {
-    "h100": "sm90",
-    "h200": "sm90",
-    "b200": "sm100",
-    "b300": "sm103",
-    "mi200": "gfx90a",
-    "mi250": "gfx90a",
-    "mi300": "gfx942",
-    "mi355": "gfx950",
-}
+@functools.lru_cache(maxsize=None)
+def _simulated(entry: DeviceEntry) -> DeviceModel:
+    memory = entry.memory_gib * _GIB if entry.memory_gib else None
+    count = 1 if entry.vendor != "cpu" else 0
+    return DeviceModel(entry.key, entry.vendor, entry.name, entry.sm, entry.gfx, memory, entry.toolkit, count, True)
+
+
+class _Simulated(Mapping[str, DeviceModel]):
+    """The device table's entries as `DeviceModel`s, read live: an entry added to
+    `dsakit.gates.devices.DEVICES` is a simulated device everywhere at once."""
+
+    def __getitem__(self, key: str) -> DeviceModel:
+        return _simulated(DEVICES[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(DEVICES))
+
+    def __len__(self) -> int:
+        return len(DEVICES)
+
+
+SIMULATED: Mapping[str, DeviceModel] = _Simulated()
 
 
 def device_names() -> list[str]:
     """Every name `--dsakit-device` accepts."""
-    return [REAL, *SIMULATED, *ALIASES]
+    return [REAL, *DEVICES, *aliases()]
 
 
-def simulated_device(name: str) -> DeviceModel:
-    key = ALIASES.get(name.strip().lower(), name.strip().lower())
-    try:
-        return SIMULATED[key]
-    except KeyError:
-        aliases = ", ".join(f"{a}={k}" for a, k in ALIASES.items())
+def simulated_model(name: str) -> DeviceModel:
+    """The simulated device a name or alias names; UsageError listing the valid names otherwise."""
+    key = entry_key(name)
+    if key is None:
+        alias_text = ", ".join(f"{a}={k}" for a, k in aliases().items())
         raise UsageError(
             f"unknown dsakit device {name!r}; valid names: {REAL} (probe this machine), "
-            f"{', '.join(SIMULATED)} (aliases: {aliases})"
+            f"{keys_text()} (aliases: {alias_text})"
         ) from None
+    return SIMULATED[key]
 
 
 def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceModel:
@@ -145,7 +139,7 @@ def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceMode
     chosen = name if name else os.environ.get(DEVICE_ENV, "")
     if not chosen or chosen.strip().lower() == REAL:
         return real_device(allow_torch=allow_torch)
-    return simulated_device(chosen)
+    return simulated_model(chosen)
 
 
 def validate_device_name(name: str | None) -> str:
@@ -153,7 +147,7 @@ def validate_device_name(name: str | None) -> str:
     chosen = name if name else os.environ.get(DEVICE_ENV, "")
     if not chosen or chosen.strip().lower() == REAL:
         return REAL
-    return simulated_device(chosen).key
+    return simulated_model(chosen).key
 
 
 # ---------------------------------------------------------------- real probe

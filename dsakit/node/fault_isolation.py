@@ -43,7 +43,7 @@ def probe_cuda() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return None
-    simulation = sys.modules.get("dsakit.upstream.simulated_device")
+    simulation = sys.modules.get("dsakit.upstream.device_simulation")
     if simulation is not None and simulation.active_simulation() is not None:
         # torch.cuda answers as the simulated device until the fixture's teardown restores it:
         # a sync now would report the simulation, not the device; the teardown phase checks

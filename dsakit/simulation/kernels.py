@@ -20,7 +20,7 @@ from typing import Any
 
 from dsakit.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
-from dsakit.upstream.simulated_device import Patches, SimulatedKernelLaunch
+from dsakit.upstream.device_simulation import Patches, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.

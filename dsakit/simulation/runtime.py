@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernels import is_kernel_op, op_name, refuse
-from dsakit.upstream.simulated_device import Patches, is_this_machine
+from dsakit.upstream.device_simulation import Patches, is_this_machine
 
 Placement = Literal["device", "cpu"]
 

@@ -31,13 +31,13 @@ def requested_device(config: pytest.Config) -> DeviceModel | None:
     if not raw or "," in str(raw):
         return None
     from dsakit.errors import UsageError
-    from dsakit.gates.device_model import REAL, simulated_device, validate_device_name
+    from dsakit.gates.device_model import REAL, simulated_model, validate_device_name
 
     try:
         name = validate_device_name(raw)
     except UsageError as error:
         raise pytest.UsageError(f"--dsakit-device: {error}") from None
-    return None if name == REAL else simulated_device(name)
+    return None if name == REAL else simulated_model(name)
 
 
 def _is_xdist_controller(config: pytest.Config) -> bool:
@@ -67,7 +67,7 @@ class WholeRun:
         that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
         from dsakit.simulation.import_hooks import AfterImport
-        from dsakit.upstream.simulated_device import Patches, announced, patch_arrived, watched_modules
+        from dsakit.upstream.device_simulation import Patches, announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
         try:
@@ -139,7 +139,7 @@ class FailureSections:
     @pytest.hookimpl(wrapper=True)  # a new-style wrapper: an old-style one costs every test more
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report: pytest.TestReport = yield
-        simulation = sys.modules.get("dsakit.upstream.simulated_device")  # never entered: nothing to do
+        simulation = sys.modules.get("dsakit.upstream.device_simulation")  # never entered: nothing to do
         if simulation is None or not report.failed or call.excinfo is None:
             return report
         device = simulation.active_simulation()

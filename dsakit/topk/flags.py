@@ -12,7 +12,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.sglang_release import SGLangRelease, installed_release
+from dsakit import sglang_source
+from dsakit.sglang_release import SERVER_ARGS_FILES, SGLangRelease, installed_release
 
 TARGET_FIELD = "dsa_topk_backend"
 DRAFT_FIELD = "speculative_dsa_topk_backend"
@@ -24,8 +25,6 @@ TOPK_ENV_FLAGS = (
     "SGLANG_DSA_TOPK_FLASHINFER_DETERMINISTIC",
     "SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK",
 )
-
-_FIELD_FILES = ("srt/server_args.py", "srt/arg_groups/fields")
 
 
 @dataclass(frozen=True)
@@ -66,14 +65,7 @@ class TopkFlags:
 
 
 def _python_files(release: SGLangRelease) -> list[Path]:
-    files: list[Path] = []
-    for relative in _FIELD_FILES:
-        path = release.file(relative)
-        if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            files.extend(sorted(path.glob("*.py")))
-    return files
+    return release.python_files(SERVER_ARGS_FILES)
 
 
 def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
@@ -98,9 +90,8 @@ def _strings(node: ast.expr | None, constants: dict[str, ast.expr]) -> tuple[str
 
 
 def _field_in(path: Path, name: str, root: Path) -> ServerArgField | None:
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (OSError, SyntaxError):
+    tree = sglang_source.tree(path)
+    if tree is None:
         return None
     constants = _module_constants(tree)
     for node in ast.walk(tree):
@@ -130,9 +121,8 @@ def _find_field(release: SGLangRelease, name: str) -> ServerArgField | None:
 def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
     from dsakit.sglang_release import DSA_TOPK_BACKEND_FILE
 
-    try:
-        tree = ast.parse(release.file(DSA_TOPK_BACKEND_FILE).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
+    tree = sglang_source.tree(release.file(DSA_TOPK_BACKEND_FILE))
+    if tree is None:
         return ()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "DSATopKBackend":
@@ -148,9 +138,8 @@ def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
 def _env_defaults(release: SGLangRelease) -> dict[str, object]:
     from dsakit.sglang_release import ENVIRON_FILE
 
-    try:
-        tree = ast.parse(release.file(ENVIRON_FILE).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
+    tree = sglang_source.tree(release.file(ENVIRON_FILE))
+    if tree is None:
         return {}
     out: dict[str, object] = {}
     for node in ast.walk(tree):
@@ -180,7 +169,7 @@ def _topk_flags_cached(release: SGLangRelease) -> TopkFlags:
     if target is None:
         raise UsageError(
             f"SGLang {release.version} at {release.package_dir} declares no ServerArgs field "
-            f"{TARGET_FIELD!r} (looked in {', '.join(_FIELD_FILES)}): it has no DSA top-k backend "
+            f"{TARGET_FIELD!r} (looked in {', '.join(SERVER_ARGS_FILES)}): it has no DSA top-k backend "
             f"flag; SGLang 0.5.17 and 0.5.23 have one"
         )
     return TopkFlags(

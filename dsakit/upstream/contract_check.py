@@ -14,6 +14,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsakit import sglang_source
 from dsakit.contract_extension import SET_BY_BACKEND
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
@@ -333,9 +334,8 @@ def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[Ba
                                 BackendSet(path, SourceSite(file, target.lineno), function))
 
     for path in backend_files(backend_src):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except (OSError, SyntaxError, UnicodeDecodeError):
+        tree = sglang_source.tree(path)
+        if tree is None:
             continue  # the read scanner reports unreadable files
         walk(tree.body, "", _relative(release, path))
     return found

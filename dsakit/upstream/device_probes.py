@@ -1,8 +1,8 @@
 """SGLang's device probes as data: what the DSA / DeepSeek-V4 backends read to choose a hardware branch.
 
-Owns: the declared probe table (name, module(s), kind, value per simulated device, releases that
-define it) and the AST scan that finds probes in a source tree, so a new probe fails loudly
-(`missing_probes`). Never imports torch or SGLang: values are computed from a `DeviceModel`.
+Owns: the declared probe table (name, module(s), kind, the question it asks of the device table,
+releases that define it) and the AST scan that finds probes in a source tree, so a new probe fails
+loudly (`missing_probes`). Never imports torch or SGLang: values are the device table's answers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
-from dsakit.sglang_release import SUPPORTED_RELEASES, SGLangRelease
+from dsakit.gates.devices import Answer, answer
+from dsakit import sglang_source
+from dsakit.sglang_release import PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease
 
 ProbeKind = Literal["constant", "cached", "torch"]
 
@@ -24,40 +26,9 @@ ATT = "sglang.srt.layers.attention"
 KOPS = "sglang.kernels.ops.attention"
 COMMON = "sglang.srt.utils.common"
 
-# ---------------------------------------------------------------- facts of a simulated device
-
-# Streaming multiprocessors (NVIDIA) / compute units (AMD) of each profile: what sizing helpers read.
-SM_COUNTS: dict[str, int] = {"sm90": 132, "sm100": 148, "sm103": 148, "sm120": 188,
-                             "gfx90a": 110, "gfx942": 304, "gfx950": 256, "cpu": 0}
-
-
-def is_cuda(d: DeviceModel) -> bool:
-    """SGLang's is_cuda(): torch.cuda.is_available() and torch.version.cuda is set."""
-    return d.vendor == "nvidia"
-
-
-def is_hip(d: DeviceModel) -> bool:
-    return d.vendor == "amd"
-
-
-def _major_in(*majors: int) -> Callable[[DeviceModel], bool]:
-    return lambda d: is_cuda(d) and d.sm is not None and d.sm[0] in majors
-
-
-def _gfx(prefix: str) -> Callable[[DeviceModel], bool]:
-    return lambda d: is_hip(d) and (d.gfx or "").startswith(prefix)
-
-
-def _false(d: DeviceModel) -> bool:
-    return False
-
-
-def _fp8_dtype_name(d: DeviceModel) -> str:
-    return "float8_e4m3fnuz" if _gfx("gfx94")(d) else "float8_e4m3fn"
-
 
 @dataclass(frozen=True)
-class Probe:
+class SGLangProbe:
     """One probe SGLang reads to choose a branch.
 
     name      the module global (constant), function (cached) or torch attribute (torch)
@@ -65,7 +36,8 @@ class Probe:
               cached: an lru/functools/cache_once probe function, cleared on enter and exit;
               torch: a torch.cuda / torch.version fact every runtime probe bottoms out in
     modules   where it is patched / cleared (dotted); empty for torch facts
-    value     its answer on a simulated device (None for cached probes: they follow the torch facts)
+    answer    the question it asks, a code of the device table's `ANSWERS` (None for cached
+              probes: they follow the torch facts)
     releases  supported SGLang releases whose source defines it in (one of) these modules
     note      what reads it
     patched   False for forward-only kernel constants (dtypes): listed so the scan stays complete
@@ -74,13 +46,19 @@ class Probe:
     name: str
     kind: ProbeKind
     modules: tuple[str, ...]
-    value: Callable[[DeviceModel], Any] | None
+    answer: str | None
     releases: tuple[str, ...] = SUPPORTED_RELEASES
     note: str = ""
     patched: bool = True
 
+    def value(self, device: DeviceModel) -> Answer:
+        """Its answer on `device` (only for probes with an `answer`)."""
+        if self.answer is None:
+            raise ValueError(f"{self.name} is a cached probe: it follows the torch facts, it has no value")
+        return answer(self.answer, device)
+
     def value_text(self, device: DeviceModel) -> str:
-        if self.value is None:
+        if self.answer is None:
             return "follows"
         value = self.value(device)
         if value is True:
@@ -97,99 +75,99 @@ def _span(first: int, last: int) -> tuple[str, ...]:
 
 ALL = SUPPORTED_RELEASES
 
-PROBES: tuple[Probe, ...] = (
+PROBES: tuple[SGLangProbe, ...] = (
     # ---- module constants (computed at import; patched where they are read)
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), is_cuda, _span(22, 23),
-          "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
-    Probe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
-                                   f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), is_cuda, ALL,
-          "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
-                                   f"{ATT}.dsa.head_gate"), is_cuda, _span(18, 23)),
-    Probe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
-                                  f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
-                                  f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
-                                  f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
-                                  "sglang.srt.mem_cache.deepseek_v4_memory_pool",
-                                  "sglang.srt.mem_cache.deepseek_v4_compress_state"), is_hip, ALL,
-          "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
-    Probe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
-                                  f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), is_hip, _span(19, 23)),
-    Probe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), _false, _span(20, 23)),
-    Probe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
-                                  f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), _false, ALL),
-    Probe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
-                                  f"{ATT}.dsv4.compressor"), _false, ALL),
-    Probe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), _false, _span(17, 17)),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(18, 23)),
-    Probe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), _gfx("gfx95"), ALL,
-          "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
-    Probe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx95"), ALL),
-    Probe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
-          _false, _span(22, 23)),
-    Probe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), _gfx("gfx94"), ALL),
-    Probe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), _false, ALL,
-          "off: AITER kernels are not simulated"),
-    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
-          lambda d: 1024 if is_cuda(d) else 0, ALL),
-    Probe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
-          lambda d: 1024 if is_cuda(d) else 0, _span(20, 23), "re-exported from dsa_indexer"),
-    Probe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), _major_in(12), _span(17, 18),
-          "DSv4 FlashMLA metadata is skipped on SM 12.x"),
-    Probe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), _major_in(12), _span(20, 23)),
-    Probe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), _false, ALL,
-          "off: the online C128 compression flag is not simulated"),
-    Probe("_is_musa", "constant", (f"{ATT}.attention_registry",), _false, _span(17, 17)),
-    Probe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), is_cuda, _span(17, 17)),
-    Probe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), _gfx("gfx95"), _span(23, 23),
-          "forward-only (tilelang kernel)"),
-    Probe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), is_hip, _span(17, 22),
-          "forward-only (kernels)"),
-    Probe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), _false, _span(17, 22),
-          "forward-only (kernels)"),
-    Probe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), _false, _span(17, 20), "forward-only (kernels)"),
-    Probe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), _fp8_dtype_name, ALL,
-          "forward-only (indexer kernels)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), _fp8_dtype_name, ALL,
-          "forward-only (dequant kernel)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), _fp8_dtype_name, _span(19, 23),
-          "forward-only (re-exported from fp8_kernel)", patched=False),
-    Probe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
-          _fp8_dtype_name, _span(17, 22), "forward-only (kernels)", patched=False),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), "is_cuda", _span(22, 23),
+                "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                         f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), "is_cuda", ALL,
+                "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
+                                         f"{ATT}.dsa.head_gate"), "is_cuda", _span(18, 23)),
+    SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
+                                        f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
+                                        f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
+                                        f"{ATT}.dsv4.compressor", f"{ATT}.dsv4.compressor_v2",
+                                        "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+                                        "sglang.srt.mem_cache.deepseek_v4_compress_state"), "is_hip", ALL,
+                "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
+    SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
+                                        f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), "is_hip", _span(19, 23)),
+    SGLangProbe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), "other_platform", _span(20, 23)),
+    SGLangProbe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
+                                        f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), "other_platform", ALL),
+    SGLangProbe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
+                                        f"{ATT}.dsv4.compressor"), "other_platform", ALL),
+    SGLangProbe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), "other_platform", _span(17, 17)),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(18, 23)),
+    SGLangProbe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), "is_gfx95", ALL,
+                "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
+    SGLangProbe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_gfx95", ALL),
+    SGLangProbe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
+                "is_gfx1250", _span(22, 23)),
+    SGLangProbe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_fp8_fnuz", ALL),
+    SGLangProbe("_is_hip", "constant", ("sglang.kernels.ops.quantization.fp8_kernel",), "is_hip", ALL,
+                "is_fp8_fnuz() reads it: called after import, it answers the simulated device too"),
+    SGLangProbe("_use_aiter", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsv4.compressor"), "not_simulated", ALL,
+                "off: AITER kernels are not simulated"),
+    SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
+                "dual_stream_threshold", ALL),
+    SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
+                "dual_stream_threshold", _span(20, 23), "re-exported from dsa_indexer"),
+    SGLangProbe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), "is_sm120_supported", _span(17, 18),
+                "DSv4 FlashMLA metadata is skipped on SM 12.x"),
+    SGLangProbe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), "is_sm120_supported", _span(20, 23)),
+    SGLangProbe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), "not_simulated", ALL,
+                "off: the online C128 compression flag is not simulated"),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(17, 17)),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), "is_cuda", _span(17, 17)),
+    SGLangProbe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), "is_gfx95", _span(23, 23),
+                "forward-only (tilelang kernel)"),
+    SGLangProbe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), "is_hip", _span(17, 22),
+                "forward-only (kernels)"),
+    SGLangProbe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), "other_platform", _span(17, 22),
+                "forward-only (kernels)"),
+    SGLangProbe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), "not_simulated", _span(17, 20), "forward-only (kernels)"),
+    SGLangProbe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), "fp8_dtype", ALL,
+                "forward-only (indexer kernels)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), "fp8_dtype", ALL,
+                "forward-only (dequant kernel)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), "fp8_dtype", _span(19, 23),
+                "forward-only (re-exported from fp8_kernel)", patched=False),
+    SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
+                "fp8_dtype", _span(17, 22), "forward-only (kernels)", patched=False),
     # ---- cached probe functions (cleared on enter and on exit)
-    Probe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
-    Probe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
-          "DeepGEMM / JIT schedule: launches a kernel"),
-    Probe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
-          "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
-    Probe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
-    Probe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
-    Probe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
-    Probe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
-    Probe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    Probe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    Probe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
-    Probe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
-    Probe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
+    SGLangProbe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
+    SGLangProbe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
+                "DeepGEMM / JIT schedule: launches a kernel"),
+    SGLangProbe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
+                "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
+    SGLangProbe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
+    SGLangProbe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
+    SGLangProbe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
+    SGLangProbe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
+    SGLangProbe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    SGLangProbe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
+    SGLangProbe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
+    SGLangProbe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
+    SGLangProbe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
+    SGLangProbe("is_fp8_fnuz", "cached", ("sglang.kernels.ops.quantization.fp8_kernel",), None, ALL,
+                "lru-cached: cleared, a call after import answers the simulated device"),
     # ---- torch facts (every runtime probe, lru-cached or not, reads these)
-    Probe("torch.cuda.is_available", "torch", (), lambda d: d.is_gpu, ALL),
-    Probe("torch.cuda.get_device_capability", "torch", (), lambda d: d.sm if d.is_gpu else "raises", ALL,
-          "dsa_backend __init__ -> device_sm_major"),
-    Probe("torch.cuda.get_device_properties", "torch", (),
-          lambda d: f"{SM_COUNTS[d.key]} SMs" + (f", {d.gfx}" if d.gfx else "") if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.get_device_name", "torch", (), lambda d: d.name if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.current_device", "torch", (), lambda d: 0 if d.is_gpu else "raises", ALL),
-    Probe("torch.cuda.device_count", "torch", (), lambda d: d.device_count, ALL),
-    # the version torch was built with, not a fact of the GPU: a CUDA build keeps its own (torchvision
-    # and others compare it with theirs at import); a build without CUDA answers the profile's
-    Probe("torch.version.cuda", "torch", (),
-          lambda d: f"host build, else {d.toolkit}" if is_cuda(d) else ("None" if is_hip(d) else "host"),
-          ALL, "is_sm100_supported and friends also compare the CUDA version"),
-    Probe("torch.version.hip", "torch", (), lambda d: d.toolkit if is_hip(d) else "None", ALL),
+    SGLangProbe("torch.cuda.is_available", "torch", (), "torch.cuda.is_available", ALL),
+    SGLangProbe("torch.cuda.get_device_capability", "torch", (), "torch.cuda.get_device_capability", ALL,
+                "dsa_backend __init__ -> device_sm_major"),
+    SGLangProbe("torch.cuda.get_device_properties", "torch", (), "torch.cuda.get_device_properties", ALL),
+    SGLangProbe("torch.cuda.get_device_name", "torch", (), "torch.cuda.get_device_name", ALL),
+    SGLangProbe("torch.cuda.current_device", "torch", (), "torch.cuda.current_device", ALL),
+    SGLangProbe("torch.cuda.device_count", "torch", (), "torch.cuda.device_count", ALL),
+    SGLangProbe("torch.version.cuda", "torch", (), "torch.version.cuda", ALL,
+                "is_sm100_supported and friends also compare the CUDA version"),
+    SGLangProbe("torch.version.hip", "torch", (), "torch.version.hip", ALL),
 )
 
 
-def probes_for(version: str) -> list[Probe]:
+def probes_for(version: str) -> list[SGLangProbe]:
     """The declared probes a supported release defines (SUPPORTED_RELEASES); a release outside
     them (a newer one, a checkout) gets every probe: its table is not known, so none is left out."""
     if version not in SUPPORTED_RELEASES:
@@ -204,22 +182,6 @@ def declared_constants() -> set[tuple[str, str]]:
 
 # ---------------------------------------------------------------- the source scan
 
-# Where the backends make branch decisions: construction, metadata, the backend-class choice and
-# the DSv4 pools (files or folders under the sglang package; folders not recursive).
-SCAN_SCOPE: tuple[str, ...] = (
-    "srt/layers/attention/dsa_backend.py",
-    "srt/layers/attention/deepseek_v4_backend.py",
-    "srt/layers/attention/attention_registry.py",
-    "srt/layers/attention/dsa",
-    "srt/layers/attention/dsv4",
-    "srt/layers/attention/dsv4/v41_indexer",
-    "srt/mem_cache/deepseek_v4_memory_pool.py",
-    "srt/mem_cache/deepseek_v4_compress_state.py",
-    "kernels/ops/attention/utils.py",
-    "kernels/ops/attention/flash_mla_sm120.py",
-    "kernels/ops/attention/dsv4",
-)
-
 PROBE_FUNCTIONS = frozenset({
     "is_cuda", "is_hip", "is_npu", "is_xpu", "is_musa", "is_cuda_alike", "is_sm90_supported",
     "is_sm100_supported", "is_sm120_supported", "is_blackwell", "is_blackwell_supported",
@@ -229,6 +191,10 @@ PROBE_FUNCTIONS = frozenset({
 })
 TORCH_FACTS = frozenset(p.name for p in PROBES if p.kind == "torch")
 _CACHE_DECORATORS = frozenset({"lru_cache", "cache", "cache_once"})
+# Top-level functions and classes, and names assigned anywhere: a name in the first and not the
+# second is a callable, so a re-export of it is no constant (a text check: no parse needed).
+_DEFINED = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^\s*(\w+)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -244,15 +210,6 @@ class FoundProbe:
 def _module_name(relative: Path) -> str:
     parts = ("sglang",) + relative.with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _scope_files(release: SGLangRelease) -> Iterator[Path]:
-    for entry in SCAN_SCOPE:
-        path = release.file(entry)
-        if path.is_dir():
-            yield from sorted(path.glob("*.py"))
-        elif path.is_file():
-            yield path
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -283,6 +240,39 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@dataclass(frozen=True)
+class _Summary:
+    """imports: local name -> (module, name) of every `from ... import`; loaded: names read;
+    marked: cache-decorated functions and torch-fact attributes, in walk order."""
+
+    imports: dict[str, tuple[str, str]]
+    loaded: frozenset[str]
+    marked: tuple[ast.FunctionDef | ast.Attribute, ...]
+
+
+def _cache_decorated(node: ast.FunctionDef) -> bool:
+    return any((_dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] in _CACHE_DECORATORS
+               for d in node.decorator_list)
+
+
+def _summarize(module: str, is_package: bool, tree: ast.Module) -> _Summary:
+    imports: dict[str, tuple[str, str]] = {}
+    loaded: set[str] = set()
+    marked: list[ast.FunctionDef | ast.Attribute] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _resolve_from(module, is_package, node)
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (source, alias.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            loaded.add(node.id)
+        elif isinstance(node, ast.FunctionDef) and _cache_decorated(node):
+            marked.append(node)
+        elif isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+            marked.append(node)
+    return _Summary(imports, frozenset(loaded), tuple(marked))
+
+
 class _ProbeScan:
     """Module constants derived from probes (following re-exports), cached probe functions, torch facts."""
 
@@ -290,8 +280,8 @@ class _ProbeScan:
         self.release = release
         self._constants: dict[str, dict[str, int]] = {}
         self._in_progress: set[str] = set()
-        self._trees: dict[str, ast.Module | None] = {}  # freed with the scan (an lru_cache kept every tree)
-        self._texts: dict[Path, str] = {}
+        self._summaries: dict[str, _Summary] = {}
+        self._callables: dict[Path, frozenset[str]] = {}
 
     def path_of(self, module: str) -> Path | None:
         base = self.release.package_dir.joinpath(*module.split(".")[1:])
@@ -301,13 +291,8 @@ class _ProbeScan:
         return None
 
     def parsed(self, module: str) -> ast.Module | None:
-        if module not in self._trees:
-            path = self.path_of(module)
-            try:
-                self._trees[module] = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
-            except (OSError, SyntaxError, UnicodeDecodeError):
-                self._trees[module] = None
-        return self._trees[module]
+        path = self.path_of(module)
+        return sglang_source.tree(path) if path is not None else None
 
     def defines_callable(self, module: str, name: str) -> bool:
         """Is `name` a function or class of `module` (a text check)? Then it is no constant, and
@@ -315,26 +300,21 @@ class _ProbeScan:
         path = self.path_of(module)
         if path is None:
             return False
-        if path not in self._texts:
-            try:
-                self._texts[path] = path.read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                self._texts[path] = ""
-        text = self._texts[path]
-        defined = re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", text, re.MULTILINE)
-        assigned = re.search(rf"^\s*{re.escape(name)}\s*(?::[^=\n]*)?=(?!=)", text, re.MULTILINE)
-        return defined is not None and assigned is None
+        if path not in self._callables:  # one pass per file, not one regex per (file, name)
+            text = sglang_source.text(path)
+            defined = set(_DEFINED.findall(text))
+            self._callables[path] = frozenset(defined - set(_ASSIGNED.findall(text)))
+        return name in self._callables[path]
 
     def imports(self, module: str, tree: ast.Module) -> dict[str, tuple[str, str]]:
-        path = self.path_of(module)
-        is_package = path is not None and path.name == "__init__.py"
-        found: dict[str, tuple[str, str]] = {}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                source = _resolve_from(module, is_package, node)
-                for alias in node.names:
-                    found[alias.asname or alias.name] = (source, alias.name)
-        return found
+        return self.summary(module, tree).imports
+
+    def summary(self, module: str, tree: ast.Module) -> _Summary:
+        """What the scan needs of a module, from one walk of its tree."""
+        if module not in self._summaries:
+            path = self.path_of(module)
+            self._summaries[module] = _summarize(module, path is not None and path.name == "__init__.py", tree)
+        return self._summaries[module]
 
     def constants(self, module: str) -> dict[str, int]:
         """Module-level names computed from a probe, with their line (0: re-exported)."""
@@ -374,39 +354,38 @@ class _ProbeScan:
 
     def scan(self) -> list[FoundProbe]:
         found: list[FoundProbe] = []
-        for path in _scope_files(self.release):
+        for path in self.release.python_files(PROBE_SCAN_FILES):
             relative = path.relative_to(self.release.package_dir)
             module = _module_name(relative)
             tree = self.parsed(module)
             if tree is None:
                 continue
             site = f"sglang/{relative}"
+            summary = self.summary(module, tree)
             for name, line in self.constants(module).items():
                 if line:  # defined here; re-exports count where they are read too
                     found.append(FoundProbe(module, name, "constant", f"{site}:{line}"))
-                elif any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-                         for n in ast.walk(tree)):
+                elif name in summary.loaded:
                     found.append(FoundProbe(module, name, "constant", f"{site} (re-exported)"))
-            imports = self.imports(module, tree)
-            probe_names = {local for local, (_, name) in imports.items() if name in PROBE_FUNCTIONS}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.FunctionDef) and any(
-                    (_dotted(d.func if isinstance(d, ast.Call) else d) or "").rsplit(".", 1)[-1] in _CACHE_DECORATORS
-                    for d in node.decorator_list
-                ) and any(_uses_probe(s, probe_names) for s in node.body):
-                    found.append(FoundProbe(module, node.name, "cached", f"{site}:{node.lineno}"))
-                elif isinstance(node, ast.Attribute) and _dotted(node) in TORCH_FACTS:
+            probe_names = {local for local, (_, name) in summary.imports.items() if name in PROBE_FUNCTIONS}
+            for node in summary.marked:
+                if isinstance(node, ast.FunctionDef):
+                    if any(_uses_probe(s, probe_names) for s in node.body):
+                        found.append(FoundProbe(module, node.name, "cached", f"{site}:{node.lineno}"))
+                else:
                     found.append(FoundProbe("torch", str(_dotted(node)), "torch", f"{site}:{node.lineno}"))
         return found
 
 
 def scan_probes(release: SGLangRelease) -> list[FoundProbe]:
-    """Every probe the backends' branch-deciding modules (SCAN_SCOPE) define or read."""
-    return list(_scan_cached(release))
+    """Every probe the backends' branch-deciding modules (`PROBE_SCAN_FILES`) define or read; one
+    scan per tree and process while the scanned files keep their mtime and size."""
+    stamps = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in release.python_files(PROBE_SCAN_FILES))
+    return list(_scan_cached(release, stamps))
 
 
 @functools.lru_cache(maxsize=8)
-def _scan_cached(release: SGLangRelease) -> tuple[FoundProbe, ...]:
+def _scan_cached(release: SGLangRelease, stamps: tuple[tuple[str, int, int], ...]) -> tuple[FoundProbe, ...]:
     return tuple(_ProbeScan(release).scan())
 
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import ast
 import functools
-import io
 import re
-import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsakit import sglang_source
 from dsakit.errors import UsageError
 from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,
+    RUNNER_READER_FILES,
+    SERVER_ARGS_FILE,
+    SERVER_ARGS_FILES,
     SGLangRelease,
 )
 
@@ -43,34 +45,9 @@ def _relative(release: SGLangRelease, path: Path) -> str:
 
 
 def parse_source(path: Path, shown: str | None = None) -> ast.Module:
-    """The AST of one SGLang source file; UsageError naming `file:line` when it does not parse or
-    is not UTF-8 (a merge-conflicted or half-edited tree), never a traceback."""
-    where = shown or str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise UsageError(f"cannot read {where}: {error.strerror or error}") from None
-    try:
-        encoding = tokenize.detect_encoding(io.BytesIO(raw).readline)[0]  # UTF-8 unless a coding cookie
-    except SyntaxError as error:
-        raise UsageError(f"{where}:1: {error.msg}; fix the file or pass --sglang-src a clean SGLang tree") from None
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError as error:
-        line = raw.count(b"\n", 0, error.start) + 1
-        raise UsageError(
-            f"{where}:{line}: not {encoding} (byte {raw[error.start]:#04x} at offset {error.start}); Python "
-            "source is UTF-8 unless a coding cookie says otherwise: fix or re-check-out the file, or pass "
-            "--sglang-src a clean SGLang tree"
-        ) from None
-    try:
-        return ast.parse(text, filename=where)
-    except SyntaxError as error:
-        conflict = " (an unresolved merge conflict?)" if "\n<<<<<<< " in "\n" + text else ""
-        raise UsageError(
-            f"{where}:{error.lineno}: does not parse: {error.msg}{conflict}; fix the file or pass "
-            "--sglang-src a clean SGLang tree"
-        ) from None
+    """The AST of one SGLang source file (from the source index); UsageError naming `file:line`
+    when it does not parse or is not UTF-8 (a merge-conflicted or half-edited tree), never a traceback."""
+    return sglang_source.source(path).require(shown)
 
 
 def _self_targets(target: ast.expr) -> list[str]:
@@ -234,20 +211,14 @@ def runner_assignments(release: SGLangRelease, *, on_self: bool = True) -> dict[
     return sites
 
 
-SERVER_ARGS_FILES = ("srt/server_args.py", "srt/arg_groups/fields")
-"""Where ServerArgs fields are declared: the class body (0.5.17) or its field namespaces (0.5.23)."""
-
-
 @functools.lru_cache(maxsize=8)
 def server_args_fields(release: SGLangRelease) -> dict[str, SourceSite]:
     """ServerArgs fields (annotated class-body names) with their declaring line: the `ServerArgs`
     class of server_args.py and every class of arg_groups/fields/*.py, whichever the release has."""
-    main, fields_dir = (release.package_dir / part for part in SERVER_ARGS_FILES)
-    files = [main] if main.is_file() else []
-    files += sorted(fields_dir.glob("*.py")) if fields_dir.is_dir() else []
+    main = release.file(SERVER_ARGS_FILE)
     found: dict[str, SourceSite] = {}
-    for path in files:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for path in release.python_files(SERVER_ARGS_FILES):
+        tree = parse_source(path, _relative(release, path))
         for cls in tree.body:
             if not isinstance(cls, ast.ClassDef) or (path == main and cls.name != "ServerArgs"):
                 continue
@@ -399,12 +370,7 @@ class RunnerRead:
 
 def reader_files(release: SGLangRelease) -> list[Path]:
     """The files scanned directly: the DSA and DeepSeek-V4 backends and the dsa/ and nsa/ helpers."""
-    files = [release.file(DSA_BACKEND_FILE), release.file(DEEPSEEK_V4_BACKEND_FILE)]
-    for folder in ("srt/layers/attention/dsa", "srt/layers/attention/nsa"):
-        directory = release.file(folder)
-        if directory.is_dir():
-            files.extend(sorted(directory.glob("*.py")))
-    return [f for f in files if f.is_file()]
+    return release.python_files(RUNNER_READER_FILES)
 
 
 @dataclass
@@ -436,11 +402,11 @@ class _Scanner:
     def module(self, path: Path, *, required: bool = False) -> _Module | None:
         if path in self.modules:
             return self.modules[path]
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except (OSError, SyntaxError, UnicodeDecodeError) as error:
+        tree = sglang_source.tree(path)
+        if tree is None:
             if required:
-                raise UsageError(f"cannot parse {path}: {error}") from None
+                raise UsageError(f"cannot parse {path}: "
+                                 f"{sglang_source.source(path).problem.format(where=path.name)}") from None
             self.modules[path] = None
             return None
         functions: dict[str, _FunctionNode] = {}

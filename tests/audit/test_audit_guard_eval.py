@@ -16,12 +16,13 @@ def fired(guard: str) -> list[str]:
     return [key for key, device in SIMULATED.items() if verdict(guard, key, device).fires]
 
 
-# get_device_sm(): sm90 90, sm100 100, sm103 103, sm120 120, gfx90a 90, gfx942 94, gfx950 95, cpu None
+# get_device_sm(): sm90 90, sm100 100, sm103 103, sm120 120, gfx90a 90, gfx942 94, gfx950 95, cpu 0
+# (SGLang's own answers without a GPU: get_device_sm() 0, get_device_capability() (None, None))
 @pytest.mark.parametrize("guard, devices", [
     ("get_device_sm() in (100, 103)", ["sm100", "sm103"]),
-    ("get_device_sm() not in (100, 103)", ["sm90", "sm120", "gfx90a", "gfx942", "gfx950"]),
+    ("get_device_sm() not in (100, 103)", ["sm90", "sm120", "gfx90a", "gfx942", "gfx950", "cpu"]),
     ("get_device_capability() in ((10, 0), (12, 0))", ["sm100", "sm120"]),
-    ("get_device_capability() not in ((10, 0), (12, 0))", ["sm90", "sm103", "gfx90a", "gfx942", "gfx950"]),
+    ("get_device_capability() not in ((10, 0), (12, 0))", ["sm90", "sm103", "gfx90a", "gfx942", "gfx950", "cpu"]),
     ("_is_hip and get_device_sm() in (94, 95)", ["gfx942", "gfx950"]),
 ])
 def test_membership_of_probe_values(guard: str, devices: list[str]) -> None:
@@ -34,8 +35,11 @@ def test_membership_of_probe_values(guard: str, devices: list[str]) -> None:
     ("self.device_sm_major != 10", False),  # not "true because None != 10": no capability, no SM branch
     ("get_device_sm() in (None, 90)", False),  # None on either side of a comparison: false
     ("get_device_capability() == None", False),
-    ("get_device_sm() is None", True),  # identity is evaluated, not ruled false
-    ("get_device_sm() is not None", False),
+    ("self.device_sm_major is None", True),  # identity is evaluated, not ruled false
+    ("self.device_sm_major is not None", False),
+    ("get_device_sm() == 0", True),  # SGLang's get_device_sm() answers 0 without a GPU
+    ("get_device_sm() is None", False),
+    ("get_device_capability() == (None, None)", True),
     ("get_device_sm() is not True", True),
     ("not self.device_sm_major >= 10", True),
 ])

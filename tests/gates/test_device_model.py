@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates import device_model
-from dsakit.gates.device_model import SIMULATED, resolve_device, simulated_device, validate_device_name
+from dsakit.gates.devices import DEVICES
+from dsakit.gates.device_model import SIMULATED, resolve_device, simulated_model, validate_device_name
 from dsakit.errors import UsageError
 
 
@@ -40,17 +41,17 @@ def test_describe_names_device_and_simulation() -> None:
 
 
 def test_aliases_and_case() -> None:
-    assert simulated_device("H200").key == "sm90"
-    assert simulated_device("b300").key == "sm103"
-    assert simulated_device("MI355").key == "gfx950"
+    assert simulated_model("H200").key == "sm90"
+    assert simulated_model("b300").key == "sm103"
+    assert simulated_model("MI355").key == "gfx950"
 
 
 def test_unknown_device_lists_the_valid_names() -> None:
     with pytest.raises(UsageError) as info:
-        simulated_device("sm91")
+        simulated_model("sm91")
     message = str(info.value)
     assert "unknown dsakit device 'sm91'" in message
-    for name in ("real", "sm90", "sm100", "sm103", "sm120", "gfx90a", "gfx942", "gfx950", "cpu"):
+    for name in ("real", *DEVICES):  # every key of the device table
         assert name in message
 
 

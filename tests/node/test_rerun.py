@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.gates.device_model import simulated_device
+from dsakit.gates.device_model import simulated_model
 from dsakit.node.rerun import ci_registrations, runs_as_script
 
 PYTEST_STYLE = """
@@ -97,7 +97,7 @@ def test_registrations_and_node_match(tmp_path: Path) -> None:
     cuda, amd = ci_registrations(path)
     assert (cuda.backend, cuda.runner, cuda.gpus, cuda.est_time) == ("cuda", "base-b-test-4-gpu-b200", 4, 120.0)
     assert amd.disabled == "flaky" and amd.runner == "stage-a-test-1-gpu-amd"
-    h200 = simulated_device("sm90")
+    h200 = simulated_model("sm90")
     assert "has 4 GPUs, this node 2" in str(cuda.match(h200, 2))
     assert cuda.match(h200, 8) is None
     assert "B200 runner" in str(cuda.model_note(h200))

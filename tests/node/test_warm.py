@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.node import warm as jit_warmup
-from dsakit.gates.device_model import simulated_device
+from dsakit.gates.device_model import simulated_model
 from dsakit.errors import UsageError
 
 SUITE = """
@@ -114,7 +114,7 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
         return 1
 
     target = jit_warmup.JitTarget("fake", "a fake build", (), (), build)
-    device = simulated_device("sm90")
+    device = simulated_model("sm90")
     results: list[jit_warmup.WarmResult] = []
     # two selections, so the second build is not answered by the first one's stamp
     threads = [threading.Thread(target=lambda i=i: results.append(jit_warmup.warm_target(target, device,
@@ -138,7 +138,7 @@ def test_failed_build_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     def build(_tests) -> int:
         raise RuntimeError("nvcc exploded")
 
-    result = jit_warmup.warm_target(jit_warmup.JitTarget("bad", "", (), (), build), simulated_device("sm90"))
+    result = jit_warmup.warm_target(jit_warmup.JitTarget("bad", "", (), (), build), simulated_model("sm90"))
     assert result.status == "failed" and "RuntimeError: nvcc exploded" in result.error
 
 
@@ -171,7 +171,7 @@ def _kernel_target(calls: list[list[str]], out: Path) -> jit_warmup.JitTarget:
 def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
     calls: list[list[str]] = []
     target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
-    device = simulated_device("sm90")
+    device = simulated_model("sm90")
     first = jit_warmup.warm_target(target, device, test_ids=["a", "b"])
     assert (first.status, first.stale) == ("built", "no stamp")
     again = jit_warmup.warm_target(target, device, test_ids=["b", "a"])
@@ -188,7 +188,7 @@ def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, 
     calls: list[list[str]] = []
     kernel = stamp_node / "triton" / "K" / "k.cubin"
     target = _kernel_target(calls, kernel)
-    device = simulated_device("sm90")
+    device = simulated_model("sm90")
     jit_warmup.warm_target(target, device, test_ids=["a"])
     tests = ["a"]
     if change == "file gone":
@@ -212,7 +212,7 @@ def test_logs_and_build_temp_files_are_no_evidence(stamp_node: Path) -> None:
     for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
         (stamp_node / "triton" / rel).parent.mkdir(parents=True, exist_ok=True)
         (stamp_node / "triton" / rel).write_text("x")
-    device = simulated_device("sm90")
+    device = simulated_model("sm90")
     jit_warmup.warm_target(target, device, test_ids=["a"])
     stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
     assert stamp["evidence"]["files"] == {"triton": {"K/k.cubin": 5}}
@@ -235,7 +235,7 @@ def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
         return jit_warmup.Built(1, {"sources": [str(source)]})
 
     target = jit_warmup.JitTarget("fake-bytecode", "", (), (), build, inputs=lambda _t: ("mod",))
-    device = simulated_device("sm90")
+    device = simulated_model("sm90")
     assert jit_warmup.warm_target(target, device, test_ids=["x"]).status == "built"
     assert jit_warmup.warm_target(target, device, test_ids=["y"]).status == "cached"  # inputs ignore the tests
     source.write_text("X = 22\n")  # stale bytecode

@@ -67,8 +67,8 @@ def test_a_probe_row_dropped_for_one_release_fails_that_release(
     table = []
     for probe in device_probes.PROBES:
         if probe.name == found.name and found.module in probe.modules:
-            probe = device_probes.Probe(probe.name, probe.kind, probe.modules, probe.value,
-                                        tuple(r for r in probe.releases if r != version), probe.note, probe.patched)
+            probe = device_probes.SGLangProbe(probe.name, probe.kind, probe.modules, probe.answer,
+                                              tuple(r for r in probe.releases if r != version), probe.note, probe.patched)
         table.append(probe)
     monkeypatch.setattr(device_probes, "PROBES", tuple(table))
     missing = device_probes.missing_probes(release)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import dsakit
+from dsakit.gates.devices import DEVICES
 from dsakit.upstream import device_probes
 from dsakit.sglang_release import installed_release
 
@@ -37,7 +38,7 @@ def test_unknown_device_is_a_usage_error_listing_the_valid_names() -> None:
             pass
     message = str(raised.value)
     assert "'sm999'" in message
-    for name in ("sm90", "sm100", "sm103", "sm120", "gfx90a", "gfx942", "gfx950", "cpu"):
+    for name in DEVICES:  # the device table's keys, each named
         assert name in message
 
 
@@ -69,7 +70,7 @@ def test_readme_probe_tables_match_the_code() -> None:
 
 _SCRIPT = r"""
 import json, torch, dsakit
-from dsakit.upstream import simulated_device as sim
+from dsakit.upstream import device_simulation as sim
 from sglang.srt.utils import common
 from sglang.srt.layers.attention import dsa_backend as dsa
 from sglang.srt.layers.attention import trtllm_mla_backend as trt
@@ -175,12 +176,12 @@ def test_kernels_are_guarded_except_on_this_machines_own_arch(monkeypatch: pytes
     dsa = pytest.importorskip("sglang.srt.layers.attention.dsa_backend")
     if "resolve_num_sms" not in vars(dsa):
         pytest.skip("[sglang:dsa-resolve-num-sms] this SGLang's dsa_backend has no resolve_num_sms to guard")
-    from dsakit.upstream import simulated_device as sim
+    from dsakit.upstream import device_simulation as sim
 
     real = vars(dsa)["resolve_num_sms"]
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is not real  # this box is no sm90: guarded
-    monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_device("sm90"))
+    monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_model("sm90"))
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is real
     with dsakit.simulate_device("sm103"):

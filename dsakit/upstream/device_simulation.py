@@ -18,11 +18,12 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dsakit.errors import UsageError
 from dsakit.call_site import call_site
-from dsakit.gates.device_model import DeviceModel, real_device, simulated_device
+from dsakit.errors import UsageError
+from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
+from dsakit.gates.devices import DEVICES
 from dsakit.reasons import Reason
-from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES, SM_COUNTS, is_cuda, is_hip
+from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES
 
 KERNEL_LAUNCH = "simulated-kernel-launch"
 
@@ -169,10 +170,10 @@ class _Props:
     def __init__(self, device: DeviceModel) -> None:
         self.name = device.name
         self.major, self.minor = device.sm or (0, 0)
-        self.multi_processor_count = SM_COUNTS[device.key]
+        self.multi_processor_count = DEVICES[device.key].multiprocessors
         self.total_memory = device.memory_bytes or 0
         self.gcnArchName = f"{device.gfx}:sramecc+:xnack-" if device.gfx else ""
-        self.warp_size = 64 if is_hip(device) else 32
+        self.warp_size = 64 if device.vendor == "amd" else 32
         self.is_integrated = False
         self.L2_cache_size = 0
 
@@ -200,20 +201,43 @@ def _patch_torch(patches: Patches, device: DeviceModel, modules: dict[str, types
         for name in ("get_device_capability", "get_device_properties", "get_device_name", "current_device"):
             patches.set(cuda, name, _no_gpu(f"torch.cuda.{name}"))
     host_cuda = torch.version.cuda
-    patches.set(torch.version, "cuda", (host_cuda or device.toolkit) if is_cuda(device) else (None if is_hip(device) else host_cuda))
-    patches.set(torch.version, "hip", device.toolkit if is_hip(device) else None)
+    nvidia, amd = device.vendor == "nvidia", device.vendor == "amd"
+    patches.set(torch.version, "cuda", (host_cuda or device.toolkit) if nvidia else (None if amd else host_cuda))
+    patches.set(torch.version, "hip", device.toolkit if amd else None)
 
 
-def _patch_sm_query(patches: Patches, modules: dict[str, types.ModuleType]) -> None:
+class _TorchSeenByProbes(types.ModuleType):
+    """torch as SGLang's probe module (`sglang.srt.utils.common`) sees it under a simulation: torch
+    itself, except `version.cuda`, which is the device's toolkit. The version-gated probes
+    (`_check_cuda_device_version`: is_sm100_supported, is_sm120_supported, is_blackwell, ...) then
+    compare the device's CUDA version, as the device table does, while `torch.version.cuda` keeps
+    the build's for everything else (torchvision and others compare it with theirs at import)."""
+
+    def __init__(self, torch: types.ModuleType, cuda: str) -> None:
+        super().__init__("torch")
+        self._torch = torch
+        self.version = types.SimpleNamespace(**{**vars(torch.version), "cuda": cuda})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._torch, name)
+
+
+def _patch_sm_query(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     common = modules.get(COMMON)
-    if common is not None and hasattr(common, "_get_device_sm_via_nvml"):
+    if common is None:
+        return
+    if hasattr(common, "_get_device_sm_via_nvml"):
         # 0.5.23 asks NVML before torch: on a real GPU host it would answer the real SM
         patches.set(common, "_get_device_sm_via_nvml", lambda: None)
+    torch = vars(common).get("torch")
+    if (device.vendor == "nvidia" and device.toolkit and isinstance(torch, types.ModuleType)
+            and getattr(torch.version, "cuda", None) != device.toolkit):
+        patches.set(common, "torch", _TorchSeenByProbes(torch, device.toolkit))
 
 
 def _patch_constants(patches: Patches, device: DeviceModel, modules: dict[str, types.ModuleType]) -> None:
     for probe in PROBES:
-        if probe.kind != "constant" or not probe.patched or probe.value is None:
+        if probe.kind != "constant" or not probe.patched or probe.answer is None:
             continue
         for name in probe.modules:
             module = modules.get(name)
@@ -242,7 +266,7 @@ def _patch_import_time_names(patches: Patches, device: DeviceModel, modules: dic
     """Names an import-time branch bound (or skipped) on the real host: replaced for the device."""
     trt = modules.get(_TRTLLM)
     if trt is not None and device.is_gpu and hasattr(trt, "_multi_ctas_kv_counter_bytes"):
-        sms = SM_COUNTS[device.key]
+        sms = DEVICES[device.key].multiprocessors
 
         # flashinfer sizes the multi-CTA KV counter from the device's SM count; the size is a
         # stand-in (only the buffer's existence and its max_batch_size read are meaningful)
@@ -308,14 +332,15 @@ def _torch_present() -> bool:
 @contextlib.contextmanager
 def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceModel]:
     """`with dsakit.simulate_device("sm103") as device:` — SGLang's backends take that device's
-    branch. Names: sm90, sm100, sm103, sm120, gfx90a, gfx942, gfx950, cpu (or an alias: b300, ...).
+    branch. Names: the keys of the device table, `dsakit.gates.devices.DEVICES` (sm90, sm103, gfx942,
+    cpu, ...), or an alias (b300, ...).
     Everything is restored on exit, also when the body raised. Nests (the innermost device answers
     until it exits: a test's simulation inside a whole-run one); not thread-safe.
 
     import_first=True imports the probed SGLang modules on the real host before patching their
     constants (a scope inside a run); False patches only modules already imported and lets the rest
     import under the simulation, their import-time branches taking the device's (a whole run)."""
-    device = simulated_device(name)
+    device = simulated_model(name)
     own_arch = is_this_machine(device, real_device())  # probed before torch answers as the device
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
@@ -327,7 +352,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
         _isolate_buffers(patches)  # imports SGLang's runtime context (under the simulation when lazy)
         if not import_first:
             modules.update(_imported_modules())
-        _patch_sm_query(patches, modules)
+        _patch_sm_query(patches, device, modules)
         patches.callback(lambda: _clear_caches(modules))  # simulated answers must not outlive the scope
         _clear_caches(modules)  # real answers cached earlier must not win inside it
         _patch_constants(patches, device, modules)
@@ -359,7 +384,7 @@ def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: type
         _isolate_buffers(patches)
         return
     modules = {name: module}
-    _patch_sm_query(patches, modules)
+    _patch_sm_query(patches, device, modules)
     _clear_caches(modules)
     patches.callback(lambda: _clear_caches(modules))
     _patch_constants(patches, device, modules)
@@ -392,7 +417,7 @@ def parametrize(metafunc: Any) -> None:
     if marker is None or FIXTURE not in metafunc.fixturenames:
         return
     try:
-        names = [simulated_device(n).key for n in marker.args] or list(SIMULATED)
+        names = [simulated_model(n).key for n in marker.args] or list(SIMULATED)
         chosen = validate_device_name(metafunc.config.getoption("dsakit_device"))
     except UsageError as error:
         raise UsageError(f"{metafunc.definition.nodeid}: {error}") from None
