@@ -9,6 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from dsakit import checkout_layout as _checkout_layout
+
+_checkout_layout.install(__path__[0])  # a checkout on PYTHONPATH: dsakit.mocks is ./mocks, as installed
+
 __version__ = "0.1.0"  # the distribution pytest-dsakit reads it (pyproject: dynamic version)
 
 # public name -> module that owns it

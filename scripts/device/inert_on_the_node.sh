@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Inert unless used, on a real node: an unrelated suite (tests/test_inert.py's UNRELATED: env dumps,
+# Inert unless used, on a real node: an unrelated suite (tests/plugin/test_inert.py's UNRELATED: env dumps,
 # a plain skip, a skipif) runs with dsakit loaded and without, plain and under `-n auto`, and the
 # script prints what differs: the environment each test saw (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS,
 # every other variable), the xdist worker count, the output (timings removed) and the programs
@@ -20,11 +20,11 @@ exec python - "$@" <<'PY'
 import collections, difflib, json, os, re, shlex, shutil, socket, subprocess, sys, tempfile
 from pathlib import Path
 
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/plugin")
 try:
     from test_inert import PER_RUN_ENV, UNRELATED, normalized_lines
 except Exception as error:  # noqa: BLE001
-    print(f"inert check: cannot import tests/test_inert.py ({error}); run from the project root with dsakit "
+    print(f"inert check: cannot import tests/plugin/test_inert.py ({error}); run from the project root with dsakit "
           "and pytest importable", file=sys.stderr)
     sys.exit(2)
 

@@ -149,3 +149,29 @@ def test_the_contract_suite_runs_from_the_checkout_loading_each_file_once(editab
              if len(entries) != 1 or not entries[0][0].startswith("dsakit.") or not entries[0][1]}
     assert not wrong, f"loaded under another name, twice, or through a link: {wrong}"
     assert not [n for entries in names.values() for n, _ in entries if n.split(".", 1)[0] == "mocks"]
+
+
+def test_a_checkout_on_pythonpath_maps_mocks_and_contracts_as_an_install_does(tmp_path: Path) -> None:
+    """A GPU node runs the checkout from PYTHONPATH, with no install: `dsakit.mocks` and
+    `dsakit.contracts` are still the checkout's mocks/ and contracts/ (no site-packages here, so no
+    editable finder answers)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import dsakit.mocks, dsakit.contracts.schema; "
+            "print(dsakit.mocks.__file__); print(dsakit.contracts.schema.__file__)")
+    result = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(ROOT / "mocks" / "__init__.py"), str(ROOT / "contracts" / "schema.py")]
+
+
+def test_an_installed_layout_is_left_to_its_own_files(tmp_path: Path) -> None:
+    from dsakit.checkout_layout import checkout_root
+
+    for leaf in ("mocks", "contracts"):  # a wheel: the folders inside dsakit/ (and a stray copy beside)
+        (tmp_path / "dsakit" / leaf).mkdir(parents=True)
+        (tmp_path / leaf).mkdir()
+        (tmp_path / leaf / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text("", encoding="utf-8")
+    assert checkout_root(str(tmp_path / "dsakit")) is None
+    for leaf in ("mocks", "contracts"):
+        (tmp_path / "dsakit" / leaf).rmdir()
+    assert checkout_root(str(tmp_path / "dsakit")) == str(tmp_path)

@@ -27,7 +27,7 @@ from dsakit.gates.table import evaluate, known_devices_opening
 from dsakit.sglang_release import installed_release
 from dsakit.upstream import device_probes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # A device the shipped table lacks, with a toolkit below what SGLang's SM 12.x probes need
 # (is_sm120_supported: CUDA >= 12.8): the case where a probe that skips the toolkit goes wrong.
