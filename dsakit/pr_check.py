@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,41 +89,75 @@ def runs_as(device: str) -> str:
 # ---------------------------------------------------------------- running
 
 
-def _run(check: DeviceCheck, tree_label: str, src: str, pytest_args: Sequence[str], workdir: Path,
-         timeout: float | None) -> Run:
+def _xdist_workers(pytest_args: Sequence[str]) -> int:
+    """Processes one run starts: its `-n N` / `--numprocesses N` workers, else 1 (`-n auto`: all CPUs)."""
+    for i, arg in enumerate(pytest_args):
+        value = None
+        if arg in ("-n", "--numprocesses") and i + 1 < len(pytest_args):
+            value = pytest_args[i + 1]
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and len(arg) > 2:
+            value = arg[2:]
+        if value is not None:
+            return max(1, int(value)) if value.isdigit() else _cpus()
+    return 1
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def parallel_runs(runs: int, pytest_args: Sequence[str], cpus: int | None = None) -> int:
+    """How many of the `runs` pytest runs go at once: the CPUs over the processes each starts, at
+    least 2 so a device's base and PR always run side by side."""
+    return max(1, min(runs, max(2, (cpus or _cpus()) // _xdist_workers(pytest_args))))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    pytest_args: tuple[str, ...]
+    workdir: Path
+    timeout: float | None
+    env: dict[str, str]  # OMP_NUM_THREADS: the CPUs split over the runs in flight
+
+
+def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> None:
+    """One tree's run on one device, then its rerun of what failed (flaky), into `check`."""
     label = f"{check.device}-{tree_label}"
-    report = workdir / f"{label}.report.json"
-    run = run_selection(label, src, [*pytest_args, f"--dsakit-device={check.runs_as}", f"--dsakit-report={report}"],
-                        workdir, timeout=timeout)
+    report = plan.workdir / f"{label}.report.json"
+    device = f"--dsakit-device={check.runs_as}"
+    run = run_selection(label, src, [*plan.pytest_args, device, f"--dsakit-report={report}"], plan.workdir,
+                        timeout=plan.timeout, env_overrides=plan.env)
     if tree_label == "pr" and report.is_file():  # each test's declared gates, for --must-run
         check.pr_gates = {t: tuple(e.get("gates", ())) for t, e in json.loads(report.read_text()).get("tests", {}).items()}
-    return run
-
-
-def _rerun_failures(check: DeviceCheck, tree_label: str, src: str, run: Run, pytest_args: Sequence[str],
-                    workdir: Path, timeout: float | None) -> Run | None:
+    setattr(check, tree_label, run)
     failing = [t for t, o in run.tests.items() if o["outcome"] in FAILING]
-    if not failing:
-        return None
-    only = workdir / f"{check.device}-{tree_label}-rerun.txt"
-    only.write_text("\n".join(failing) + "\n", encoding="utf-8")
-    label = f"{check.device}-{tree_label}-rerun"
-    return run_selection(label, src, [*pytest_args, f"--dsakit-device={check.runs_as}",
-                                      f"--dsakit-record-only={only}"], workdir, timeout=timeout)
+    if failing:
+        only = plan.workdir / f"{label}-rerun.txt"
+        only.write_text("\n".join(failing) + "\n", encoding="utf-8")
+        check.reruns[tree_label] = run_selection(
+            f"{label}-rerun", src, [*plan.pytest_args, device, f"--dsakit-record-only={only}"], plan.workdir,
+            timeout=plan.timeout, env_overrides=plan.env)
 
 
-def run_device(check: DeviceCheck, base_src: str, pr_src: str, pytest_args: Sequence[str], workdir: Path,
-               timeout: float | None) -> DeviceCheck:
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two trees of one device side by side
-        base = pool.submit(_run, check, "base", base_src, pytest_args, workdir, timeout)
-        pr = pool.submit(_run, check, "pr", pr_src, pytest_args, workdir, timeout)
-        check.base, check.pr = base.result(), pr.result()
-    for tree_label, src, run in (("base", base_src, check.base), ("pr", pr_src, check.pr)):
-        rerun = _rerun_failures(check, tree_label, src, run, pytest_args, workdir, timeout)
-        if rerun is not None:
-            check.reruns[tree_label] = rerun
-    check.verdicts = verdicts(check)
-    return check
+def run_all(checks: Sequence[DeviceCheck], base_src: str, pr_src: str, pytest_args: Sequence[str], workdir: Path,
+            timeout: float | None) -> None:
+    """Every device's base and PR run side by side in separate processes (never one warm
+    interpreter: the two trees are two `sglang` packages, and a fork after CUDA is initialised is
+    unsafe; bench/README.md, "pr-check"), as many at once as the CPUs carry."""
+    from dsakit.node.gpu_pinning import THREADS_ENV, cpu_threads_per_worker
+
+    parallel = parallel_runs(2 * len(checks), pytest_args)
+    threads = cpu_threads_per_worker(parallel * _xdist_workers(pytest_args))
+    plan = _Plan(tuple(pytest_args), workdir, timeout, {THREADS_ENV: str(threads)} if threads else {})
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(_run_tree, check, tree_label, src, plan)
+                   for check in checks for tree_label, src in (("base", base_src), ("pr", pr_src))]
+        for future in futures:
+            future.result()
+    for check in checks:
+        check.verdicts = verdicts(check)
 
 
 # ---------------------------------------------------------------- verdicts
@@ -245,6 +280,39 @@ def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, 
             for c in changes]
 
 
+_CLASS_LACKS = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+_CONTRACT_LACKS = re.compile(r"model_runner\.([\w.]+) is not in the dsakit role contract \(role=(\w+)\)")
+
+
+def _mock_lacking(detail: str, path: str) -> str | None:
+    """The mock a failure signature says lacks model_runner.`path`, or None when it names no such read."""
+    found = _CONTRACT_LACKS.search(detail)
+    if found and found.group(1) == path:
+        return f"dsakit.MockModelRunner(role={found.group(2)})"
+    found = _CLASS_LACKS.search(detail)
+    if found and found.group(2) == path.rsplit(".", 1)[-1]:
+        return found.group(1)
+    return None
+
+
+def failing_mocks(changes: list[ReadChange], checks: Sequence[DeviceCheck]) -> list[ReadChange]:
+    """Each added / re-guarded read with the mocks its regressions show lacking it (what the static
+    audit cannot trace: a runner built by a harness or a fixture), per test file and device."""
+    result: list[ReadChange] = []
+    for change in changes:
+        found: dict[tuple[str, str], dict[str, int]] = {}
+        for check in checks:
+            for v in check.verdicts:
+                mock = _mock_lacking(v.detail, change.path) if v.verdict == "regression" else None
+                if mock is not None:
+                    where = found.setdefault((mock, v.test.split("::")[0]), {})
+                    where[check.device] = where.get(check.device, 0) + 1
+        seen = [f"{mock} in {path} on " + ", ".join(f"{d} ({n} regressions)" for d, n in on.items())
+                for (mock, path), on in found.items()]
+        result.append(replace(change, breaks=(*change.breaks, *seen)) if seen and change.kind != "removed" else change)
+    return result
+
+
 def suites_in(pytest_args: Sequence[str]) -> list[str]:
     """The files and folders of a pytest selection (node ids cut to their file)."""
     paths: list[str] = []
@@ -278,7 +346,8 @@ class PrCheck:
         failures: dict[str, str] = {}
         for code in self.must_run:
             ran = [c.label for c in self.checks if c.pr is not None and any(
-                code in c.pr_gates.get(t, ()) and o["outcome"] != "skipped" for t, o in c.pr.tests.items())]
+                code in c.pr_gates.get(o.get("pytest_nodeid", t), ()) and o["outcome"] != "skipped"
+                for t, o in c.pr.tests.items())]
             if not ran:
                 failures[code] = "no test behind it ran on any device in the PR runs"
         return failures
@@ -290,16 +359,29 @@ class PrCheck:
         return next(c.label for c in self.checks if c.device == device)
 
 
+_TESTS_PER_ROW = 4  # test ids named in one grouped row before "and N more"
+
+
 def _rows(verdicts: list[Verdict], pr_check: PrCheck) -> tuple[FailureRow, ...]:
-    return tuple(FailureRow(v.test, pr_check.label(v.device), v.detail + (
-        f" — {v.explanation.splitlines()[1].strip()}" if v.explanation.count("\n") >= 1 else "")) for v in verdicts)
+    """One row per device and signature (the read's explanation after it), its tests listed."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    order = {c.device: i for i, c in enumerate(pr_check.checks)}
+    for v in sorted(verdicts, key=lambda v: (order.get(v.device, 0), v.detail, v.test)):
+        explained = f" — {v.explanation.splitlines()[1].strip()}" if v.explanation.count("\n") >= 1 else ""
+        groups.setdefault((pr_check.label(v.device), v.detail + explained), []).append(v.test)
+    rows = []
+    for (where, sig), tests in groups.items():
+        named = ", ".join(f"`{t}`" for t in tests[:_TESTS_PER_ROW])
+        more = len(tests) - _TESTS_PER_ROW
+        rows.append(FailureRow(named + (f" and {more} more" if more > 0 else ""), where, sig))
+    return tuple(rows)
 
 
 def comment(pr_check: PrCheck) -> Comment:
     counts = {k: len(pr_check.of(k)) for k in VERDICTS}
     summary = [f"base `{pr_check.base_src}`, PR `{pr_check.pr_src}` on "
                + ", ".join(c.label for c in pr_check.checks),
-               ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran"]
+               "test x device: " + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran")]
     for code, why in pr_check.must_run_failures().items():
         summary.append(f"must-run gate `{code}`: {why}")
     for check in pr_check.checks:
@@ -323,14 +405,15 @@ def comment(pr_check: PrCheck) -> Comment:
         summary=summary,
         failures=[
             FailureSection("Regressions (pass on base, fail on the PR)", _rows(pr_check.of("regression"), pr_check)),
-            FailureSection("Flaky (the outcome changed on a rerun)", _rows(pr_check.of("flaky"), pr_check)),
             FailureSection("Pre-existing failures (fail on base and PR), by device and signature",
-                           _rows(sorted(pr_check.of("pre-existing"), key=lambda v: (v.device, v.detail, v.test)),
-                                 pr_check)),
+                           _rows(pr_check.of("pre-existing"), pr_check)),
+            FailureSection("Flaky or order-dependent (passed when the failures were rerun alone)",
+                           _rows(pr_check.of("flaky"), pr_check)),
             FailureSection("Fixed by the PR", _rows(pr_check.of("fixed"), pr_check)),
         ],
         lead_tables=[reads, removed] if removed.rows else [reads],
         skips=not_run,
+        list_limit=_TESTS_PER_ROW,
     )
 
 
@@ -347,8 +430,8 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
                 continue
             reason = str(outcome.get("reason", ""))
             coded = reasons_from_message(reason)
-            code = coded[0].code if coded else UNCODED
-            group = groups.setdefault(code, {"reason": reason, "entries": 0, "devices": [], "tests": []})
+            code, sentence = (coded[0].code, coded[0].message) if coded else (UNCODED, reason)
+            group = groups.setdefault(code, {"reason": sentence, "entries": 0, "devices": [], "tests": []})
             group["entries"] += 1
             if check.label not in group["devices"]:
                 group["devices"].append(check.label)
@@ -398,13 +481,9 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         workdir.mkdir(parents=True, exist_ok=True)
         checks = [DeviceCheck(d, runs_as(d)) for d in chosen]
         print(f"dsakit pr-check: base {base_src} vs PR {pr_src} on {', '.join(c.label for c in checks)}", flush=True)
-        parallel = max(1, min(len(checks), (os.cpu_count() or 2) // 2))
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = [pool.submit(run_device, c, base_src, pr_src, pytest_args, workdir, timeout) for c in checks]
-            for future in futures:
-                future.result()
+        run_all(checks, base_src, pr_src, pytest_args, workdir, timeout)
         reads = broken_mocks(read_changes(base_src, pr_src, chosen), suites_in(pytest_args), pr_src, chosen)
-        result = PrCheck(base_src, pr_src, checks, reads, codes)
+        result = PrCheck(base_src, pr_src, checks, failing_mocks(reads, checks), codes)
         text = render(comment(result))
         print(text)
         if json_out is not None:

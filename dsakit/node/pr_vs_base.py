@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,10 +118,10 @@ def load_record(path: Path, label: str, src: str, returncode: int, seconds: floa
 
 
 def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Path, *,
-                  timeout: float | None = None) -> Run:
+                  timeout: float | None = None, env_overrides: Mapping[str, str] | None = None) -> Run:
     tree = overlay(src, workdir / f"{label}-overlay")
     record = workdir / f"{label}.jsonl"
-    env = dict(os.environ)
+    env = {**os.environ, **(env_overrides or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
@@ -155,8 +155,13 @@ class Change:
         return {"test": self.nodeid, "class": self.kind, "base": self.base, "pr": self.pr, "detail": self.detail}
 
 
+# a path inside a run's overlay (`<workdir>/<label>-overlay/sglang/...`) reads as its path in the
+# tree: the same skip in the base and the PR run names two overlays
+_OVERLAY_PATH = re.compile(r"[^\s'\"(:]*-overlay/(?=sglang/)")
+
+
 def _skip_reason(outcome: dict[str, Any]) -> str:
-    return re.sub(r"\s+", " ", str(outcome.get("reason", ""))).strip()
+    return _OVERLAY_PATH.sub("", re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
 
 
 # Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
