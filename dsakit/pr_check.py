@@ -4,7 +4,7 @@ Owns: a base and a PR run per device (the real device where this machine is it, 
 elsewhere; side by side), one rerun of what failed (flaky), the verdict per test x device, the diff
 of the two trees' model_runner reads, the selection's mocks those new reads break, the PR comment,
 the JSON and the exit code (1: a regression, or a must-run gate run on no device; 0: only
-pre-existing failures; 2: bad input). Never imports torch or SGLang here.
+pre-existing failures; 2: bad input, or a run that compared nothing). Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
@@ -352,8 +352,27 @@ class PrCheck:
                 failures[code] = "no test behind it ran on any device in the PR runs"
         return failures
 
+    def unusable(self) -> tuple[list[str], bool]:
+        """Sentences for runs that compared nothing (collection errors, no tests: pytest exit 2-5),
+        and whether the PR alone broke collection somewhere (a regression)."""
+        from dsakit.node.pr_vs_base import unusable_runs
+
+        lines: list[str] = []
+        pr_only = False
+        for check in self.checks:
+            assert check.base is not None and check.pr is not None
+            found, by_pr = unusable_runs(check.base, check.pr)
+            lines += [f"{check.label}: {line}" for line in found]
+            pr_only = pr_only or by_pr
+        return lines, pr_only
+
     def exit_code(self) -> int:
-        return 1 if self.of("regression") or self.must_run_failures() else 0
+        """1: a regression, a must-run gate run nowhere, or the PR breaking collection; 2: a run
+        that compared nothing for another reason (the selection or a tree is wrong); else 0."""
+        lines, pr_only = self.unusable()
+        if self.of("regression") or self.must_run_failures() or pr_only:
+            return 1
+        return 2 if lines else 0
 
     def label(self, device: str) -> str:
         return next(c.label for c in self.checks if c.device == device)
@@ -384,6 +403,8 @@ def comment(pr_check: PrCheck) -> Comment:
                "test x device: " + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran")]
     for code, why in pr_check.must_run_failures().items():
         summary.append(f"must-run gate `{code}`: {why}")
+    unusable, pr_only = pr_check.unusable()
+    summary += [f"**{line}**" + (" (the PR breaks the selection: a regression)" if pr_only else "") for line in unusable]
     for check in pr_check.checks:
         assert check.base is not None and check.pr is not None
         mismatch = fingerprint_mismatch(check.base, check.pr)
@@ -453,6 +474,7 @@ def as_json(pr_check: PrCheck) -> dict[str, Any]:
         "verdicts": [v.as_dict() for v in pr_check.all_verdicts()],
         "reads": [r.as_dict() for r in pr_check.reads],
         "must_run": {"codes": list(pr_check.must_run), "failed": pr_check.must_run_failures()},
+        "unusable_runs": pr_check.unusable()[0],
         "exit": pr_check.exit_code(),
     }
 
@@ -491,6 +513,13 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         if markdown_out is not None:
             markdown_out.write_text(text)
         code = result.exit_code()
+        if code == 2:
+            for check in checks:
+                for run in (check.base, check.pr):
+                    if run is not None and run.returncode in (2, 3, 4, 5):
+                        print(f"--- last output of the {run.label} run:\n{run.output_tail}", file=sys.stderr)
+            print("dsakit pr-check: nothing was compared on some device; fix the selection (pytest args after --) "
+                  "or the trees and run again", file=sys.stderr)
         print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), {len(result.of('pre-existing'))} "
               f"pre-existing failure(s), {len(result.of('flaky'))} flaky -> exit {code}", file=sys.stderr)
         return code

@@ -35,6 +35,7 @@ def test_drifted_mock():
     with dsa_backend(dsakit.MockModelRunner("target", omit=["max_running_requests"])):
         pass
 """
+TWIN = "\n    def test_backend_builds_again(self):\n        DeepseekSparseAttnBackend(MockModelRunner())\n"
 HIP_BRANCH = "        if _is_hip:\n            max_bs = model_runner.req_to_token_pool.size\n"
 NEW_READ = "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n"
 
@@ -71,12 +72,17 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
-        pytester: pytest.Pytester, trees: tuple[Path, Path]) -> None:
+        pytester: pytest.Pytester, trees: tuple[Path, Path], tmp_path: Path) -> None:
     base, pr = trees
-    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED, test_strict=STRICT_SUITE)
+    # SGLang's test lives outside the rootdir (a checkout beside the suite): pytest would name it ''
+    upstream = tmp_path / "upstream" / "test_indexer_shape.py"
+    upstream.parent.mkdir()
+    upstream.write_text(SGLANG_SHAPED + TWIN, encoding="utf-8")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_strict=STRICT_SUITE)
     done = subprocess.run(
         [sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(pr), "--devices", "sm103,gfx942",
-         "--json", "check.json", "--markdown", "check.md", "--", "test_indexer_shape.py", "test_strict.py"],
+         "--json", "check.json", "--markdown", "check.md", "--", str(upstream), "test_strict.py"],
         capture_output=True, text=True, timeout=900, cwd=pytester.path)
     assert done.returncode == 1, done.stdout + done.stderr  # the regression fails the gate
     data = json.loads((pytester.path / "check.json").read_text())
@@ -88,21 +94,30 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     # the hand-written mock's B300 gap fails on both trees, explained
     built = "test_backend_builds"
     assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"
+    assert verdicts[(built, "sm103")]["test"].endswith("upstream/test_indexer_shape.py::test_backend_builds")
     assert "max_running_requests" in verdicts[(built, "sm103")]["detail"]
     assert "fails on sm100, sm103, sm120" in verdicts[(built, "sm103")]["explanation"]
     assert verdicts[("test_drifted_mock", "sm103")]["verdict"] == "pre-existing"
+    assert data["counts"]["flaky"] == 0 and data["counts"]["skip-change"] == 0, data["counts"]
     added = [r for r in data["reads"] if r["kind"] == "added"]
     assert [(r["path"], r["fires_on"]) for r in added] == [("aiter_num_kv_splits", ["gfx942"])]
-    assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added
+    assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added  # the audit's
+    # and the regressions that name it: the strict mock the audit cannot see through a harness
+    assert any(b.startswith("dsakit.MockModelRunner(role=target) in test_strict.py on gfx942 (")
+               for b in added[0]["breaks"]), added
     md = (pytester.path / "check.md").read_text()
-    order = [md.index(h) for h in ("### Regressions", "### model_runner reads the PR adds", "### Pre-existing failures")]
-    assert order == sorted(order), "regressions first, then the new reads, then pre-existing failures"
+    order = [md.index(h) for h in ("### Regressions", "### model_runner reads the PR adds", "### Pre-existing failures",
+                                   "### Skips by reason code")]
+    assert order == sorted(order), "regressions, the new reads, pre-existing failures, then skips"
+    # one row per device and signature: the two tests of the B300 gap share one row
+    assert md.count("'MockModelRunner' object has no attribute 'max_running_requests'") == 1
+    assert verdicts[("test_backend_builds_again", "sm103")]["verdict"] == "pre-existing"
     # only pre-existing failures left (the same tree twice): exit 0
     same = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
-                           "--devices", "sm103", "--", "test_indexer_shape.py"],
+                           "--devices", "sm103", "--", str(upstream)],
                           capture_output=True, text=True, timeout=900, cwd=pytester.path)
     assert same.returncode == 0, same.stdout + same.stderr
-    assert "1 pre-existing" in same.stdout
+    assert "2 pre-existing" in same.stdout
 
 
 def test_bad_input_is_exit_2(tmp_path: Path) -> None:
