@@ -89,7 +89,7 @@ def runs_as(device: str) -> str:
 # ---------------------------------------------------------------- running
 
 
-def _xdist_workers(pytest_args: Sequence[str]) -> int:
+def _xdist_workers(pytest_args: Sequence[str], cpus: int | None = None) -> int:
     """Processes one run starts: its `-n N` / `--numprocesses N` workers, else 1 (`-n auto`: all CPUs)."""
     for i, arg in enumerate(pytest_args):
         value = None
@@ -100,7 +100,7 @@ def _xdist_workers(pytest_args: Sequence[str]) -> int:
         elif arg.startswith("-n") and len(arg) > 2:
             value = arg[2:]
         if value is not None:
-            return max(1, int(value)) if value.isdigit() else _cpus()
+            return max(1, int(value)) if value.isdigit() else (cpus or _cpus())
     return 1
 
 
@@ -111,7 +111,8 @@ def _cpus() -> int:
 def parallel_runs(runs: int, pytest_args: Sequence[str], cpus: int | None = None) -> int:
     """How many of the `runs` pytest runs go at once: the CPUs over the processes each starts, at
     least 2 so a device's base and PR always run side by side."""
-    return max(1, min(runs, max(2, (cpus or _cpus()) // _xdist_workers(pytest_args))))
+    cpus = cpus or _cpus()
+    return max(1, min(runs, max(2, cpus // _xdist_workers(pytest_args, cpus))))
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,63 @@ def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
     groups = _not_run_groups(PrCheck("b", "p", [check], []))
     assert [(g.code, g.uncovered, g.skipped_on) for g in groups] == [
         ("fa3", ("t.py::a",), "sm103 (simulated)"), ("uncoded", ("t.py::b",), "sm103 (simulated)")]
+
+
+def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_finds_it(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    outside = tmp_path / "upstream" / "test_outside.py"
+    outside.parent.mkdir()
+    outside.write_text("def test_a():\n    assert False\n\n\ndef test_b():\n    pass\n", encoding="utf-8")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_inside="def test_a():\n    pass\n")
+    record = pytester.path / "rec.jsonl"
+    args = ("-p", "no:cacheprovider", "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
+            str(outside), "test_inside.py")
+    pytester.runpytest_subprocess(*args).assert_outcomes(failed=1, passed=2)
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    ids = sorted({r["nodeid"] for r in lines if r["kind"] in ("start", "test")})
+    assert ids == sorted(["test_inside.py::test_a", *(f"{p}::test_{n}" for p in {
+        r["nodeid"].split("::")[0] for r in lines if r.get("pytest_nodeid")} for n in "ab")]), ids
+    located = next(r["nodeid"] for r in lines if r["kind"] == "test" and r["outcome"] == "failed")
+    assert located.endswith("upstream/test_outside.py::test_a"), located  # pytest alone: '::test_a'
+    (pytester.path / "only.txt").write_text(located + "\n")
+    pytester.runpytest_subprocess(*args, "--dsakit-record-only=only.txt").assert_outcomes(failed=1)
+
+
+def test_a_skip_naming_the_two_runs_overlays_is_the_same_skip() -> None:
+    from dsakit.node.pr_vs_base import classify
+
+    def skip(label: str) -> dict[str, dict[str, str]]:
+        return {"t.py::a": {"outcome": "skipped", "reason": "[simulated-kernel-launch] x (called at "
+                            f"/keep/sm90-{label}-overlay/sglang/srt/a.py:1) would launch a kernel"}}
+
+    assert [c.kind for c in classify(skip("base"), skip("pr"))] == ["unchanged"]
+    other = {"t.py::a": {"outcome": "skipped", "reason": "[cuda] needs CUDA"}}
+    assert [c.kind for c in classify(skip("base"), other)] == ["skip-change"]
+
+
+def test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run() -> None:
+    from dsakit.pr_check import parallel_runs
+
+    assert parallel_runs(8, [], cpus=16) == 8
+    assert parallel_runs(8, ["-n", "4"], cpus=16) == 4
+    assert parallel_runs(8, ["--numprocesses=8"], cpus=16) == 2  # a device's two trees side by side
+    assert parallel_runs(8, ["-n", "auto"], cpus=16) == 2
+    assert parallel_runs(8, [], cpus=2) == 2
+    assert parallel_runs(1, [], cpus=16) == 1
+
+
+def test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1() -> None:
+    from dsakit.node.pr_vs_base import Run
+    from dsakit.pr_check import DeviceCheck, PrCheck, verdicts
+
+    def check(base_exit: int, pr_exit: int) -> PrCheck:
+        one = DeviceCheck("sm103", "sm103")
+        one.base, one.pr = Run("base", "b", base_exit, 1.0), Run("pr", "p", pr_exit, 1.0)
+        one.verdicts = verdicts(one)
+        return PrCheck("b", "p", [one], [])
+
+    assert check(2, 2).exit_code() == 2  # the selection does not collect on either tree
+    assert check(5, 5).exit_code() == 2  # nothing collected
+    assert check(0, 2).exit_code() == 1  # the PR breaks collection
+    assert check(0, 0).exit_code() == 0
