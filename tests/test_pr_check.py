@@ -166,7 +166,7 @@ def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_find
     pytester.runpytest_subprocess(*args, "--dsakit-record-only=only.txt").assert_outcomes(failed=1)
 
 
-def test_a_skip_naming_the_two_runs_overlays_is_the_same_skip() -> None:
+def test_a_skip_naming_the_two_runs_overlays_or_another_line_is_the_same_skip() -> None:
     from dsakit.node.pr_vs_base import classify
 
     def skip(label: str) -> dict[str, dict[str, str]]:
@@ -174,6 +174,8 @@ def test_a_skip_naming_the_two_runs_overlays_is_the_same_skip() -> None:
                             f"/keep/sm90-{label}-overlay/sglang/srt/a.py:1) would launch a kernel"}}
 
     assert [c.kind for c in classify(skip("base"), skip("pr"))] == ["unchanged"]
+    moved = {"t.py::a": {**skip("pr")["t.py::a"], "reason": skip("pr")["t.py::a"]["reason"].replace(":1)", ":3)")}}
+    assert [c.kind for c in classify(skip("base"), moved)] == ["unchanged"]  # the PR added two lines above
     other = {"t.py::a": {"outcome": "skipped", "reason": "[cuda] needs CUDA"}}
     assert [c.kind for c in classify(skip("base"), other)] == ["skip-change"]
 

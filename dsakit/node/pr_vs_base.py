@@ -164,6 +164,11 @@ def _skip_reason(outcome: dict[str, Any]) -> str:
     return _OVERLAY_PATH.sub("", re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
 
 
+def _skip_key(outcome: dict[str, Any]) -> str:
+    """The skip reason without line numbers: a PR that moves the skipping call is the same skip."""
+    return re.sub(r"\.py:\d+", ".py", _skip_reason(outcome))
+
+
 # Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
 # in base, passes in the PR), pre-existing (fails in both with the same signature), failing-differently
 # (fails in both, different signatures), skip-change (skipped in one run only, or for another
@@ -196,7 +201,7 @@ def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> 
         elif bo == "skipped" or po == "skipped":
             if bo != po:
                 changes.append(Change(nodeid, "skip-change", bo, po, _skip_reason(b if bo == "skipped" else p)))
-            elif _skip_reason(b) != _skip_reason(p):
+            elif _skip_key(b) != _skip_key(p):
                 changes.append(Change(nodeid, "skip-change", bo, po,
                                       f"base: {_skip_reason(b)} | pr: {_skip_reason(p)}"))
             else:
