@@ -94,7 +94,8 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     # the hand-written mock's B300 gap fails on both trees, explained
     built = "test_backend_builds"
     assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"
-    assert verdicts[(built, "sm103")]["test"].endswith("upstream/test_indexer_shape.py::test_backend_builds")
+    assert verdicts[(built, "sm103")]["test"].endswith(
+        "upstream/test_indexer_shape.py::TestBackendFromAHandWrittenRunner::test_backend_builds")  # pytest: "::Test..."
     assert "max_running_requests" in verdicts[(built, "sm103")]["detail"]
     assert "fails on sm100, sm103, sm120" in verdicts[(built, "sm103")]["explanation"]
     assert verdicts[("test_drifted_mock", "sm103")]["verdict"] == "pre-existing"
