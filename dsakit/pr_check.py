@@ -24,7 +24,7 @@ from typing import Any
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_device
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, package_dir, run_selection
+from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
 from dsakit.output_paths import output_file, writable_dir
 
@@ -452,7 +452,7 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
                 continue
             reason = str(outcome.get("reason", ""))
             coded = reasons_from_message(reason)
-            code, sentence = (coded[0].code, coded[0].message) if coded else (UNCODED, reason)
+            code, sentence = (coded[0].code, in_tree(coded[0].message)) if coded else (UNCODED, in_tree(reason))
             group = groups.setdefault(code, {"reason": sentence, "entries": 0, "devices": [], "tests": []})
             group["entries"] += 1
             if check.label not in group["devices"]:

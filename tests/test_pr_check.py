@@ -135,7 +135,7 @@ def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
     from dsakit.node.pr_vs_base import Run
     from dsakit.pr_check import DeviceCheck, PrCheck, _not_run_groups, verdicts
 
-    skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 | [cuda] needs CUDA"}
+    skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 (/k/sm103-pr-overlay/sglang/a.py:3) | [cuda] needs CUDA"}
     plain = {"outcome": "skipped", "reason": "a suite's own skip"}
     check = DeviceCheck("sm103", "sm103")
     check.base = Run("base", "b", 0, 1.0, tests={"t.py::a": skipped, "t.py::b": plain})
@@ -144,6 +144,7 @@ def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
     groups = _not_run_groups(PrCheck("b", "p", [check], []))
     assert [(g.code, g.uncovered, g.skipped_on) for g in groups] == [
         ("fa3", ("t.py::a",), "sm103 (simulated)"), ("uncoded", ("t.py::b",), "sm103 (simulated)")]
+    assert groups[0].reason == "needs FA3 (sglang/a.py:3)"  # its own sentence, the path in the tree
 
 
 def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_finds_it(

@@ -160,8 +160,13 @@ class Change:
 _OVERLAY_PATH = re.compile(r"[^\s'\"(:]*-overlay/(?=sglang/)")
 
 
+def in_tree(text: str) -> str:
+    """`text` with every path inside a run's overlay read as its path in the SGLang tree."""
+    return _OVERLAY_PATH.sub("", text)
+
+
 def _skip_reason(outcome: dict[str, Any]) -> str:
-    return _OVERLAY_PATH.sub("", re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
+    return in_tree(re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
 
 
 def _skip_key(outcome: dict[str, Any]) -> str:
