@@ -4,26 +4,27 @@ Owns: a base and a PR run per device (the real device where this machine is it, 
 elsewhere; side by side), one rerun of what failed (flaky), the verdict per test x device, the diff
 of the two trees' model_runner reads, the selection's mocks those new reads break, the PR comment,
 the JSON and the exit code (1: a regression, or a must-run gate run on no device; 0: only
-pre-existing failures; 2: bad input). Never imports torch or SGLang here.
+pre-existing failures; 2: bad input, or a run that compared nothing). Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, package_dir, run_selection
+from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
 from dsakit.output_paths import output_file, writable_dir
 
@@ -88,41 +89,76 @@ def runs_as(device: str) -> str:
 # ---------------------------------------------------------------- running
 
 
-def _run(check: DeviceCheck, tree_label: str, src: str, pytest_args: Sequence[str], workdir: Path,
-         timeout: float | None) -> Run:
+def _xdist_workers(pytest_args: Sequence[str], cpus: int | None = None) -> int:
+    """Processes one run starts: its `-n N` / `--numprocesses N` workers, else 1 (`-n auto`: all CPUs)."""
+    for i, arg in enumerate(pytest_args):
+        value = None
+        if arg in ("-n", "--numprocesses") and i + 1 < len(pytest_args):
+            value = pytest_args[i + 1]
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and len(arg) > 2:
+            value = arg[2:]
+        if value is not None:
+            return max(1, int(value)) if value.isdigit() else (cpus or _cpus())
+    return 1
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def parallel_runs(runs: int, pytest_args: Sequence[str], cpus: int | None = None) -> int:
+    """How many of the `runs` pytest runs go at once: the CPUs over the processes each starts, at
+    least 2 so a device's base and PR always run side by side."""
+    cpus = cpus or _cpus()
+    return max(1, min(runs, max(2, cpus // _xdist_workers(pytest_args, cpus))))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    pytest_args: tuple[str, ...]
+    workdir: Path
+    timeout: float | None
+    env: dict[str, str]  # OMP_NUM_THREADS: the CPUs split over the runs in flight
+
+
+def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> None:
+    """One tree's run on one device, then its rerun of what failed (flaky), into `check`."""
     label = f"{check.device}-{tree_label}"
-    report = workdir / f"{label}.report.json"
-    run = run_selection(label, src, [*pytest_args, f"--dsakit-device={check.runs_as}", f"--dsakit-report={report}"],
-                        workdir, timeout=timeout)
+    report = plan.workdir / f"{label}.report.json"
+    device = f"--dsakit-device={check.runs_as}"
+    run = run_selection(label, src, [*plan.pytest_args, device, f"--dsakit-report={report}"], plan.workdir,
+                        timeout=plan.timeout, env_overrides=plan.env)
     if tree_label == "pr" and report.is_file():  # each test's declared gates, for --must-run
         check.pr_gates = {t: tuple(e.get("gates", ())) for t, e in json.loads(report.read_text()).get("tests", {}).items()}
-    return run
-
-
-def _rerun_failures(check: DeviceCheck, tree_label: str, src: str, run: Run, pytest_args: Sequence[str],
-                    workdir: Path, timeout: float | None) -> Run | None:
+    setattr(check, tree_label, run)
     failing = [t for t, o in run.tests.items() if o["outcome"] in FAILING]
-    if not failing:
-        return None
-    only = workdir / f"{check.device}-{tree_label}-rerun.txt"
-    only.write_text("\n".join(failing) + "\n", encoding="utf-8")
-    label = f"{check.device}-{tree_label}-rerun"
-    return run_selection(label, src, [*pytest_args, f"--dsakit-device={check.runs_as}",
-                                      f"--dsakit-record-only={only}"], workdir, timeout=timeout)
+    if failing:
+        only = plan.workdir / f"{label}-rerun.txt"
+        only.write_text("\n".join(failing) + "\n", encoding="utf-8")
+        check.reruns[tree_label] = run_selection(
+            f"{label}-rerun", src, [*plan.pytest_args, device, f"--dsakit-record-only={only}"], plan.workdir,
+            timeout=plan.timeout, env_overrides=plan.env)
 
 
-def run_device(check: DeviceCheck, base_src: str, pr_src: str, pytest_args: Sequence[str], workdir: Path,
-               timeout: float | None) -> DeviceCheck:
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two trees of one device side by side
-        base = pool.submit(_run, check, "base", base_src, pytest_args, workdir, timeout)
-        pr = pool.submit(_run, check, "pr", pr_src, pytest_args, workdir, timeout)
-        check.base, check.pr = base.result(), pr.result()
-    for tree_label, src, run in (("base", base_src, check.base), ("pr", pr_src, check.pr)):
-        rerun = _rerun_failures(check, tree_label, src, run, pytest_args, workdir, timeout)
-        if rerun is not None:
-            check.reruns[tree_label] = rerun
-    check.verdicts = verdicts(check)
-    return check
+def run_all(checks: Sequence[DeviceCheck], base_src: str, pr_src: str, pytest_args: Sequence[str], workdir: Path,
+            timeout: float | None) -> None:
+    """Every device's base and PR run side by side in separate processes (never one warm
+    interpreter: the two trees are two `sglang` packages, and a fork after CUDA is initialised is
+    unsafe; bench/README.md, "pr-check"), as many at once as the CPUs carry."""
+    from dsakit.node.gpu_pinning import THREADS_ENV, cpu_threads_per_worker
+
+    parallel = parallel_runs(2 * len(checks), pytest_args)
+    threads = cpu_threads_per_worker(parallel * _xdist_workers(pytest_args))
+    plan = _Plan(tuple(pytest_args), workdir, timeout, {THREADS_ENV: str(threads)} if threads else {})
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        futures = [pool.submit(_run_tree, check, tree_label, src, plan)
+                   for check in checks for tree_label, src in (("base", base_src), ("pr", pr_src))]
+        for future in futures:
+            future.result()
+    for check in checks:
+        check.verdicts = verdicts(check)
 
 
 # ---------------------------------------------------------------- verdicts
@@ -245,6 +281,39 @@ def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, 
             for c in changes]
 
 
+_CLASS_LACKS = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+_CONTRACT_LACKS = re.compile(r"model_runner\.([\w.]+) is not in the dsakit role contract \(role=(\w+)\)")
+
+
+def _mock_lacking(detail: str, path: str) -> str | None:
+    """The mock a failure signature says lacks model_runner.`path`, or None when it names no such read."""
+    found = _CONTRACT_LACKS.search(detail)
+    if found and found.group(1) == path:
+        return f"dsakit.MockModelRunner(role={found.group(2)})"
+    found = _CLASS_LACKS.search(detail)
+    if found and found.group(2) == path.rsplit(".", 1)[-1]:
+        return found.group(1)
+    return None
+
+
+def failing_mocks(changes: list[ReadChange], checks: Sequence[DeviceCheck]) -> list[ReadChange]:
+    """Each added / re-guarded read with the mocks its regressions show lacking it (what the static
+    audit cannot trace: a runner built by a harness or a fixture), per test file and device."""
+    result: list[ReadChange] = []
+    for change in changes:
+        found: dict[tuple[str, str], dict[str, int]] = {}
+        for check in checks:
+            for v in check.verdicts:
+                mock = _mock_lacking(v.detail, change.path) if v.verdict == "regression" else None
+                if mock is not None:
+                    where = found.setdefault((mock, v.test.split("::")[0]), {})
+                    where[check.device] = where.get(check.device, 0) + 1
+        seen = [f"{mock} in {path} on " + ", ".join(f"{d} ({n} regressions)" for d, n in on.items())
+                for (mock, path), on in found.items()]
+        result.append(replace(change, breaks=(*change.breaks, *seen)) if seen and change.kind != "removed" else change)
+    return result
+
+
 def suites_in(pytest_args: Sequence[str]) -> list[str]:
     """The files and folders of a pytest selection (node ids cut to their file)."""
     paths: list[str] = []
@@ -278,30 +347,65 @@ class PrCheck:
         failures: dict[str, str] = {}
         for code in self.must_run:
             ran = [c.label for c in self.checks if c.pr is not None and any(
-                code in c.pr_gates.get(t, ()) and o["outcome"] != "skipped" for t, o in c.pr.tests.items())]
+                code in c.pr_gates.get(o.get("pytest_nodeid", t), ()) and o["outcome"] != "skipped"
+                for t, o in c.pr.tests.items())]
             if not ran:
                 failures[code] = "no test behind it ran on any device in the PR runs"
         return failures
 
+    def unusable(self) -> tuple[list[str], bool]:
+        """Sentences for runs that compared nothing (collection errors, no tests: pytest exit 2-5),
+        and whether the PR alone broke collection somewhere (a regression)."""
+        from dsakit.node.pr_vs_base import unusable_runs
+
+        lines: list[str] = []
+        pr_only = False
+        for check in self.checks:
+            assert check.base is not None and check.pr is not None
+            found, by_pr = unusable_runs(check.base, check.pr)
+            lines += [f"{check.label}: {line}" for line in found]
+            pr_only = pr_only or by_pr
+        return lines, pr_only
+
     def exit_code(self) -> int:
-        return 1 if self.of("regression") or self.must_run_failures() else 0
+        """1: a regression, a must-run gate run nowhere, or the PR breaking collection; 2: a run
+        that compared nothing for another reason (the selection or a tree is wrong); else 0."""
+        lines, pr_only = self.unusable()
+        if self.of("regression") or self.must_run_failures() or pr_only:
+            return 1
+        return 2 if lines else 0
 
     def label(self, device: str) -> str:
         return next(c.label for c in self.checks if c.device == device)
 
 
+_TESTS_PER_ROW = 4  # test ids named in one grouped row before "and N more"
+
+
 def _rows(verdicts: list[Verdict], pr_check: PrCheck) -> tuple[FailureRow, ...]:
-    return tuple(FailureRow(v.test, pr_check.label(v.device), v.detail + (
-        f" — {v.explanation.splitlines()[1].strip()}" if v.explanation.count("\n") >= 1 else "")) for v in verdicts)
+    """One row per device and signature (the read's explanation after it), its tests listed."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    order = {c.device: i for i, c in enumerate(pr_check.checks)}
+    for v in sorted(verdicts, key=lambda v: (order.get(v.device, 0), v.detail, v.test)):
+        explained = f" — {v.explanation.splitlines()[1].strip()}" if v.explanation.count("\n") >= 1 else ""
+        groups.setdefault((pr_check.label(v.device), v.detail + explained), []).append(v.test)
+    rows = []
+    for (where, sig), tests in groups.items():
+        named = ", ".join(f"`{t}`" for t in tests[:_TESTS_PER_ROW])
+        more = len(tests) - _TESTS_PER_ROW
+        rows.append(FailureRow(named + (f" and {more} more" if more > 0 else ""), where, sig))
+    return tuple(rows)
 
 
 def comment(pr_check: PrCheck) -> Comment:
     counts = {k: len(pr_check.of(k)) for k in VERDICTS}
     summary = [f"base `{pr_check.base_src}`, PR `{pr_check.pr_src}` on "
                + ", ".join(c.label for c in pr_check.checks),
-               ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran"]
+               "test x device: " + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no test ran")]
     for code, why in pr_check.must_run_failures().items():
         summary.append(f"must-run gate `{code}`: {why}")
+    unusable, pr_only = pr_check.unusable()
+    summary += [f"**{line}**" + (" (the PR breaks the selection: a regression)" if pr_only else "") for line in unusable]
     for check in pr_check.checks:
         assert check.base is not None and check.pr is not None
         mismatch = fingerprint_mismatch(check.base, check.pr)
@@ -323,14 +427,15 @@ def comment(pr_check: PrCheck) -> Comment:
         summary=summary,
         failures=[
             FailureSection("Regressions (pass on base, fail on the PR)", _rows(pr_check.of("regression"), pr_check)),
-            FailureSection("Flaky (the outcome changed on a rerun)", _rows(pr_check.of("flaky"), pr_check)),
             FailureSection("Pre-existing failures (fail on base and PR), by device and signature",
-                           _rows(sorted(pr_check.of("pre-existing"), key=lambda v: (v.device, v.detail, v.test)),
-                                 pr_check)),
+                           _rows(pr_check.of("pre-existing"), pr_check)),
+            FailureSection("Flaky or order-dependent (passed when the failures were rerun alone)",
+                           _rows(pr_check.of("flaky"), pr_check)),
             FailureSection("Fixed by the PR", _rows(pr_check.of("fixed"), pr_check)),
         ],
         lead_tables=[reads, removed] if removed.rows else [reads],
         skips=not_run,
+        list_limit=_TESTS_PER_ROW,
     )
 
 
@@ -347,8 +452,8 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
                 continue
             reason = str(outcome.get("reason", ""))
             coded = reasons_from_message(reason)
-            code = coded[0].code if coded else UNCODED
-            group = groups.setdefault(code, {"reason": reason, "entries": 0, "devices": [], "tests": []})
+            code, sentence = (coded[0].code, in_tree(coded[0].message)) if coded else (UNCODED, in_tree(reason))
+            group = groups.setdefault(code, {"reason": sentence, "entries": 0, "devices": [], "tests": []})
             group["entries"] += 1
             if check.label not in group["devices"]:
                 group["devices"].append(check.label)
@@ -370,6 +475,7 @@ def as_json(pr_check: PrCheck) -> dict[str, Any]:
         "verdicts": [v.as_dict() for v in pr_check.all_verdicts()],
         "reads": [r.as_dict() for r in pr_check.reads],
         "must_run": {"codes": list(pr_check.must_run), "failed": pr_check.must_run_failures()},
+        "unusable_runs": pr_check.unusable()[0],
         "exit": pr_check.exit_code(),
     }
 
@@ -398,13 +504,9 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         workdir.mkdir(parents=True, exist_ok=True)
         checks = [DeviceCheck(d, runs_as(d)) for d in chosen]
         print(f"dsakit pr-check: base {base_src} vs PR {pr_src} on {', '.join(c.label for c in checks)}", flush=True)
-        parallel = max(1, min(len(checks), (os.cpu_count() or 2) // 2))
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = [pool.submit(run_device, c, base_src, pr_src, pytest_args, workdir, timeout) for c in checks]
-            for future in futures:
-                future.result()
+        run_all(checks, base_src, pr_src, pytest_args, workdir, timeout)
         reads = broken_mocks(read_changes(base_src, pr_src, chosen), suites_in(pytest_args), pr_src, chosen)
-        result = PrCheck(base_src, pr_src, checks, reads, codes)
+        result = PrCheck(base_src, pr_src, checks, failing_mocks(reads, checks), codes)
         text = render(comment(result))
         print(text)
         if json_out is not None:
@@ -412,6 +514,13 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         if markdown_out is not None:
             markdown_out.write_text(text)
         code = result.exit_code()
+        if code == 2:
+            for check in checks:
+                for run in (check.base, check.pr):
+                    if run is not None and run.returncode in (2, 3, 4, 5):
+                        print(f"--- last output of the {run.label} run:\n{run.output_tail}", file=sys.stderr)
+            print("dsakit pr-check: nothing was compared on some device; fix the selection (pytest args after --) "
+                  "or the trees and run again", file=sys.stderr)
         print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), {len(result.of('pre-existing'))} "
               f"pre-existing failure(s), {len(result.of('flaky'))} flaky -> exit {code}", file=sys.stderr)
         return code

@@ -57,6 +57,7 @@ class Comment:
     skips: list[SkipGroup] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     lead_tables: list[Table] = field(default_factory=list)  # right after the first failure section
+    list_limit: int = _LIST_LIMIT  # test ids named per skip group before "... and N more"
 
 
 def _cell(text: str) -> str:
@@ -75,9 +76,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def _test_list(tests: Sequence[str]) -> str:
-    shown = ", ".join(_code(t) for t in tests[:_LIST_LIMIT])
-    more = len(tests) - _LIST_LIMIT
+def _test_list(tests: Sequence[str], limit: int = _LIST_LIMIT) -> str:
+    shown = ", ".join(_code(t) for t in tests[:limit])
+    more = len(tests) - limit
     return shown + (f", ... and {more} more" if more > 0 else "")
 
 
@@ -119,7 +120,7 @@ def render(comment: Comment) -> str:
         if uncovered:
             count = len({t for g in uncovered for t in g.uncovered})
             lines += ["", f"<details><summary>Tests that ran on no node ({count})</summary>", ""]
-            lines += [f"- {_code(g.code)} ({len(g.uncovered)}): {_test_list(g.uncovered)}" for g in uncovered]
+            lines += [f"- {_code(g.code)} ({len(g.uncovered)}): {_test_list(g.uncovered, comment.list_limit)}" for g in uncovered]
             lines += ["", "</details>"]
     else:
         lines.append("none")

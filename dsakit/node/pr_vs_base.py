@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -118,10 +118,10 @@ def load_record(path: Path, label: str, src: str, returncode: int, seconds: floa
 
 
 def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Path, *,
-                  timeout: float | None = None) -> Run:
+                  timeout: float | None = None, env_overrides: Mapping[str, str] | None = None) -> Run:
     tree = overlay(src, workdir / f"{label}-overlay")
     record = workdir / f"{label}.jsonl"
-    env = dict(os.environ)
+    env = {**os.environ, **(env_overrides or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
@@ -155,8 +155,23 @@ class Change:
         return {"test": self.nodeid, "class": self.kind, "base": self.base, "pr": self.pr, "detail": self.detail}
 
 
+# a path inside a run's overlay (`<workdir>/<label>-overlay/sglang/...`) reads as its path in the
+# tree: the same skip in the base and the PR run names two overlays
+_OVERLAY_PATH = re.compile(r"[^\s'\"(:]*-overlay/(?=sglang/)")
+
+
+def in_tree(text: str) -> str:
+    """`text` with every path inside a run's overlay read as its path in the SGLang tree."""
+    return _OVERLAY_PATH.sub("", text)
+
+
 def _skip_reason(outcome: dict[str, Any]) -> str:
-    return re.sub(r"\s+", " ", str(outcome.get("reason", ""))).strip()
+    return in_tree(re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
+
+
+def _skip_key(outcome: dict[str, Any]) -> str:
+    """The skip reason without line numbers: a PR that moves the skipping call is the same skip."""
+    return re.sub(r"\.py:\d+", ".py", _skip_reason(outcome))
 
 
 # Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
@@ -191,7 +206,7 @@ def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> 
         elif bo == "skipped" or po == "skipped":
             if bo != po:
                 changes.append(Change(nodeid, "skip-change", bo, po, _skip_reason(b if bo == "skipped" else p)))
-            elif _skip_reason(b) != _skip_reason(p):
+            elif _skip_key(b) != _skip_key(p):
                 changes.append(Change(nodeid, "skip-change", bo, po,
                                       f"base: {_skip_reason(b)} | pr: {_skip_reason(p)}"))
             else:

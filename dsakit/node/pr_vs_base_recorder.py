@@ -59,6 +59,13 @@ def sglang_tree() -> dict[str, Any]:
     return {"path": str(path), "version": _version_from_tree(path)}
 
 
+def located_nodeid(nodeid: str, location_path: str) -> str:
+    """`nodeid`, or for a test file given on the command line outside the rootdir (pytest names
+    it '', pytest-dev/pytest#11245: '::TestX::test_y') the id with its location path in front
+    ('../upstream/test_x.py::TestX::test_y'), so two such files never share ids."""
+    return location_path.replace("\\", "/") + nodeid if nodeid.startswith("::") else nodeid
+
+
 class Recorder:
     def __init__(self, config: pytest.Config, path: Path) -> None:
         self.config = config
@@ -75,7 +82,7 @@ class Recorder:
         self._write({"kind": "env", "fingerprint": fingerprint(), "sglang": sglang_tree()})
 
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        self._write({"kind": "start", "nodeid": nodeid})
+        self._write({"kind": "start", "nodeid": located_nodeid(nodeid, location[0])})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         record = next_outcome(self.outcomes.get(report.nodeid), report)
@@ -83,6 +90,9 @@ class Recorder:
             return
         record = {"kind": "test", **record}
         self.outcomes[report.nodeid] = record
+        located = located_nodeid(report.nodeid, report.location[0])
+        if located != report.nodeid:  # pytest's own id stays: --dsakit-report keys by it
+            record = {**record, "nodeid": located, "pytest_nodeid": report.nodeid}
         self._write(record)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -94,10 +104,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not listed:
         return
     keep = set(Path(listed).read_text(encoding="utf-8").split())
-    deselected = [item for item in items if item.nodeid not in keep]
+
+    def listed_here(item: pytest.Item) -> bool:
+        return located_nodeid(item.nodeid, item.location[0]) in keep
+
+    deselected = [item for item in items if not listed_here(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if item.nodeid in keep]
+        items[:] = [item for item in items if listed_here(item)]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -205,12 +205,12 @@ def _recipe_row(recipe: str, row: int, width: int, gen: torch.Generator) -> torc
     if recipe == "neg-inf":
         vals = torch.randperm(width, generator=gen).to(torch.float32)
         frac = (0.1, 0.85, 1.0, 0.3)[row % 4]
-        mask = torch.rand(width, generator=gen) < frac
+        mask = torch.rand(width, generator=gen, dtype=torch.float32) < frac
         return vals.masked_fill(mask, float("-inf"))
     if recipe == "nan":
         vals = torch.randperm(width, generator=gen).to(torch.float32)
         frac = (0.002, 0.3, 0.03)[row % 3]
-        mask = torch.rand(width, generator=gen) < frac
+        mask = torch.rand(width, generator=gen, dtype=torch.float32) < frac
         return vals.masked_fill(mask, float("nan"))
     if recipe == "peaks":
         # long rows inside the radix kernels' exact envelope: 4096 distinct peaks (1..4096) over a

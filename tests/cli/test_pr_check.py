@@ -35,6 +35,7 @@ def test_drifted_mock():
     with dsa_backend(dsakit.MockModelRunner("target", omit=["max_running_requests"])):
         pass
 """
+TWIN = "\n    def test_backend_builds_again(self):\n        DeepseekSparseAttnBackend(MockModelRunner())\n"
 HIP_BRANCH = "        if _is_hip:\n            max_bs = model_runner.req_to_token_pool.size\n"
 NEW_READ = "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n"
 
@@ -71,12 +72,17 @@ def trees(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
-        pytester: pytest.Pytester, trees: tuple[Path, Path]) -> None:
+        pytester: pytest.Pytester, trees: tuple[Path, Path], tmp_path: Path) -> None:
     base, pr = trees
-    pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED, test_strict=STRICT_SUITE)
+    # SGLang's test lives outside the rootdir (a checkout beside the suite): pytest would name it ''
+    upstream = tmp_path / "upstream" / "test_indexer_shape.py"
+    upstream.parent.mkdir()
+    upstream.write_text(SGLANG_SHAPED + TWIN, encoding="utf-8")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_strict=STRICT_SUITE)
     done = subprocess.run(
         [sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(pr), "--devices", "sm103,gfx942",
-         "--json", "check.json", "--markdown", "check.md", "--", "test_indexer_shape.py", "test_strict.py"],
+         "--json", "check.json", "--markdown", "check.md", "--", str(upstream), "test_strict.py"],
         capture_output=True, text=True, timeout=900, cwd=pytester.path)
     assert done.returncode == 1, done.stdout + done.stderr  # the regression fails the gate
     data = json.loads((pytester.path / "check.json").read_text())
@@ -88,21 +94,31 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     # the hand-written mock's B300 gap fails on both trees, explained
     built = "test_backend_builds"
     assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"
+    assert verdicts[(built, "sm103")]["test"].endswith(
+        "upstream/test_indexer_shape.py::TestBackendFromAHandWrittenRunner::test_backend_builds")  # pytest: "::Test..."
     assert "max_running_requests" in verdicts[(built, "sm103")]["detail"]
     assert "fails on sm100, sm103, sm120" in verdicts[(built, "sm103")]["explanation"]
     assert verdicts[("test_drifted_mock", "sm103")]["verdict"] == "pre-existing"
+    assert data["counts"]["flaky"] == 0 and data["counts"]["skip-change"] == 0, data["counts"]
     added = [r for r in data["reads"] if r["kind"] == "added"]
     assert [(r["path"], r["fires_on"]) for r in added] == [("aiter_num_kv_splits", ["gfx942"])]
-    assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added
+    assert any("MockModelRunner" in b and "gfx942" in b for b in added[0]["breaks"]), added  # the audit's
+    # and the regressions that name it: the strict mock the audit cannot see through a harness
+    assert any(b.startswith("dsakit.MockModelRunner(role=target) in test_strict.py on gfx942 (")
+               for b in added[0]["breaks"]), added
     md = (pytester.path / "check.md").read_text()
-    order = [md.index(h) for h in ("### Regressions", "### model_runner reads the PR adds", "### Pre-existing failures")]
-    assert order == sorted(order), "regressions first, then the new reads, then pre-existing failures"
+    order = [md.index(h) for h in ("### Regressions", "### model_runner reads the PR adds", "### Pre-existing failures",
+                                   "### Skips by reason code")]
+    assert order == sorted(order), "regressions, the new reads, pre-existing failures, then skips"
+    # one row per device and signature: the two tests of the B300 gap share one row
+    assert md.count("'MockModelRunner' object has no attribute 'max_running_requests'") == 1
+    assert verdicts[("test_backend_builds_again", "sm103")]["verdict"] == "pre-existing"
     # only pre-existing failures left (the same tree twice): exit 0
     same = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
-                           "--devices", "sm103", "--", "test_indexer_shape.py"],
+                           "--devices", "sm103", "--", str(upstream)],
                           capture_output=True, text=True, timeout=900, cwd=pytester.path)
     assert same.returncode == 0, same.stdout + same.stderr
-    assert "1 pre-existing" in same.stdout
+    assert "2 pre-existing" in same.stdout
 
 
 def test_bad_input_is_exit_2(tmp_path: Path) -> None:
@@ -119,7 +135,7 @@ def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
     from dsakit.node.pr_vs_base import Run
     from dsakit.pr_check import DeviceCheck, PrCheck, _not_run_groups, verdicts
 
-    skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 | [cuda] needs CUDA"}
+    skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 (/k/sm103-pr-overlay/sglang/a.py:3) | [cuda] needs CUDA"}
     plain = {"outcome": "skipped", "reason": "a suite's own skip"}
     check = DeviceCheck("sm103", "sm103")
     check.base = Run("base", "b", 0, 1.0, tests={"t.py::a": skipped, "t.py::b": plain})
@@ -128,3 +144,66 @@ def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
     groups = _not_run_groups(PrCheck("b", "p", [check], []))
     assert [(g.code, g.uncovered, g.skipped_on) for g in groups] == [
         ("fa3", ("t.py::a",), "sm103 (simulated)"), ("uncoded", ("t.py::b",), "sm103 (simulated)")]
+    assert groups[0].reason == "needs FA3 (sglang/a.py:3)"  # its own sentence, the path in the tree
+
+
+def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_finds_it(
+        pytester: pytest.Pytester, tmp_path: Path) -> None:
+    outside = tmp_path / "upstream" / "test_outside.py"
+    outside.parent.mkdir()
+    outside.write_text("def test_a():\n    assert False\n\n\ndef test_b():\n    pass\n", encoding="utf-8")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_inside="def test_a():\n    pass\n")
+    record = pytester.path / "rec.jsonl"
+    args = ("-p", "no:cacheprovider", "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
+            str(outside), "test_inside.py")
+    pytester.runpytest_subprocess(*args).assert_outcomes(failed=1, passed=2)
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    ids = sorted({r["nodeid"] for r in lines if r["kind"] in ("start", "test")})
+    assert ids == sorted(["test_inside.py::test_a", *(f"{p}::test_{n}" for p in {
+        r["nodeid"].split("::")[0] for r in lines if r.get("pytest_nodeid")} for n in "ab")]), ids
+    located = next(r["nodeid"] for r in lines if r["kind"] == "test" and r["outcome"] == "failed")
+    assert located.endswith("upstream/test_outside.py::test_a"), located  # pytest alone: '::test_a'
+    (pytester.path / "only.txt").write_text(located + "\n")
+    pytester.runpytest_subprocess(*args, "--dsakit-record-only=only.txt").assert_outcomes(failed=1)
+
+
+def test_a_skip_naming_the_two_runs_overlays_or_another_line_is_the_same_skip() -> None:
+    from dsakit.node.pr_vs_base import classify
+
+    def skip(label: str) -> dict[str, dict[str, str]]:
+        return {"t.py::a": {"outcome": "skipped", "reason": "[simulated-kernel-launch] x (called at "
+                            f"/keep/sm90-{label}-overlay/sglang/srt/a.py:1) would launch a kernel"}}
+
+    assert [c.kind for c in classify(skip("base"), skip("pr"))] == ["unchanged"]
+    moved = {"t.py::a": {**skip("pr")["t.py::a"], "reason": skip("pr")["t.py::a"]["reason"].replace(":1)", ":3)")}}
+    assert [c.kind for c in classify(skip("base"), moved)] == ["unchanged"]  # the PR added two lines above
+    other = {"t.py::a": {"outcome": "skipped", "reason": "[cuda] needs CUDA"}}
+    assert [c.kind for c in classify(skip("base"), other)] == ["skip-change"]
+
+
+def test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run() -> None:
+    from dsakit.pr_check import parallel_runs
+
+    assert parallel_runs(8, [], cpus=16) == 8
+    assert parallel_runs(8, ["-n", "4"], cpus=16) == 4
+    assert parallel_runs(8, ["--numprocesses=8"], cpus=16) == 2  # a device's two trees side by side
+    assert parallel_runs(8, ["-n", "auto"], cpus=16) == 2
+    assert parallel_runs(8, [], cpus=2) == 2
+    assert parallel_runs(1, [], cpus=16) == 1
+
+
+def test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1() -> None:
+    from dsakit.node.pr_vs_base import Run
+    from dsakit.pr_check import DeviceCheck, PrCheck, verdicts
+
+    def check(base_exit: int, pr_exit: int) -> PrCheck:
+        one = DeviceCheck("sm103", "sm103")
+        one.base, one.pr = Run("base", "b", base_exit, 1.0), Run("pr", "p", pr_exit, 1.0)
+        one.verdicts = verdicts(one)
+        return PrCheck("b", "p", [one], [])
+
+    assert check(2, 2).exit_code() == 2  # the selection does not collect on either tree
+    assert check(5, 5).exit_code() == 2  # nothing collected
+    assert check(0, 2).exit_code() == 1  # the PR breaks collection
+    assert check(0, 0).exit_code() == 0

@@ -144,6 +144,21 @@ def test_cases_are_deterministic_and_stably_named() -> None:
         get_case("nope")
 
 
+def test_scores_ignore_a_leaked_default_dtype() -> None:
+    # SGLang's test_dsa_indexer.py calls torch.set_default_dtype(torch.bfloat16) and never resets
+    # it: a case generated after it in the same process must still match its golden
+    expected = {case_id: CASES[case_id].scores() for case_id in ("neg-inf-k2048", "nan-k512")}
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        leaked = {case_id: CASES[case_id].scores() for case_id in expected}
+    finally:
+        torch.set_default_dtype(before)
+    for case_id, scores in expected.items():
+        assert torch.equal(scores.isnan(), leaked[case_id].isnan()), case_id
+        assert torch.equal(scores.nan_to_num(0.0), leaked[case_id].nan_to_num(0.0)), case_id
+
+
 def test_page_size_1_table_is_derived_from_the_shuffled_physical_table() -> None:
     case = get_case("target-verify-ps64-k2048")
     t = case.page_tables()
