@@ -178,12 +178,20 @@ def test_kernels_are_guarded_except_on_this_machines_own_arch(monkeypatch: pytes
         pytest.skip("[sglang:dsa-resolve-num-sms] this SGLang's dsa_backend has no resolve_num_sms to guard")
     from dsakit.upstream import device_simulation as sim
 
+    import importlib
+
+    kops = importlib.import_module(sim.KOPS)
     real = vars(dsa)["resolve_num_sms"]
+    bound = {name: vars(module).get(name) for module, name in ((dsa, "deep_gemm"), (kops, "flash_mla_interface"))}
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is not real  # this box is no sm90: guarded
+        assert vars(kops).get("flash_mla_interface") is not bound["flash_mla_interface"]  # a stand-in
     monkeypatch.setattr(sim, "real_device", lambda: sim.simulated_model("sm90"))
     with dsakit.simulate_device("sm90"):
         assert vars(dsa)["resolve_num_sms"] is real
+        # the names its import bound on the real host stay (DeepGEMM, FlashMLA): they are this arch's
+        assert {"deep_gemm": vars(dsa).get("deep_gemm"),
+                "flash_mla_interface": vars(kops).get("flash_mla_interface")} == bound
     with dsakit.simulate_device("sm103"):
         with pytest.raises(sim.SimulatedKernelLaunch, match=r"\[simulated-kernel-launch\].*simulated sm103"):
             vars(dsa)["resolve_num_sms"]()
