@@ -46,6 +46,23 @@ _PYTEST_ARGS = ["-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:unra
                 "-p", "no:threadexception", "-p", "dsakit.plugin", "-p", "syrupy", "--no-header"]
 
 
+# The core, in groups that share focused tests: (modules, tests). Paths are the checkout's layout
+# on 2026-12-01; a module that moved is named by its new path here.
+GROUPS: dict[str, tuple[list[str], list[str]]] = {
+    "mocks": (["mocks/model_runner.py", "mocks/strict_node.py", "mocks/read_log.py", "mocks/runner_scope.py",
+               "contracts/schema.py"],
+              ["tests/test_mock_model_runner.py", "contracts/test_model_runner_contract.py"]),
+    "gates": (["dsakit/gates/table.py"], ["tests/test_gates_table.py", "tests/test_device_model.py"]),
+    "contract_check": (["dsakit/upstream/contract_check.py"], ["tests/test_contract_check.py"]),
+    "checks": (["dsakit/topk/checks.py"], ["tests/test_topk_checks.py", "contracts/test_topk_selection.py"]),
+    "audit": ([f"dsakit/audit/{m}.py" for m in (
+        "attr_tree", "command", "device_guards", "explain", "findings", "guard_eval", "mock_finder",
+        "registry", "release_match", "report", "suite_device", "usage")],
+              ["tests/test_audit.py", "tests/test_audit_guard_eval.py", "tests/test_audit_explain.py",
+               "tests/test_audit_suites.py", "tests/test_audit_precision.py"]),
+}
+
+
 # ---------------------------------------------------------------- mutants (mutmut 2's operators)
 
 @dataclass
@@ -370,8 +387,10 @@ def _end_group(pid: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="+", help="source files to mutate, relative to the checkout root")
-    parser.add_argument("--tests", nargs="+", required=True, help="the focused test files or node ids")
+    parser.add_argument("modules", nargs="*", help="source files to mutate, relative to the checkout root")
+    parser.add_argument("--tests", nargs="+", default=[], help="the focused test files or node ids")
+    parser.add_argument("--group", choices=sorted(GROUPS), default=None,
+                        help="a group of core modules with its focused tests (instead of MODULES --tests)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--max-test-seconds", type=float, default=3.0,
                         help="leave out tests slower than this in the baseline (subprocess runs: "
@@ -379,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every verdict here")
     parser.add_argument("--only-lines", default="", help="MODULE:LINE,... re-test only these mutants")
     args = parser.parse_args(argv)
+    if args.group:
+        if args.modules or args.tests:
+            parser.error("--group names the modules and tests itself: give either --group or MODULES --tests")
+        args.modules, args.tests = GROUPS[args.group]
+    elif not args.modules or not args.tests:
+        parser.error("name the modules to mutate and --tests, or a --group")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.chdir(ROOT)
