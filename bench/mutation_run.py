@@ -28,6 +28,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -72,7 +73,7 @@ class Mutant:
     index: int           # mutmut's index of this mutant on its line
     source: str          # the whole mutated module
     diff: str
-    kind: str            # "string" when only a string literal changed, else "code"
+    kind: str            # "wording" when only a message literal changed, else "code"
     verdict: str = ""
     tests_run: int = 0
     seconds: float = 0.0
@@ -101,12 +102,14 @@ def mutants_of(module: str) -> list[Mutant]:
 
 
 def _kind(before: list[str], after: list[str]) -> str:
+    """"wording" where only a message literal changed (mutmut wraps its body in XX ... XX): two
+    words or more; a short literal (":", " in ", a code) is data the code works with: "code"."""
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     if len(changed) == 1:
         old, new = changed[0]
-        # mutmut's string operator wraps a literal's body in XX ... XX
-        if _strip_xx(new) == old:
-            return "string"
+        literal = re.search(r"""(["'])XX(.*?)XX\1""", new)
+        if _strip_xx(new) == old and literal and len(re.findall(r"[A-Za-z]{2,}", literal.group(2))) >= 2:
+            return "wording"
     return "code"
 
 

@@ -31,6 +31,6 @@ def label(mutant: Any) -> tuple[str, str]:
             return "equivalent", reason
     if mutant.verdict == "no test":
         return "real", "no focused test calls this code"
-    if mutant.kind == "string" and (mutant.module, before) not in DATA_STRINGS:
+    if mutant.kind in ("string", "wording") and (mutant.module, before) not in DATA_STRINGS:
         return "wording", ""
     return "real", ""
