@@ -183,3 +183,46 @@ def test_deleting_or_copying_a_node_on_its_own_is_refused_with_what_to_do_instea
         "attribute from the copy")
     assert (repr(runner), repr(runner.model_config.hf_config)) == (
         "<strict model_runner role=target>", "<strict model_runner.model_config.hf_config role=target>")
+
+
+def test_a_violation_under_a_simulated_device_names_the_device() -> None:
+    from dsakit.gates.device_model import simulated_device
+    from dsakit.upstream.simulated_device import announced
+
+    runner = dsakit.MockModelRunner("target")
+    device = simulated_device("sm100")
+    with announced(device), pytest.raises(dsakit.ContractViolation) as raised:
+        runner.no_such_thing  # noqa: B018
+    assert raised.value.device == device.key == "sm100"
+    site = raised.value.reading_site
+    assert f"read at {site} on simulated sm100 ({device.name}); the real ModelRunner: " in str(raised.value)
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.no_such_thing  # noqa: B018
+    assert raised.value.device == "" and " on simulated " not in str(raised.value)
+
+
+def _small_contract() -> object:
+    from dsakit.contracts.schema import Contract, ContractEntry
+
+    return Contract("small", [
+        ContractEntry("batch", "int", 5, optional=True, readers=("MyBackend.__init__",)),
+        ContractEntry("quiet", "int", 7),  # nobody declared as reading it
+    ])
+
+
+def test_an_optional_attribute_overridden_with_none_reads_none_not_its_default() -> None:
+    assert dsakit.MockModelRunner(contract=_small_contract(), batch=None).batch is None
+    assert dsakit.MockModelRunner(contract=_small_contract()).batch == 5
+
+
+def test_an_omitted_read_names_the_declared_readers_or_says_where_to_look() -> None:
+    runner = dsakit.MockModelRunner(contract=_small_contract(), omit=["batch", "quiet"])
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.batch  # noqa: B018
+    site = raised.value.reading_site
+    assert str(raised.value).startswith(
+        f"model_runner.batch was omitted from this MockModelRunner (role=target) but is read at {site}. "
+        "The role contract declares it (read by: MyBackend.__init__); the real ModelRunner: ")
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.quiet  # noqa: B018
+    assert "The role contract declares it (read by: see the contract); the real ModelRunner: " in str(raised.value)
