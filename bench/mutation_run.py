@@ -1,19 +1,21 @@
-"""Mutation testing of whole core modules, in-process: mutmut 2's mutants, one fork per mutant.
+"""Mutation testing of whole core modules, in one pytest session: mutmut 2's mutants, a fork per mutant.
 
-Owns: the verdict of every mutant of the named modules (killed / timeout / survived / no test reaches
-it) and the per-module table. Must not write into the checkout: a mutant's source is served to the
-forked child through an import hook, never written to disk (bytecode writing is off in the child).
+Owns: the verdict of every mutant of the named modules (killed / timeout / survived / no test
+reaches it) and the per-module table. Must not write into the checkout: a mutant lives only in a
+forked child's memory (bytecode writing is off there).
 
-How one run goes (bench/README.md, "Mutation testing"):
-1. a baseline child runs the focused tests once under a profiler that records which functions of
-   the modules each test calls, and which third-party modules the tests import;
-2. the parent imports those third-party modules (torch, SGLang, syrupy, ...) once;
-3. per mutant the parent forks; the child serves the mutated module, runs `pytest.main` on only the
-   tests that call the mutated function (all passing focused tests for a mutant outside any
-   function: module constants, class bodies, signatures, decorators) with `-x`, and exits; the
-   parent ends the child's process group at the timeout.
-Needs `mutmut<3` importable (it is only used for its operators): install it with `--target` into a
-folder of its own and put that folder on PYTHONPATH.
+One run (bench/README.md, "Mutation testing"): the parent starts pytest on the focused tests,
+collects them once (torch, SGLang, the tests and dsakit imported once) and takes over the test
+loop. A baseline child runs every test under a profiler that records which functions of the
+modules each test calls. Then per mutant the parent forks a child that
+- for a mutant inside a function: swaps that function's code object for the mutated one (every
+  reference to the function, in dsakit or in a test module, sees it) and runs only the tests that
+  call the function, stopping at the first failure;
+- for any other mutant (module constants, class bodies, signatures, decorators) or one whose
+  function is only called while importing: drops everything imported from the checkout, serves the
+  mutated module through an import hook and runs a fresh `pytest.main` on every usable test.
+The parent ends a child's process group at its timeout. Needs `mutmut<3` importable (only its
+operators are used): install it with `--target` into a folder of its own, put that on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -25,34 +27,34 @@ import gc
 import importlib
 import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 _ROOT_PREFIX, _BENCH_PREFIX = str(ROOT) + os.sep, str(ROOT / "bench") + os.sep
-# Plain asserts: pytest's rewriting of the tests and plugins cost most of a child's start; the
-# core modules hold no bare `assert` whose rewritten message a test reads. No plugin autoload:
-# only dsakit's and syrupy's are needed (xdist, pytest-split, randomly would only add start time).
+# Plain asserts: rewriting the tests and plugins was most of a fresh child's start, and the core
+# modules hold no bare `assert` whose rewritten message a test reads. No plugin autoload: only
+# dsakit's and syrupy's are needed (xdist, pytest-split, randomly only add start time).
 _PYTEST_ARGS = ["-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
                 "-p", "no:threadexception", "-p", "dsakit.plugin", "-p", "syrupy", "--no-header"]
-
 
 # The core, in groups that share focused tests: (modules, tests). Paths are the checkout's layout
 # on 2026-12-01; a module that moved is named by its new path here.
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "mocks": (["mocks/model_runner.py", "mocks/strict_node.py", "mocks/read_log.py", "mocks/runner_scope.py",
                "contracts/schema.py"],
-              ["tests/test_mock_model_runner.py", "contracts/test_model_runner_contract.py"]),
+              ["tests/test_mock_model_runner.py", "tests/test_mutation_gaps_mocks.py",
+               "contracts/test_model_runner_contract.py"]),
     "gates": (["dsakit/gates/table.py"], ["tests/test_gates_table.py", "tests/test_device_model.py"]),
     "contract_check": (["dsakit/upstream/contract_check.py"], ["tests/test_contract_check.py"]),
     "checks": (["dsakit/topk/checks.py"], ["tests/test_topk_checks.py", "contracts/test_topk_selection.py"]),
@@ -74,6 +76,7 @@ class Mutant:
     source: str          # the whole mutated module
     diff: str
     kind: str            # "wording" when only a message literal changed, else "code"
+    route: str = ""      # "swap" (code object of one function) or "fresh" (a fresh import)
     verdict: str = ""
     tests_run: int = 0
     seconds: float = 0.0
@@ -96,8 +99,7 @@ def mutants_of(module: str) -> list[Mutant]:
             raise SystemExit(f"{module}: mutant {mid} applied {count} times")
         before, after = original.splitlines(True), str(source).splitlines(True)
         diff = "".join(difflib.unified_diff(before, after, f"a/{module}", f"b/{module}", n=0))
-        found.append(Mutant(module, mid.line_number + 1, mid.index, str(source), diff,
-                            _kind(before, after)))
+        found.append(Mutant(module, mid.line_number + 1, mid.index, str(source), diff, _kind(before, after)))
     return found
 
 
@@ -105,7 +107,7 @@ def _kind(before: list[str], after: list[str]) -> str:
     """"wording" where only a message literal changed (mutmut wraps its body in XX ... XX): two
     words or more; a short literal (":", " in ", a code) is data the code works with: "code"."""
     changed = [(a, b) for a, b in zip(before, after) if a != b]
-    if len(changed) == 1:
+    if len(before) == len(after) and len(changed) == 1:
         old, new = changed[0]
         literal = re.search(r"""(["'])XX(.*?)XX\1""", new)
         if _strip_xx(new) == old and literal and len(re.findall(r"[A-Za-z]{2,}", literal.group(2))) >= 2:
@@ -121,7 +123,7 @@ def _strip_xx(line: str) -> str:
 
 # ---------------------------------------------------------------- which function holds a line
 
-def function_keys(path: Path) -> list[tuple[int, int, int]]:
+def function_spans(path: Path) -> list[tuple[int, int, int]]:
     """(body first line, body last line, code first line) of every function in `path`; the code
     first line is what `co_firstlineno` says (the first decorator's line where decorated)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -133,17 +135,69 @@ def function_keys(path: Path) -> list[tuple[int, int, int]]:
     return spans
 
 
-def enclosing_function(spans: list[tuple[int, int, int]], line: int) -> int | None:
-    """The code first line of the innermost function whose body holds `line`; None where the line
-    runs at import (module level, class bodies, a def's signature and decorators)."""
-    best: tuple[int, int, int] | None = None
-    for span in spans:
-        if span[0] <= line <= span[1] and (best is None or span[0] >= best[0]):
-            best = span
-    return None if best is None else best[2]
+def enclosing(spans: list[tuple[int, int, int]], line: int) -> list[int]:
+    """The code first lines of the functions whose body holds `line`, innermost first; empty where
+    the line runs at import (module level, class bodies, a def's signature and decorators)."""
+    holding = [s for s in spans if s[0] <= line <= s[1]]
+    return [s[2] for s in sorted(holding, key=lambda s: -s[0])]
 
 
-# ---------------------------------------------------------------- serving a mutant in the child
+def live_functions(module: types.ModuleType, filename: str) -> dict[int, list[types.FunctionType]]:
+    """The function objects of `module` by code first line: module functions, methods, static and
+    class methods, properties, and what functools wrappers wrap. Nested functions are not live:
+    the code object of the function around them carries theirs."""
+    found: dict[int, list[types.FunctionType]] = {}
+    seen: set[int] = set()
+
+    def add(obj: Any) -> None:
+        for _ in range(5):  # functools.wraps chains (lru_cache, ...)
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            if isinstance(obj, (staticmethod, classmethod)):
+                obj = obj.__func__
+                continue
+            if isinstance(obj, property):
+                for part in (obj.fget, obj.fset, obj.fdel):
+                    if part is not None:
+                        add(part)
+                return
+            if isinstance(obj, types.FunctionType):
+                if os.path.realpath(obj.__code__.co_filename) == filename:
+                    found.setdefault(obj.__code__.co_firstlineno, []).append(obj)
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is None:
+                return
+            obj = wrapped
+
+    def walk_class(cls: type) -> None:
+        if id(cls) in seen:
+            return
+        seen.add(id(cls))
+        for value in list(vars(cls).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                walk_class(value)
+            else:
+                add(value)
+
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            walk_class(value)
+        else:
+            add(value)
+    return found
+
+
+def codes_by_first_line(code: types.CodeType) -> dict[tuple[int, str], types.CodeType]:
+    found: dict[tuple[int, str], types.CodeType] = {}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found[(const.co_firstlineno, const.co_qualname)] = const
+            found.update(codes_by_first_line(const))
+    return found
+
+
+# ---------------------------------------------------------------- serving a fresh import
 
 class _ServeMutant(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the target module under any name (the import path may go through a symlink) and
@@ -171,44 +225,38 @@ class _ServeMutant(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.source, origin or self.target, "exec", dont_inherit=True), module.__dict__)
 
 
-def _under_root(module: types.ModuleType) -> bool:
+def _from_checkout(module: Any) -> bool:
     file = getattr(module, "__file__", None)
     # no realpath: what loads from the checkout loads through its path (mocks/ and contracts/
     # through dsakit/'s links to them), and thousands of realpath calls cost a child 0.4 s
-    return bool(file) and file.startswith(_ROOT_PREFIX) and not file.startswith(_BENCH_PREFIX)
+    return isinstance(file, str) and file.startswith(_ROOT_PREFIX) and not file.startswith(_BENCH_PREFIX)
 
 
-def _installed(module: types.ModuleType) -> bool:
-    """Built in, the standard library or an installed package: what the parent may import."""
-    file = getattr(module, "__file__", None)
-    if not file:
-        return True
-    real = os.path.realpath(file)
-    return any(real.startswith(os.path.realpath(p) + os.sep) for p in {sys.prefix, sys.base_prefix})
-
-
-def _child_pytest(args: list[str], plugins: list[Any], log: str) -> int:
-    """In a forked child: fresh imports of everything under the checkout, then pytest."""
+def _fresh_pytest(mutant: Mutant, tests: list[str], scratch: Path) -> int:
+    """In a forked child: forget everything imported from the checkout, serve the mutant, run pytest."""
     for name, module in list(sys.modules.items()):
-        if _under_root(module):
+        if _from_checkout(module):
             del sys.modules[name]
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    sys.meta_path.insert(0, _ServeMutant(ROOT / mutant.module, mutant.source))
     import pytest
 
-    return int(pytest.main([*args, "--rootdir", str(ROOT)], plugins=plugins))
+    basetemp = scratch / f"fresh-{os.getpid()}"
+    return int(pytest.main(["-x", *_PYTEST_ARGS, "--rootdir", str(ROOT), "--basetemp", str(basetemp),
+                            "-p", "no:terminal", *tests]))
 
 
-def _fork(run: Any) -> int:
-    """Fork a child that calls `run()` and exits with its return value; returns the child's pid."""
+def _fork(run: Any, log: str) -> int:
+    """Fork a child (its own process group, output to `log`) that exits with `run()`'s value."""
     pid = os.fork()
     if pid == 0:
         code = 3
         try:
             os.setpgid(0, 0)
-            os.chdir(ROOT)
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+            sys.dont_write_bytecode = True
             code = run()
         except BaseException:  # noqa: BLE001 -- whatever happens, the child must not return
             import traceback
@@ -221,169 +269,249 @@ def _fork(run: Any) -> int:
     return pid
 
 
-# ---------------------------------------------------------------- the baseline with coverage
-
-class _Recorder:
-    """Which functions of the target modules each test calls (sys.setprofile: call events only)."""
-
-    def __init__(self, targets: list[Path]) -> None:
-        self.targets = {os.path.realpath(t): str(t.relative_to(ROOT)) for t in targets}
-        self._by_filename: dict[str, str | None] = {}
-        self.current: str | None = None
-        self.calls: dict[str, set[tuple[str, int]]] = {}
-        self.durations: dict[str, float] = {}
-        self.failed: set[str] = set()
-        self.skipped: set[str] = set()
-        self.fixtures: dict[str, list[str]] = {}
-
-    def profile(self, frame: Any, event: str, arg: Any) -> None:
-        if event != "call":
-            return
-        code = frame.f_code
-        filename = code.co_filename
-        module = self._by_filename.get(filename, "")
-        if module == "":
-            module = self.targets.get(os.path.realpath(filename))
-            self._by_filename[filename] = module
-        if module is not None and self.current is not None:
-            self.calls.setdefault(self.current, set()).add((module, code.co_firstlineno))
-
-    def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:
-        self.current = item.nodeid
-        self.fixtures[item.nodeid] = list(getattr(item, "fixturenames", []))
-        return None
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
-        if report.failed:
-            self.failed.add(report.nodeid)
-        if report.skipped:
-            self.skipped.add(report.nodeid)
-
-    def pytest_sessionstart(self, session: Any) -> None:
-        import threading
-
-        sys.setprofile(self.profile)
-        threading.setprofile(self.profile)
-
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
-        import threading
-
-        sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
-
-
-def baseline(targets: list[Path], tests: list[str], scratch: Path) -> dict[str, Any]:
-    out = scratch / "baseline.json"
-
-    def run() -> int:
-        recorder = _Recorder(targets)
-        code = _child_pytest([*_PYTEST_ARGS, *tests], [recorder], str(scratch / "baseline.log"))
-        third_party = [name for name, module in list(sys.modules.items())
-                       if isinstance(module, types.ModuleType) and _installed(module)
-                       and name != "__main__" and not name.startswith("mutmut")]
-        out.write_text(json.dumps({
-            "exit": code, "modules": third_party, "durations": recorder.durations,
-            "failed": sorted(recorder.failed), "skipped": sorted(recorder.skipped),
-            "fixtures": recorder.fixtures,
-            "calls": {t: sorted(c) for t, c in recorder.calls.items()}}), encoding="utf-8")
-        return 0
-
-    pid = _fork(run)
-    _, status = os.waitpid(pid, 0)
-    if not out.exists():
-        log = (scratch / "baseline.log").read_text(errors="replace")[-4000:]
-        raise SystemExit(f"the baseline run died (status {status}):\n{log}")
-    return dict(json.loads(out.read_text(encoding="utf-8")))
-
-
-def prewarm(modules: list[str]) -> int:
-    """Import in the parent what the tests import from outside the checkout, so that every forked
-    child starts with torch, SGLang and pytest already loaded."""
-    loaded = 0
-    for name in modules:
-        if name in sys.modules:
-            continue
-        try:
-            importlib.import_module(name)
-            loaded += 1
-        except BaseException:  # noqa: BLE001 -- a module that only imports in context stays lazy
-            pass
-    return loaded
-
-
-# ---------------------------------------------------------------- running the mutants
-
-def select_tests(mutant: Mutant, spans: list[tuple[int, int, int]], calls: dict[str, set[tuple[str, int]]],
-                 usable: list[str]) -> list[str]:
-    first = enclosing_function(spans, mutant.line)
-    if first is None:
-        return usable
-    key = (mutant.module, first)
-    return [t for t in usable if key in calls.get(t, set())]
-
-
-def run_all(mutants: list[Mutant], selected: list[list[str]], durations: dict[str, float], jobs: int,
-            scratch: Path, progress: Any) -> None:
-    running: dict[int, tuple[int, float, float, str]] = {}  # pid -> (mutant index, start, timeout, log)
-    queue = list(range(len(mutants)))
-    done = 0
-    while queue or running:
-        while queue and len(running) < jobs:
-            n = queue.pop(0)
-            mutant, tests = mutants[n], selected[n]
-            if not tests:
-                mutant.verdict = "no test"
-                done += 1
-                progress(done, mutant)
-                continue
-            log = str(scratch / f"m{n}.log")
-            target = ROOT / mutant.module
-
-            def run(mutant: Mutant = mutant, tests: list[str] = tests, target: Path = target,
-                    log: str = log) -> int:
-                sys.dont_write_bytecode = True
-                sys.meta_path.insert(0, _ServeMutant(target, mutant.source))
-                return _child_pytest(["-x", *_PYTEST_ARGS, *tests], [], log)
-
-            timeout = 10.0 + 4.0 * sum(durations.get(t, 1.0) for t in tests)
-            running[_fork(run)] = (n, time.monotonic(), timeout, log)
-            mutants[n].tests_run = len(tests)
-        time.sleep(0.01)
-        for pid, (n, start, timeout, log) in list(running.items()):
-            finished, status = os.waitpid(pid, os.WNOHANG)
-            elapsed = time.monotonic() - start
-            if finished == 0:
-                if elapsed <= timeout:
-                    continue
-                _end_group(pid)
-                os.waitpid(pid, 0)
-                verdict = "timeout"
-            else:
-                _end_group(pid)  # whatever the tests left running
-                code = os.waitstatus_to_exitcode(status)
-                verdict = {0: "survived", 1: "killed", 2: "killed", 3: "killed"}.get(code, f"exit {code}")
-                if code < 0:
-                    verdict = "killed"  # the mutant crashed the interpreter
-                if code == 5:
-                    raise SystemExit(f"no tests ran for {mutants[n].module}:{mutants[n].line}; see {log}")
-            del running[pid]
-            mutants[n].verdict = verdict
-            mutants[n].seconds = round(elapsed, 2)
-            if verdict != "survived":
-                try:
-                    os.unlink(log)
-                except FileNotFoundError:
-                    pass
-            done += 1
-            progress(done, mutants[n])
-
-
 def _end_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ---------------------------------------------------------------- the pytest session that drives it
+
+class _Profile:
+    """Which functions of the target modules run, per test (sys.setprofile: call events only)."""
+
+    def __init__(self, targets: dict[str, str]) -> None:
+        self.targets = targets  # realpath -> module as named
+        self._by_filename: dict[str, str | None] = {}
+        self.current = "<import>"
+        self.calls: dict[str, set[tuple[str, int]]] = {}
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        code = frame.f_code
+        module = self._by_filename.get(code.co_filename, "")
+        if module == "":
+            module = self.targets.get(os.path.realpath(code.co_filename))
+            self._by_filename[code.co_filename] = module
+        if module is not None:
+            self.calls.setdefault(self.current, set()).add((module, code.co_firstlineno))
+
+    def start(self) -> None:
+        sys.setprofile(self)
+        threading.setprofile(self)
+
+    def stop(self) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+class _Reports:
+    def __init__(self) -> None:
+        self.failed = False
+        self.skipped = False
+        self.seconds = 0.0
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        self.failed |= bool(report.failed)
+        self.skipped |= bool(report.skipped)
+        self.seconds += report.duration
+
+
+def _run_items(session: Any, items: list[Any], stop_on_failure: bool,
+               each: Any = None) -> tuple[int, dict[str, dict[str, Any]]]:
+    """Run `items` through pytest's own protocol (setup, call, teardown; fixtures shared as in a
+    normal run). Returns the exit code (1 on a failure) and per test: failed, skipped, seconds."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    code = 0
+    for n, item in enumerate(items):
+        reports = _Reports()
+        session.config.pluginmanager.register(reports)
+        if each is not None:
+            each(item)
+        try:
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=items[n + 1] if n + 1 < len(items) else None)
+        finally:
+            session.config.pluginmanager.unregister(reports)
+        outcomes[item.nodeid] = {"failed": reports.failed, "skipped": reports.skipped, "seconds": reports.seconds}
+        if reports.failed:
+            code = 1
+            if stop_on_failure:
+                break
+    return code, outcomes
+
+
+class Driver:
+    """A pytest plugin: collection is pytest's; the test loop is the mutation run."""
+
+    def __init__(self, args: argparse.Namespace, scratch: Path) -> None:
+        self.args = args
+        self.scratch = scratch
+        self.targets = {os.path.realpath(ROOT / m): m for m in args.modules}
+        self.profile = _Profile(self.targets)
+        self.table: list[dict[str, Any]] = []
+        self.mutants: list[Mutant] = []
+
+    def pytest_configure(self, config: Any) -> None:
+        self.profile.start()  # calls made while importing and collecting: "<import>"
+
+    def pytest_runtestloop(self, session: Any) -> bool:
+        self.profile.stop()
+        started = time.monotonic()
+        items = list(session.items)
+        by_id = {item.nodeid: item for item in items}
+        base = self.baseline(session, items)
+        usable = [i.nodeid for i in items if i.nodeid in base["outcomes"]
+                  and not base["outcomes"][i.nodeid]["failed"] and not base["outcomes"][i.nodeid]["skipped"]
+                  and base["outcomes"][i.nodeid]["seconds"] <= self.args.max_test_seconds
+                  and "pytester" not in getattr(i, "fixturenames", ())]
+        failed = [t for t, o in base["outcomes"].items() if o["failed"]]
+        print(f"baseline: {len(items)} tests, {len(usable)} used ({len(failed)} failed, "
+              f"{sum(o['skipped'] for o in base['outcomes'].values())} skipped, the rest slower than "
+              f"{self.args.max_test_seconds} s or pytester runs); {time.monotonic() - started:.0f} s", flush=True)
+        for t in failed:
+            print(f"  failed in the baseline (left out): {t}", flush=True)
+        calls = {t: {(m, line) for m, line in c} for t, c in base["calls"].items()}
+        imported = {(m, line) for m, line in self.profile.calls.get("<import>", set())}
+        durations = {t: o["seconds"] for t, o in base["outcomes"].items()}
+        gc.collect()
+        gc.freeze()  # children's collections skip what the parent loaded (and copy less of it)
+
+        wanted = {tuple(x.rsplit(":", 1)) for x in self.args.only_lines.split(",") if x}
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from mutation_triage import label  # bench/mutation_triage.py: the survivors' kinds
+
+        for module in self.args.modules:
+            t0 = time.monotonic()
+            path = ROOT / module
+            mutants = mutants_of(module)
+            if wanted:
+                mutants = [m for m in mutants if (module, str(m.line)) in wanted]
+            loaded = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)
+                      and os.path.realpath(m.__file__) == os.path.realpath(path)]
+            live = live_functions(loaded[0], os.path.realpath(path)) if loaded else {}
+            spans = function_spans(path)
+            plans = [self.plan(m, spans, live, calls, imported, usable) for m in mutants]
+            self.run_mutants(session, mutants, plans, by_id, durations)
+            for m in mutants:
+                if m.verdict not in ("killed", "timeout"):
+                    m.label, m.reason = label(m)
+            row = summarize(module, mutants, time.monotonic() - t0)
+            self.table.append(row)
+            self.mutants.extend(mutants)
+            print(format_row(row), flush=True)
+        print()
+        print(format_table(self.table))
+        print(f"\n{time.monotonic() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f}")
+        return True
+
+    def baseline(self, session: Any, items: list[Any]) -> dict[str, Any]:
+        out = self.scratch / "baseline.json"
+        log = str(self.scratch / "baseline.log")
+
+        def run() -> int:
+            profile = _Profile(self.targets)
+
+            def each(item: Any) -> None:
+                profile.current = item.nodeid
+
+            profile.start()
+            _, outcomes = _run_items(session, items, stop_on_failure=False, each=each)
+            profile.stop()
+            out.write_text(json.dumps({"outcomes": outcomes,
+                                       "calls": {t: sorted(c) for t, c in profile.calls.items()}}), encoding="utf-8")
+            return 0
+
+        pid = _fork(run, log)
+        _, status = os.waitpid(pid, 0)
+        _end_group(pid)
+        if not out.exists():
+            raise SystemExit(f"the baseline run died (status {status}):\n{Path(log).read_text(errors='replace')[-4000:]}")
+        return dict(json.loads(out.read_text(encoding="utf-8")))
+
+    def plan(self, mutant: Mutant, spans: list[tuple[int, int, int]], live: dict[int, list[Any]],
+             calls: dict[str, set[tuple[str, int]]], imported: set[tuple[str, int]],
+             usable: list[str]) -> tuple[str, list[str], Any]:
+        """(route, tests, swap): which tests to run and how the child applies the mutant."""
+        holders = enclosing(spans, mutant.line)
+        if not holders:
+            return "fresh", usable, None
+        key = (mutant.module, holders[0])
+        tests = [t for t in usable if key in calls.get(t, set())]
+        if not tests:
+            return ("fresh", usable, None) if key in imported else ("none", [], None)
+        same_lines = mutant.source.count("\n") == (ROOT / mutant.module).read_text(encoding="utf-8").count("\n")
+        outer = next((first for first in reversed(holders) if first in live), None) if same_lines else None
+        if outer is None:
+            return "fresh", usable, None
+        try:
+            code = compile(mutant.source, live[outer][0].__code__.co_filename, "exec", dont_inherit=True)
+        except SyntaxError:
+            return "fresh", usable, None
+        new = codes_by_first_line(code).get((outer, live[outer][0].__code__.co_qualname))
+        if new is None:
+            return "fresh", usable, None
+        return "swap", tests, (live[outer], new)
+
+    def run_mutants(self, session: Any, mutants: list[Mutant], plans: list[tuple[str, list[str], Any]],
+                    by_id: dict[str, Any], durations: dict[str, float]) -> None:
+        running: dict[int, tuple[int, float, float, str]] = {}  # pid -> (mutant, start, timeout, log)
+        queue = list(range(len(mutants)))
+        while queue or running:
+            while queue and len(running) < self.args.jobs:
+                n = queue.pop(0)
+                mutant, (route, tests, swap) = mutants[n], plans[n]
+                mutant.route, mutant.tests_run = route, len(tests)
+                if route == "none":
+                    mutant.verdict = "no test"
+                    self.progress(mutant)
+                    continue
+                log = str(self.scratch / f"m{n}.log")
+
+                def run(mutant: Mutant = mutant, route: str = route, tests: list[str] = tests,
+                        swap: Any = swap) -> int:
+                    if route == "fresh":
+                        return _fresh_pytest(mutant, tests, self.scratch)
+                    functions, code = swap
+                    for function in functions:
+                        function.__code__ = code
+                    for module in list(sys.modules.values()):  # no answer cached from the original
+                        if _from_checkout(module):
+                            for value in list(vars(module).values()):
+                                if callable(getattr(value, "cache_clear", None)):
+                                    value.cache_clear()
+                    return _run_items(session, [by_id[t] for t in tests], stop_on_failure=True)[0]
+
+                timeout = 10.0 + 4.0 * sum(durations.get(t, 1.0) for t in tests) + (10.0 if route == "fresh" else 0.0)
+                running[_fork(run, log)] = (n, time.monotonic(), timeout, log)
+            time.sleep(0.005)
+            for pid, (n, start, timeout, log) in list(running.items()):
+                finished, status = os.waitpid(pid, os.WNOHANG)
+                elapsed = time.monotonic() - start
+                if finished == 0:
+                    if elapsed <= timeout:
+                        continue
+                    _end_group(pid)
+                    os.waitpid(pid, 0)
+                    verdict = "timeout"
+                else:
+                    _end_group(pid)  # whatever the tests left running
+                    code = os.waitstatus_to_exitcode(status)
+                    # 1: a test failed; 2-4: the mutant broke collection, a conftest or the plugin's
+                    # import; 3 is also the child's own crash code; < 0: it crashed the interpreter
+                    verdict = "survived" if code == 0 else "killed" if code in (1, 2, 3, 4) or code < 0 else f"exit {code}"
+                del running[pid]
+                mutants[n].verdict = verdict
+                mutants[n].seconds = round(elapsed, 2)
+                if verdict != "survived" and not verdict.startswith("exit"):
+                    os.unlink(log) if os.path.exists(log) else None
+                self.progress(mutants[n])
+
+    def progress(self, m: Mutant) -> None:
+        if m.verdict not in ("killed", "timeout"):
+            print(f"{m.verdict:8s} {m.module}:{m.line} #{m.index} ({m.kind}, {m.route}, {m.tests_run} tests, "
+                  f"{m.seconds:.1f} s)\n{m.diff}", flush=True)
 
 
 # ---------------------------------------------------------------- main
@@ -407,70 +535,27 @@ def main(argv: list[str] | None = None) -> int:
         args.modules, args.tests = GROUPS[args.group]
     elif not args.modules or not args.tests:
         parser.error("name the modules to mutate and --tests, or a --group")
+    for module in args.modules:
+        if not (ROOT / module).is_file():
+            parser.error(f"{module}: no such file in {ROOT}; name a module by its path in the checkout")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     os.chdir(ROOT)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    import pytest
 
-    targets = [ROOT / m for m in args.modules]
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dsakit-mutation-") as scratch_dir:
         scratch = Path(scratch_dir)
-        base = baseline(targets, args.tests, scratch)
-        if base["exit"] not in (0, 1):
-            raise SystemExit(f"the focused tests did not run (pytest exit {base['exit']}); "
-                             f"see the baseline log")
-        bad = set(base["failed"]) | set(base["skipped"])
-        slow = {t for t, s in base["durations"].items() if s > args.max_test_seconds}
-        subprocess_runs = {t for t, f in base["fixtures"].items() if "pytester" in f or "testdir" in f}
-        usable = sorted((t for t in base["durations"] if t not in bad | slow | subprocess_runs),
-                        key=lambda t: base["durations"][t])
-        calls = {t: {(m, line) for m, line in c} for t, c in base["calls"].items()}
-        print(f"baseline: {len(base['durations'])} tests, {len(usable)} used "
-              f"({len(bad)} failed or skipped, {len(slow - bad)} slower than {args.max_test_seconds} s, "
-              f"{len(subprocess_runs - bad - slow)} pytester runs left out); "
-              f"{time.monotonic() - started:.0f} s", flush=True)
-        for t in sorted(set(base["failed"])):
-            print(f"  failed in the baseline (left out): {t}", flush=True)
-        loaded = prewarm(base["modules"])
-        gc.collect()
-        gc.freeze()  # the children's collections skip torch's and SGLang's objects (and copy less)
-        print(f"parent: {loaded} modules imported once", flush=True)
-
-        wanted = {tuple(x.rsplit(":", 1)) for x in args.only_lines.split(",") if x}
-        table: list[dict[str, Any]] = []
-        every: list[Mutant] = []
-        for target, module in zip(targets, args.modules):
-            mutants = mutants_of(module)
-            if wanted:
-                mutants = [m for m in mutants if (module, str(m.line)) in wanted]
-            spans = function_keys(target)
-            selected = [select_tests(m, spans, calls, usable) for m in mutants]
-            t0 = time.monotonic()
-
-            def progress(done: int, m: Mutant, total: int = len(mutants)) -> None:
-                if m.verdict not in ("killed", "timeout"):
-                    print(f"[{done}/{total}] {m.verdict:8s} {m.module}:{m.line} #{m.index} ({m.kind}, "
-                          f"{m.tests_run} tests, {m.seconds:.1f} s)\n{m.diff}", flush=True)
-
-            run_all(mutants, selected, base["durations"], args.jobs, scratch, progress)
-            seconds = time.monotonic() - t0
-            from mutation_triage import label  # bench/mutation_triage.py: the survivors' kinds
-
-            for m in mutants:
-                if m.verdict not in ("killed", "timeout"):
-                    m.label, m.reason = label(m)
-            row = summarize(module, mutants, seconds)
-            table.append(row)
-            every.extend(mutants)
-            print(format_row(row), flush=True)
-        print()
-        print(format_table(table))
-        print(f"\n{time.monotonic() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f}")
+        driver = Driver(args, scratch)
+        code = pytest.main([*_PYTEST_ARGS, "-s", "--rootdir", str(ROOT), "--basetemp", str(scratch / "basetemp"),
+                            *args.tests], plugins=[driver])
+        if not driver.table:
+            print(f"pytest exited {code} before the mutation run", file=sys.stderr)
+            return 2
         if args.json:
             args.json.write_text(json.dumps({
-                "tests": args.tests, "table": table,
-                "mutants": [{k: v for k, v in m.__dict__.items() if k != "source"} for m in every]},
+                "tests": args.tests, "table": driver.table,
+                "mutants": [{k: v for k, v in m.__dict__.items() if k != "source"} for m in driver.mutants]},
                 indent=1) + "\n", encoding="utf-8")
     return 0
 
@@ -486,22 +571,22 @@ def summarize(module: str, mutants: list[Mutant], seconds: float) -> dict[str, A
 
 
 def format_row(row: dict[str, Any]) -> str:
-    return (f"| `{row['module']}` | {row['mutants']} | {row['killed']} | {row['wording']} | "
+    name = row["module"] if row["module"].startswith("**") else f"`{row['module']}`"
+    return (f"| {name} | {row['mutants']} | {row['killed']} | {row['wording']} | "
             f"{row['equivalent']} | {row['real']} | {row['score']}% | {row['per_mutant_s']} s |")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = ("| module | mutants | killed | wording left | equivalent | real left | score | s / mutant |\n"
             "|---|---|---|---|---|---|---|---|")
-    total = {"module": "**total**", "mutants": sum(r["mutants"] for r in rows),
-             "killed": sum(r["killed"] for r in rows),
-             **{k: sum(r[k] for r in rows) for k in ("wording", "equivalent", "real")}}
+    total: dict[str, Any] = {"module": "**total**", "mutants": sum(r["mutants"] for r in rows),
+                             "killed": sum(r["killed"] for r in rows),
+                             **{k: sum(r[k] for r in rows) for k in ("wording", "equivalent", "real")}}
     counted = total["mutants"] - total["equivalent"]
     total["score"] = round(100 * total["killed"] / counted, 1) if counted else 100.0
     total["per_mutant_s"] = round(sum(r["seconds"] for r in rows) / max(1, total["mutants"]), 2)
-    return "\n".join([head, *(format_row(r) for r in rows), format_row(total).replace("`**", "**").replace("**`", "**")])
+    return "\n".join([head, *(format_row(r) for r in rows), format_row(total)])
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())
