@@ -57,7 +57,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/test_mutation_gaps_runner_scope.py",
                "contracts/test_model_runner_contract.py"]),
     "gates": (["dsakit/gates/table.py"], ["tests/test_gates_table.py", "tests/test_device_model.py"]),
-    "contract_check": (["dsakit/upstream/contract_check.py"], ["tests/test_contract_check.py"]),
+    "contract_check": (["dsakit/upstream/contract_check.py"],
+                       ["tests/test_contract_check.py", "tests/test_mutation_gaps_contract_check.py"]),
     "checks": (["dsakit/topk/checks.py"], ["tests/test_topk_checks.py", "contracts/test_topk_selection.py"]),
     "audit": ([f"dsakit/audit/{m}.py" for m in (
         "attr_tree", "command", "device_guards", "explain", "findings", "guard_eval", "mock_finder",
