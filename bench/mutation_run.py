@@ -56,7 +56,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
               ["tests/test_mock_model_runner.py", "tests/test_mutation_gaps_mocks.py",
                "tests/test_mutation_gaps_runner_scope.py",
                "contracts/test_model_runner_contract.py"]),
-    "gates": (["dsakit/gates/table.py"], ["tests/test_gates_table.py", "tests/test_device_model.py"]),
+    "gates": (["dsakit/gates/table.py"],
+              ["tests/test_gates_table.py", "tests/test_device_model.py", "tests/test_mutation_gaps_gates.py"]),
     "contract_check": (["dsakit/upstream/contract_check.py"],
                        ["tests/test_contract_check.py", "tests/test_mutation_gaps_contract_check.py"]),
     "checks": (["dsakit/topk/checks.py"], ["tests/test_topk_checks.py", "contracts/test_topk_selection.py"]),
@@ -271,6 +272,18 @@ def _fork(run: Any, log: str) -> int:
     return pid
 
 
+def _clear_caches() -> None:
+    """Empty the functools caches of everything imported from the checkout."""
+    for module in list(sys.modules.values()):
+        if _from_checkout(module):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)) and not isinstance(value, type):
+                    try:
+                        value.cache_clear()
+                    except TypeError:
+                        pass
+
+
 def _end_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -416,6 +429,9 @@ class Driver:
             profile = _Profile(self.targets)
 
             def each(item: Any) -> None:
+                # every test that needs a cached answer computes it afresh: a test counts as calling
+                # the function behind a cache (the gate table, ...) even where an earlier one filled it
+                _clear_caches()
                 profile.current = item.nodeid
 
             profile.start()
@@ -478,11 +494,7 @@ class Driver:
                     functions, code = swap
                     for function in functions:
                         function.__code__ = code
-                    for module in list(sys.modules.values()):  # no answer cached from the original
-                        if _from_checkout(module):
-                            for value in list(vars(module).values()):
-                                if callable(getattr(value, "cache_clear", None)):
-                                    value.cache_clear()
+                    _clear_caches()  # no answer cached from the original code
                     return _run_items(session, [by_id[t] for t in tests], stop_on_failure=True)[0]
 
                 timeout = 10.0 + 4.0 * sum(durations.get(t, 1.0) for t in tests) + (10.0 if route == "fresh" else 0.0)
