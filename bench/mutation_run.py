@@ -60,7 +60,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
               ["tests/test_gates_table.py", "tests/test_device_model.py", "tests/test_mutation_gaps_gates.py"]),
     "contract_check": (["dsakit/upstream/contract_check.py"],
                        ["tests/test_contract_check.py", "tests/test_mutation_gaps_contract_check.py"]),
-    "checks": (["dsakit/topk/checks.py"], ["tests/test_topk_checks.py", "contracts/test_topk_selection.py"]),
+    "checks": (["dsakit/topk/checks.py"],
+               ["tests/test_topk_checks.py", "tests/test_mutation_gaps_checks.py", "contracts/test_topk_selection.py"]),
     "audit": ([f"dsakit/audit/{m}.py" for m in (
         "attr_tree", "command", "device_guards", "explain", "findings", "guard_eval", "mock_finder",
         "registry", "release_match", "report", "suite_device", "usage")],
