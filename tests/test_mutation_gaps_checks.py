@@ -97,3 +97,62 @@ def test_nan_slot_fillers_below_the_best_unselected_score_are_allowed_once_per_n
     # nothing left unselected: no filler can be out of order
     assert check_topk(_i([[3, 1, 2]]), _f([[NAN, 1, 2, 9]]), _i([4]), 3, nan_slot_filler=True).ok
     assert not check_topk(_i([[3, 1, 2]]), scores, _i([5]), 3).ok  # without the flag: an order bug
+
+
+def test_a_comparison_of_different_row_counts_is_one_shape_problem() -> None:
+    report = compare_topk(_i([[0, 1], [0, 1]]), _i([[0, 1]]), _f([[9.0, 8], [9.0, 8]]), _i([2, 2]))
+    [problem] = report.problems
+    assert (problem.row, problem.code, problem.message) == (-1, "shape", "actual has 2 rows, expected 1")
+
+
+def test_coarse_bins_are_the_order_preserving_fp16_key() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import coarse_bins
+
+    # fp16 bits: +0.0 0x0000, -0.0 0x8000, 1.0 0x3C00, -1.0 0xBC00, 2.0 0x4000, +inf 0x7C00
+    values = torch.tensor([-1.0, -0.0, 0.0, 1.0, 2.0, float("inf")])
+    assert coarse_bins(values, 16).tolist() == [0xFFFF - 0xBC00, 0xFFFF - 0x8000, 0x8000, 0xBC00, 0xC000, 0xFC00]
+    assert coarse_bins(values, 8).tolist() == [0x43, 0x7F, 0x80, 0xBC, 0xC0, 0xFC]
+    assert coarse_bins(values, 1).tolist() == [0, 0, 1, 1, 1, 1]
+    for bits in (0, 17):
+        with pytest.raises(UsageError, match=rf"^coarse key bits must be in 1\.\.16, got {bits}$"):
+            coarse_bins(values, bits)
+
+
+def _buffer(rank: str, capacity: int = 2):
+    from dsakit.topk.checks import CandidateBuffer
+
+    return CandidateBuffer("test kernel", 8, capacity, rank, "here")
+
+
+def test_candidate_overflow_finds_threshold_bins_holding_more_distinct_scores_than_kept() -> None:
+    from dsakit.topk.checks import candidate_overflow
+
+    # 1.0 .. 1.003 share one 8-bit bin; 5.0 and 6.0 sit in bins of their own, above it
+    row = [[1.0, 1.001, 1.002, 1.003, 5.0, 6.0]]
+    [overflow] = candidate_overflow(_buffer("k"), _f(row), _i([6]), 3)
+    assert (overflow.row, overflow.bin, overflow.population, overflow.capacity, overflow.distinct) == (0, 0xBC, 4, 2, 4)
+    assert overflow.describe() == "row 0: threshold bin 0xbc of the 8-bit fp16 key holds 4 scores (4 distinct) > 2 kept"
+    assert candidate_overflow(_buffer("k+1"), _f(row), _i([6]), 3)[0].bin == 0xBC
+    # k=2: the v2 JIT's threshold is 5.0's bin (one member); sgl-kernel's (k+1) is the 1.00x bin,
+    # but the two bins above it hold exactly k, so it selects them outright and buffers nothing
+    assert candidate_overflow(_buffer("k"), _f(row), _i([6]), 2) == []
+    assert candidate_overflow(_buffer("k+1"), _f(row), _i([6]), 2) == []
+    assert candidate_overflow(_buffer("k", capacity=4), _f(row), _i([6]), 3) == []  # all kept
+    # two distinct scores in the bin are enough to mis-select; one (all equal) never is
+    assert candidate_overflow(_buffer("k"), _f([[1.0, 1.0, 1.001, 5.0, 6.0]]), _i([5]), 3)[0].distinct == 2
+    assert candidate_overflow(_buffer("k"), _f([[1.0, 1.0, 1.0, 5.0, 6.0]]), _i([5]), 3) == []
+    # a row no longer than k takes the kernels' trivial path
+    assert candidate_overflow(_buffer("k", capacity=1), _f([[1.0, 1.001, 1.002]]), _i([3]), 3) == []
+    # a wider key per row splits the bin
+    assert candidate_overflow(_buffer("k"), _f(row), _i([6]), 3, bits_per_row=[16]) == []
+
+
+def test_has_nan_is_exact_for_infinities_single_values_and_empty_windows() -> None:
+    from dsakit.topk.checks import _has_nan
+
+    assert _has_nan(torch.tensor([float("inf"), float("-inf")])) is False  # sums to NaN, holds none
+    assert _has_nan(torch.tensor([NAN])) is True
+    assert _has_nan(torch.tensor([1.0, NAN])) is True
+    assert _has_nan(torch.tensor([], dtype=torch.float32)) is False
+    assert _has_nan(torch.tensor([1, 2])) is False
