@@ -62,9 +62,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                        ["tests/test_contract_check.py", "tests/test_mutation_gaps_contract_check.py"]),
     "checks": (["dsakit/topk/checks.py"],
                ["tests/test_topk_checks.py", "tests/test_mutation_gaps_checks.py", "contracts/test_topk_selection.py"]),
-    "audit": ([f"dsakit/audit/{m}.py" for m in (
-        "attr_tree", "command", "device_guards", "explain", "findings", "guard_eval", "mock_finder",
-        "registry", "release_match", "report", "suite_device", "usage")],
+    "audit": ([f"dsakit/audit/{m}.py" for m in (  # smallest first
+        "explain", "attr_tree", "guard_eval", "release_match", "command", "registry", "findings",
+        "suite_device", "device_guards", "report", "usage", "mock_finder")],
               ["tests/test_audit.py", "tests/test_audit_guard_eval.py", "tests/test_audit_explain.py",
                "tests/test_audit_suites.py", "tests/test_audit_precision.py"]),
 }
@@ -417,10 +417,18 @@ class Driver:
             self.table.append(row)
             self.mutants.extend(mutants)
             print(format_row(row), flush=True)
+            self.write_json()  # after each module: a stopped run keeps what it measured
         print()
         print(format_table(self.table))
         print(f"\n{time.monotonic() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f}")
         return True
+
+    def write_json(self) -> None:
+        if self.args.json:
+            self.args.json.write_text(json.dumps({
+                "tests": self.args.tests, "table": self.table,
+                "mutants": [{k: v for k, v in m.__dict__.items() if k != "source"} for m in self.mutants]},
+                indent=1) + "\n", encoding="utf-8")
 
     def baseline(self, session: Any, items: list[Any]) -> dict[str, Any]:
         out = self.scratch / "baseline.json"
@@ -567,11 +575,6 @@ def main(argv: list[str] | None = None) -> int:
         if not driver.table:
             print(f"pytest exited {code} before the mutation run", file=sys.stderr)
             return 2
-        if args.json:
-            args.json.write_text(json.dumps({
-                "tests": args.tests, "table": driver.table,
-                "mutants": [{k: v for k, v in m.__dict__.items() if k != "source"} for m in driver.mutants]},
-                indent=1) + "\n", encoding="utf-8")
     return 0
 
 
