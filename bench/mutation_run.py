@@ -273,16 +273,26 @@ def _fork(run: Any, log: str) -> int:
     return pid
 
 
-def _clear_caches() -> None:
-    """Empty the functools caches of everything imported from the checkout."""
+def _clear_caches(files: set[str], tables_only: bool) -> None:
+    """Empty the functools caches defined in `files` (the modules under test); with `tables_only`
+    only those of functions without arguments (the gate table, ...), whose one answer every later
+    test would otherwise read without calling the function."""
+    import inspect
+
     for module in list(sys.modules.values()):
-        if _from_checkout(module):
-            for value in list(vars(module).values()):
-                if callable(getattr(value, "cache_clear", None)) and not isinstance(value, type):
-                    try:
-                        value.cache_clear()
-                    except TypeError:
-                        pass
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str) or not _from_checkout(module) or os.path.realpath(file) not in files:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) or not callable(getattr(value, "cache_clear", None)):
+                continue
+            if tables_only:
+                try:
+                    if inspect.signature(value).parameters:
+                        continue
+                except (TypeError, ValueError):
+                    continue
+            value.cache_clear()
 
 
 def _end_group(pid: int) -> None:
@@ -438,9 +448,10 @@ class Driver:
             profile = _Profile(self.targets)
 
             def each(item: Any) -> None:
-                # every test that needs a cached answer computes it afresh: a test counts as calling
-                # the function behind a cache (the gate table, ...) even where an earlier one filled it
-                _clear_caches()
+                # a test counts as calling the function behind a cached table (the gate table, ...)
+                # even where an earlier test filled the cache; caches taking arguments (a scan of a
+                # tree) stay: emptying them would make every test rescan
+                _clear_caches(set(self.targets), tables_only=True)
                 profile.current = item.nodeid
 
             profile.start()
@@ -503,7 +514,7 @@ class Driver:
                     functions, code = swap
                     for function in functions:
                         function.__code__ = code
-                    _clear_caches()  # no answer cached from the original code
+                    _clear_caches(set(self.targets), tables_only=False)  # no answer cached from the original code
                     return _run_items(session, [by_id[t] for t in tests], stop_on_failure=True)[0]
 
                 timeout = 10.0 + 4.0 * sum(durations.get(t, 1.0) for t in tests) + (10.0 if route == "fresh" else 0.0)
