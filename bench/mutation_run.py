@@ -65,7 +65,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "audit": ([f"dsakit/audit/{m}.py" for m in (  # smallest first
         "explain", "attr_tree", "guard_eval", "release_match", "command", "registry", "findings",
         "suite_device", "device_guards", "report", "usage", "mock_finder")],
-              ["tests/test_audit.py", "tests/test_audit_guard_eval.py", "tests/test_audit_explain.py",
+              ["tests/test_audit.py", "tests/test_mutation_gaps_audit.py", "tests/test_audit_guard_eval.py",
+               "tests/test_audit_explain.py",
                "tests/test_audit_suites.py", "tests/test_audit_precision.py"]),
 }
 
