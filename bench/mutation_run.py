@@ -54,7 +54,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "mocks": (["mocks/model_runner.py", "mocks/strict_node.py", "mocks/read_log.py", "mocks/runner_scope.py",
                "contracts/schema.py"],
               ["tests/test_mock_model_runner.py", "tests/test_mutation_gaps_mocks.py",
-               "tests/test_mutation_gaps_runner_scope.py",
+               "tests/test_mutation_gaps_runner_scope.py", "tests/test_mutation_gaps_schema.py",
                "contracts/test_model_runner_contract.py"]),
     "gates": (["dsakit/gates/table.py"],
               ["tests/test_gates_table.py", "tests/test_device_model.py", "tests/test_mutation_gaps_gates.py"]),
