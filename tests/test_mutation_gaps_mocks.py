@@ -226,3 +226,17 @@ def test_an_omitted_read_names_the_declared_readers_or_says_where_to_look() -> N
     with pytest.raises(dsakit.ContractViolation) as raised:
         runner.quiet  # noqa: B018
     assert "The role contract declares it (read by: see the contract); the real ModelRunner: " in str(raised.value)
+
+
+def test_an_undeclared_read_below_a_namespace_asks_for_the_assignment_site() -> None:
+    runner = dsakit.MockModelRunner("target")
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        runner.model_config.no_such  # noqa: B018 - ModelRunner sets model_config, not this
+    assert f"\n{_UNKNOWN_SET_BY}\n" in str(raised.value)
+
+
+def test_listing_a_runner_keeps_what_was_written() -> None:
+    runner = dsakit.MockModelRunner("target")
+    runner.page_size = 5
+    assert "page_size" in dir(runner)
+    assert runner.page_size == 5
