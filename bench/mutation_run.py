@@ -563,7 +563,13 @@ def main(argv: list[str] | None = None) -> int:
                              "they never see the mutant anyway)")
     parser.add_argument("--json", type=Path, default=None, help="write every verdict here")
     parser.add_argument("--only-lines", default="", help="MODULE:LINE,... re-test only these mutants")
+    parser.add_argument("--table-from", nargs="+", type=Path, default=None, metavar="JSON",
+                        help="print one table from earlier --json files (a later file's module wins), "
+                             "survivors labelled by today's bench/mutation_triage.py")
     args = parser.parse_args(argv)
+    if args.table_from:
+        print(table_from(args.table_from))
+        return 0
     if args.group:
         if args.modules or args.tests:
             parser.error("--group names the modules and tests itself: give either --group or MODULES --tests")
@@ -588,6 +594,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pytest exited {code} before the mutation run", file=sys.stderr)
             return 2
     return 0
+
+
+def table_from(files: list[Path]) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from mutation_triage import label
+
+    by_module: dict[str, tuple[list[Mutant], float]] = {}
+    for file in files:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        seconds = {row["module"]: row["seconds"] for row in data["table"]}
+        mutants: dict[str, list[Mutant]] = {}
+        for record in data["mutants"]:
+            mutant = Mutant(**{**record, "source": ""})
+            if mutant.verdict not in ("killed", "timeout"):
+                mutant.label, mutant.reason = label(mutant)
+            mutants.setdefault(mutant.module, []).append(mutant)
+        for module, found in mutants.items():
+            by_module[module] = (found, seconds.get(module, 0.0))
+    rows = [summarize(module, found, seconds) for module, (found, seconds) in by_module.items()]
+    return format_table(rows)
 
 
 def summarize(module: str, mutants: list[Mutant], seconds: float) -> dict[str, Any]:
