@@ -417,7 +417,10 @@ class Driver:
                 mutants = [m for m in mutants if (module, str(m.line)) in wanted]
             loaded = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)
                       and os.path.realpath(m.__file__) == os.path.realpath(path)]
-            live = live_functions(loaded[0], os.path.realpath(path)) if loaded else {}
+            live: dict[int, list[Any]] = {}
+            for copy in loaded:  # the same file may be loaded under two names: swap in every copy
+                for first, functions in live_functions(copy, os.path.realpath(path)).items():
+                    live.setdefault(first, []).extend(functions)
             spans = function_spans(path)
             plans = [self.plan(m, spans, live, calls, imported, usable) for m in mutants]
             self.run_mutants(session, mutants, plans, by_id, durations)
@@ -518,7 +521,9 @@ class Driver:
                     _clear_caches(set(self.targets), tables_only=False)  # no answer cached from the original code
                     return _run_items(session, [by_id[t] for t in tests], stop_on_failure=True)[0]
 
-                timeout = 10.0 + 4.0 * sum(durations.get(t, 1.0) for t in tests) + (10.0 if route == "fresh" else 0.0)
+                # generous: on 2 loaded cores a child running 160 tests has taken 30 s; a timeout
+                # counts as killed, so a tight one would inflate the score
+                timeout = 30.0 + 10.0 * sum(durations.get(t, 1.0) for t in tests) + (20.0 if route == "fresh" else 0.0)
                 running[_fork(run, log)] = (n, time.monotonic(), timeout, log)
             time.sleep(0.005)
             for pid, (n, start, timeout, log) in list(running.items()):
@@ -621,14 +626,15 @@ def summarize(module: str, mutants: list[Mutant], seconds: float) -> dict[str, A
     survivors = [m for m in mutants if m.verdict not in ("killed", "timeout")]
     kinds = {k: sum(m.label == k for m in survivors) for k in ("wording", "equivalent", "real")}
     counted = len(mutants) - kinds["equivalent"]
-    return {"module": module, "mutants": len(mutants), "killed": killed, **kinds,
+    return {"module": module, "mutants": len(mutants), "killed": killed,
+            "timeouts": sum(m.verdict == "timeout" for m in mutants), **kinds,
             "score": round(100 * killed / counted, 1) if counted else 100.0,
             "seconds": round(seconds), "per_mutant_s": round(seconds / max(1, len(mutants)), 2)}
 
 
 def format_row(row: dict[str, Any]) -> str:
     name = row["module"] if row["module"].startswith("**") else f"`{row['module']}`"
-    return (f"| {name} | {row['mutants']} | {row['killed']} | {row['wording']} | "
+    return (f"| {name} | {row['mutants']} | {row['killed']} ({row.get('timeouts', 0)} timeouts) | {row['wording']} | "
             f"{row['equivalent']} | {row['real']} | {row['score']}% | {row['per_mutant_s']} s |")
 
 
@@ -636,7 +642,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     head = ("| module | mutants | killed | wording left | equivalent | real left | score | s / mutant |\n"
             "|---|---|---|---|---|---|---|---|")
     total: dict[str, Any] = {"module": "**total**", "mutants": sum(r["mutants"] for r in rows),
-                             "killed": sum(r["killed"] for r in rows),
+                             "killed": sum(r["killed"] for r in rows), "timeouts": sum(r.get("timeouts", 0) for r in rows),
                              **{k: sum(r[k] for r in rows) for k in ("wording", "equivalent", "real")}}
     counted = total["mutants"] - total["equivalent"]
     total["score"] = round(100 * total["killed"] / counted, 1) if counted else 100.0

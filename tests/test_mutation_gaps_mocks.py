@@ -240,3 +240,30 @@ def test_listing_a_runner_keeps_what_was_written() -> None:
     runner.page_size = 5
     assert "page_size" in dir(runner)
     assert runner.page_size == 5
+
+
+def test_a_default_read_twice_is_the_same_value() -> None:
+    runner = dsakit.MockModelRunner("target")
+    first = runner.max_running_requests
+    assert runner.max_running_requests == first == 64
+    assert runner.model_config.hf_config is runner.model_config.hf_config
+
+
+def test_copying_probes_dunder_names_without_logging_contract_reads() -> None:
+    runner = dsakit.MockModelRunner("target")
+    runner.model_config.context_len  # noqa: B018 - build a level below the runner
+    copy.deepcopy(runner)
+    copy.copy(runner)
+    assert read_log.contract_reads() == []
+    with pytest.raises(AttributeError) as raised:
+        runner.__array_interface__  # noqa: B018 - numpy's probe
+    assert type(raised.value) is AttributeError
+
+
+def test_a_soft_read_without_a_default_raises_the_soft_read_violation() -> None:
+    runner = dsakit.MockModelRunner("draft")
+    with pytest.raises(dsakit.ContractViolation) as raised:
+        getattr(runner, "no_such_soft")  # noqa: B009 - the soft-read form the mock recognises
+    assert raised.value.code == "contract-soft-read" and raised.value.attribute == "no_such_soft"
+    assert str(raised.value) == "model_runner.no_such_soft is not in the role contract (soft read)"
+    assert [r.kind for r in read_log.contract_reads()] == [read_log.SOFT]
