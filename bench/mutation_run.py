@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every verdict here")
     parser.add_argument("--only-lines", default="", help="MODULE:LINE,... re-test only these mutants")
     parser.add_argument("--table-from", nargs="+", type=Path, default=None, metavar="JSON",
-                        help="print one table from earlier --json files (a later file's module wins), "
+                        help="print one table from earlier --json files (a later file's verdict wins), "
                              "survivors labelled by today's bench/mutation_triage.py")
     args = parser.parse_args(argv)
     if args.table_from:
@@ -602,22 +602,25 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table_from(files: list[Path]) -> str:
+    """One table from earlier runs: a mutant's verdict in a later file wins (a re-test of the
+    survivors with --only-lines after adding tests), its module's seconds add up."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from mutation_triage import label
 
-    by_module: dict[str, tuple[list[Mutant], float]] = {}
+    verdicts: dict[str, dict[tuple[int, int], Mutant]] = {}
+    seconds: dict[str, float] = {}
     for file in files:
         data = json.loads(file.read_text(encoding="utf-8"))
-        seconds = {row["module"]: row["seconds"] for row in data["table"]}
-        mutants: dict[str, list[Mutant]] = {}
+        for row in data["table"]:
+            seconds[row["module"]] = seconds.get(row["module"], 0.0) + row["seconds"]
         for record in data["mutants"]:
             mutant = Mutant(**{**record, "source": ""})
-            if mutant.verdict not in ("killed", "timeout"):
-                mutant.label, mutant.reason = label(mutant)
-            mutants.setdefault(mutant.module, []).append(mutant)
-        for module, found in mutants.items():
-            by_module[module] = (found, seconds.get(module, 0.0))
-    rows = [summarize(module, found, seconds) for module, (found, seconds) in by_module.items()]
+            verdicts.setdefault(mutant.module, {})[(mutant.line, mutant.index)] = mutant
+    rows = []
+    for module, found in verdicts.items():
+        for mutant in found.values():
+            mutant.label, mutant.reason = ("", "") if mutant.verdict in ("killed", "timeout") else label(mutant)
+        rows.append(summarize(module, list(found.values()), seconds[module]))
     return format_table(rows)
 
 
