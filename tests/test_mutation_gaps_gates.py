@@ -95,3 +95,42 @@ TEXTS = {
 def test_each_gate_says_what_it_needs_and_what_covers_the_case(code: str) -> None:
     gate = gate_table()[code]
     assert (gate.requirement, gate.covered_by) == TEXTS[code]
+
+
+def test_capability_expressions_build_gates_with_their_own_sentences() -> None:
+    from dsakit.gates.table import parse_expression
+
+    other = "other devices run the tests without this gate"
+    expected = {
+        "sm~10": ("sm~10", "the SM 10.x family on NVIDIA"),
+        "sm>=9.0": ("sm>=9.0", "SM 9.0 or later on NVIDIA"),
+        "sm==10.3": ("sm==10.3", "exactly SM 10.3 on NVIDIA"),
+        "gfx in gfx942, gfx950": ("gfx in gfx942,gfx950", "an AMD GPU with arch gfx942 or gfx950"),
+    }
+    for text, (code, requirement) in expected.items():
+        gate = parse_expression(text)
+        assert (gate.code, gate.kind, gate.requirement, gate.covered_by) == (code, "expression", requirement, other)
+
+
+def test_bad_capability_expressions_say_what_is_wrong_and_the_syntax() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.gates.table import EXPRESSION_SYNTAX, parse_expression, validate_codes
+
+    for text, message in (("sm~10.0", "bad capability expression 'sm~10.0': 'sm~' takes a major only (sm~10); "),
+                          ("sm>=9", "bad capability expression 'sm>=9': '>=' needs MAJOR.MINOR (e.g. sm>=9.0); "),
+                          ("sm<9.0", "bad capability expression 'sm<9.0'; ")):
+        with pytest.raises(UsageError) as raised:
+            parse_expression(text)
+        assert str(raised.value) == message + EXPRESSION_SYNTAX
+    with pytest.raises(UsageError) as raised:
+        validate_codes([7])  # type: ignore[list-item]
+    assert str(raised.value) == "dsakit gate codes are strings, got 7"
+
+
+def test_gates_that_never_open_together_are_explained_with_every_known_device() -> None:
+    from dsakit.gates.table import never_open_explanation
+
+    assert never_open_explanation(["fa3", "cuda"]) is None
+    assert never_open_explanation(["fa3", "aiter"]) == (
+        f"gates fa3, aiter can never open together on any known device ({', '.join(SIMULATED)}): the tests "
+        "behind them are skipped everywhere; split the parametrization or fix the capability requirement")
