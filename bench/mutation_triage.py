@@ -12,6 +12,7 @@ from typing import Any
 # (module, the line before, the line after, why no test can tell them apart); lines stripped
 _SN = "mocks/strict_node.py"
 _SET_BY = 'set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"'
+_CC = "dsakit/upstream/contract_check.py"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
     (_SN, "frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame",
      "frame: Any = sys._getframe(2)  # FrameType | None once it walks past the outermost frame",
@@ -29,6 +30,21 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "a fast path: without it Role.parse falls through to the Enum lookup, which gives the same Role"),
     ("contracts/schema.py", "role = _ROLES_BY_VALUE.get(name) if type(name) is str else None", "role = None",
      "a fast path: without it Role.parse falls through to the Enum lookup, which gives the same Role"),
+    (_CC, 'for end in range(len(parts) - 1, 0, -1):',
+     'for end in range(len(parts) + 1, 0, -1):',
+     'the extra first steps look up the full path (already known absent) and a longer one: the same answer'),
+    (_CC, 'return "(part of " + str(entry.path).split(".", 1)[0] + ")"',
+     'return "(part of " + str(entry.path).split(".", 2)[0] + ")"',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'top = entry.path.split(".", 1)[0]',
+     'top = entry.path.split(".", 2)[0]',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'set_by = str(self.assignments.get(path.split(".", 1)[0], "NEVER"))',
+     'set_by = str(self.assignments.get(path.split(".", 2)[0], "NEVER"))',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'text += " via " + _short(read.via[0].split(" ", 1)[0])',
+     'text += " via " + _short(read.via[0].split(" ", 2)[0])',
+     'the first part of a split is the same whatever the split count'),
 ]
 
 # (module, the line before): string literals on these lines are data, not wording

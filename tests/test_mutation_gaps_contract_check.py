@@ -161,3 +161,30 @@ def test_backend_sets_finds_every_assignment_to_the_runner_by_path_and_function(
     assert where == {"my_cache": [(3, "Backend.__init__")], "page_size": [(4, "Backend.__init__")],
                      "model_config.dtype": [(5, "Backend.__init__")], "late": [(12, "Backend.Inner.go")]}
     assert {s.site.file for sets in found.values() for s in sets} == {str(backend / "attn.py")}
+
+
+def test_a_finding_as_json_has_every_field() -> None:
+    finding = _result().findings[0]
+    assert finding.as_dict() == {"code": "read-not-in-contract", "severity": "failure", "subject": "brand_new",
+                                 "message": finding.message, "sites": [f"{D}:12", f"{D}:13"]}
+    assert _result().as_dict()["counts"] == _result().counts()
+
+
+def test_a_guard_naming_device_and_role_is_both_and_a_plain_guard_is_config() -> None:
+    reads = [RunnerRead("page_size", site(1), "f", soft=True, guards=("is_sm100_supported() and self.is_draft",)),
+             RunnerRead("page_size", site(2), "f", guards=("self.enabled",))]
+    messages = [f.message for f in cc.find_drift(CONTRACT, reads, ASSIGN, "9.9.9") if f.code == "conditional-read"]
+    assert "(hardware/role-conditional)" in messages[0] and "(config-conditional)" in messages[1]
+    table = cc.CheckResult(RELEASE, CONTRACT, reads, ASSIGN, []).table()  # type: ignore[arg-type]
+    assert "dsa/backend.py:1 [soft,hw,role] if is_sm100_supported() and self.is_draft" in table
+
+
+def test_a_read_below_a_nested_namespace_names_the_innermost_namespace() -> None:
+    contract = Contract("nested", [ContractEntry("model_config", "namespace"),
+                                   ContractEntry("model_config.hf_config", "namespace")])
+    [finding] = [f for f in cc.find_drift(contract, [RunnerRead("model_config.hf_config.new", site(3), "f")], {},
+                                          "9.9.9") if f.code == "read-not-in-contract"]
+    assert "(namespace model_runner.model_config.hf_config does not declare it)" in finding.message
+    [top] = [f for f in cc.find_drift(contract, [RunnerRead("new", site(3), "f")], {}, "9.9.9")
+             if f.code == "read-not-in-contract"]
+    assert "does not declare it:" in top.message and "namespace" not in top.message
