@@ -81,6 +81,15 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('mocks/runner_scope.py', '_BY_PATH[path] = module',
      '_BY_PATH[path] = None',
      'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('dsakit/gates/table.py', 'return str(Path(home) / "bin" / "nvcc")',
+     'return str(Path(home) / "XXbinXX" / "nvcc")',
+     "_nvcc()'s path is only tested against None by its callers (the jit gate): any non-None path is the same"),
+    ('dsakit/gates/table.py', 'return str(Path(home) / "bin" / "nvcc")',
+     'return str(Path(home) / "bin" / "XXnvccXX")',
+     "_nvcc()'s path is only tested against None by its callers (the jit gate): any non-None path is the same"),
+    ('dsakit/gates/table.py', 'return code.startswith(("sm", "gfx")) and not code.startswith("sglang")',
+     'return code.startswith(("sm", "gfx")) and not code.startswith("XXsglangXX")',
+     "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
 ]
 
 # (module, the line before): string literals on these lines are data, not wording
