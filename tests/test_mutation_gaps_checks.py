@@ -156,3 +156,63 @@ def test_has_nan_is_exact_for_infinities_single_values_and_empty_windows() -> No
     assert _has_nan(torch.tensor([1.0, NAN])) is True
     assert _has_nan(torch.tensor([], dtype=torch.float32)) is False
     assert _has_nan(torch.tensor([1, 2])) is False
+
+
+def test_negative_lengths_name_eight_rows_then_count_the_rest() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import validate_lengths
+
+    advice = (". Padded rows (CUDA-graph / DP padding, idle MTP companions) must carry length 0, which selects "
+              "nothing and returns all -1; the kernels read lengths as uint32, so a negative length becomes a "
+              "~4e9-token row and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 8 + [3])
+    assert str(raised.value) == "negative top-k lengths: " + ", ".join(f"row {r} = -1" for r in range(8)) + advice
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-2] * 10, what="lengths of the draft")
+    assert str(raised.value) == ("negative top-k lengths of the draft: " + ", ".join(f"row {r} = -2" for r in range(8))
+                                 + " (and 2 more)" + advice)
+
+
+def test_inputs_that_are_no_tensors_of_positions_are_refused_with_what_to_pass() -> None:
+    from dsakit.errors import UsageError
+
+    scores, lengths = _f([[1.0, 2.0]]), _i([2])
+    cases = [
+        ((None, scores, lengths), "top-k indices is None: pass a tensor"),
+        ((_i([[0]]), scores, None), "top-k lengths is None: pass one value per row (lengths: how many scores of "
+                                    "the row are valid, e.g. [scores.shape[1]] * rows)"),
+        ((torch.empty((1, 1), device="meta", dtype=torch.int64), scores, lengths),
+         "top-k indices is a meta tensor (a shape without values): pass the tensor the kernel read or wrote, "
+         "on CPU or a GPU"),
+        ((_f([[0.0]]), scores, lengths),
+         "top-k indices must have an integer dtype (positions, -1 for padding), got torch.float32: a fractional "
+         "index such as 1.5 is not a position. Pass the kernel's int32/int64 output, not a float copy of it"),
+        ((_i([[0]]), scores, _i([3])),
+         "top-k row 0: window [start 0, start + length 3) does not fit the score row of width 2; a row's "
+         "start + length must be within 0..2 (pass lengths/row_starts that match the scores tensor)"),
+        ((_i([0]), scores, lengths),
+         "top-k check needs indices (rows, k), scores (rows, width), lengths (rows,): got indices (1,), "
+         "scores (1, 2), 1 lengths, 1 row starts"),
+    ]
+    for (indices, s, n), message in cases:
+        with pytest.raises(UsageError) as raised:
+            check_topk(indices, s, n, 1)
+        assert str(raised.value) == message
+    with pytest.raises(UsageError, match=r"^top-k scores is not a tensor of numbers \(.*\): got list$"):
+        check_topk(_i([[0]]), [["a"]], lengths, 1)
+    with pytest.raises(UsageError) as raised:
+        check_topk(_i([[0]]), scores, _i([1]), 1, row_starts=[-1])
+    assert str(raised.value).startswith("top-k row 0: window [start -1, start + length 0) does not fit")
+    assert check_topk(_i([[0]]), scores, _i([1]), 1, row_starts=[1]).ok  # a window at the row end fits (positions are window-relative)
+    with pytest.raises(UsageError, match=r"^top-k check needs indices"):
+        check_topk(_i([[0]]), _f([1.0, 2.0]), lengths, 1)  # 1-D scores
+
+
+def test_the_boundary_score_is_the_kth_largest_valid_one_or_none() -> None:
+    from dsakit.topk.checks import _kth_largest
+
+    assert _kth_largest(torch.tensor([3.0, NAN, 1.0, 2.0]), 2) == 2.0
+    assert _kth_largest(torch.tensor([3.0, NAN]), 5) == 3.0  # fewer valid scores than k: the smallest
+    assert _kth_largest(torch.tensor([NAN]), 1) is None and _kth_largest(torch.tensor([5.0]), 1) == 5.0
+    assert _kth_largest(torch.tensor([3.0, 2.0]), 0) is None and _kth_largest(torch.tensor([3.0, 2.0]), 1) == 3.0
