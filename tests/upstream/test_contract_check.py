@@ -1,11 +1,14 @@
 """`dsakit contract check`: the static drift check, run on copies of the installed SGLang source.
 
 Each test copies only the files the check scans (a few MB) into tmp_path, edits the copy, and runs
-the command line in a subprocess; nothing imports SGLang or torch.
+the command in-process (`dsakit.cli.main`, so the mutation run sees what it checks; one test runs the
+real command line in a subprocess); nothing imports SGLang or torch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -71,6 +74,19 @@ def tree(tmp_path: Path) -> Path:
 
 
 def _check(*args: str) -> subprocess.CompletedProcess[str]:
+    """`dsakit contract check ARGS` in this process: its exit code, stdout and stderr."""
+    from dsakit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["contract", "check", *args])
+        except SystemExit as exit:  # argparse's usage errors
+            code = exit.code if isinstance(exit.code, int) else 2
+    return subprocess.CompletedProcess(["dsakit", "contract", "check", *args], code, out.getvalue(), err.getvalue())
+
+
+def _check_process(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "dsakit", "contract", "check", *args],
         capture_output=True, text=True, timeout=120,
@@ -110,7 +126,7 @@ def test_pristine_installed_tree_passes(pristine: Path) -> None:
 
 def test_default_is_the_installed_release() -> None:
     release = _installed()
-    result = _check()
+    result = _check_process()
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SGLang {release.version}: " in _summary(result)
 
@@ -459,8 +475,11 @@ def test_entry_of_a_feature_the_release_lacks_is_not_required(tree: Path) -> Non
     [finding] = [f for f in report["findings"] if f["subject"] == "kv_index_translator"]
     assert finding["code"] == "entry-of-other-release" and "kv-index-translator" in finding["message"]
 
-    runner.write_text(text.replace("self.kv_index_translator =", "self.kv_translator_gone ="), encoding="utf-8")
-    result = _check("--sglang-src", str(tree))
+    # a second tree: a release's facts are read once per tree in a process (the check runs in-process)
+    second = _copy_tree(_installed(), tree.parent / "second")
+    (second / MODEL_RUNNER_FILE).write_text(text.replace("self.kv_index_translator =", "self.kv_translator_gone ="),
+                                            encoding="utf-8")
+    result = _check("--sglang-src", str(second))
     assert result.returncode == 1
     assert "model_runner.kv_index_translator" in next(
         line for line in result.stdout.splitlines() if "[contract-not-set-by-runner]" in line)

@@ -1,0 +1,115 @@
+"""The kinds of the mutants that survive bench/mutation_run.py: wording, equivalent or real.
+
+Owns: the list of equivalent mutants, each with its one-line reason, and the strings that are data
+(a code, a key) rather than wording. Must not hide a survivor: anything not listed is "real", or
+"wording" where only a message literal changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (module, the line before, the line after, why no test can tell them apart); lines stripped
+_SN = "mocks/strict_node.py"
+_SET_BY = 'set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"'
+_CC = "dsakit/upstream/contract_check.py"
+EQUIVALENT: list[tuple[str, str, str, str]] = [
+    (_SN, "frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame",
+     "frame: Any = sys._getframe(2)  # FrameType | None once it walks past the outermost frame",
+     "_reading_frame's caller is always a StrictNode method in mocks/, which the walk skips anyway"),
+    (_SN, "return False", "return True",
+     "_is_soft_read gets None only when every frame on the stack is in mocks/: some code outside read it"),
+    (_SN, _SET_BY, _SET_BY.replace('real.split(" (", 1)', 'real.split(" (", 2)'),
+     "the first part of a split is the same whatever the split count"),
+    (_SN, _SET_BY, _SET_BY.replace('real.split(" ", 1)', 'real.split(" ", 2)'),
+     "the first part of a split is the same whatever the split count"),
+    (_SN, 'if written and ":" not in real.split(" ", 1)[0]:', 'if written and ":" not in real.split(" ", 2)[0]:',
+     "the first part of a split is the same whatever the split count"),
+    ("contracts/schema.py", "role = _ROLES_BY_VALUE.get(name) if type(name) is str else None",
+     "role = _ROLES_BY_VALUE.get(name) if type(name) is not str else None",
+     "a fast path: without it Role.parse falls through to the Enum lookup, which gives the same Role"),
+    ("contracts/schema.py", "role = _ROLES_BY_VALUE.get(name) if type(name) is str else None", "role = None",
+     "a fast path: without it Role.parse falls through to the Enum lookup, which gives the same Role"),
+    (_CC, 'for end in range(len(parts) - 1, 0, -1):',
+     'for end in range(len(parts) + 1, 0, -1):',
+     'the extra first steps look up the full path (already known absent) and a longer one: the same answer'),
+    (_CC, 'return "(part of " + str(entry.path).split(".", 1)[0] + ")"',
+     'return "(part of " + str(entry.path).split(".", 2)[0] + ")"',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'top = entry.path.split(".", 1)[0]',
+     'top = entry.path.split(".", 2)[0]',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'set_by = str(self.assignments.get(path.split(".", 1)[0], "NEVER"))',
+     'set_by = str(self.assignments.get(path.split(".", 2)[0], "NEVER"))',
+     'the first part of a split is the same whatever the split count'),
+    (_CC, 'text += " via " + _short(read.via[0].split(" ", 1)[0])',
+     'text += " via " + _short(read.via[0].split(" ", 2)[0])',
+     'the first part of a split is the same whatever the split count'),
+    ('mocks/runner_scope.py', 'if name == entry.path or entry.same_for_roles or "." in name or name not in fields:',
+     'if name == entry.path or entry.same_for_roles or "XX.XX" in name or name not in fields:',
+     'ServerArgs field names hold no dot: `name not in fields` already leaves nested entries out'),
+    ('mocks/runner_scope.py', 'str(getattr(value, "__name__", "") if isinstance(value, ModuleType)',
+     'str(getattr(value, "__name__", "XXXX") if isinstance(value, ModuleType)',
+     'every module has a __name__: the default is never used'),
+    ('mocks/runner_scope.py', 'else getattr(value, "__module__", "") or "").split(".", 1)[0] == "sglang"',
+     'else getattr(value, "__module__", "XXXX") or "").split(".", 1)[0] == "sglang"',
+     "the default feeds .split('.')[0] == 'sglang', false for '' and 'XXXX' alike"),
+    ('mocks/runner_scope.py', 'else getattr(value, "__module__", "") or "").split(".", 1)[0] == "sglang"',
+     'else getattr(value, "__module__", "") or "XXXX").split(".", 1)[0] == "sglang"',
+     "the fallback feeds .split('.')[0] == 'sglang', false for '' and 'XXXX' alike"),
+    ('mocks/runner_scope.py', 'else getattr(value, "__module__", "") or "").split(".", 1)[0] == "sglang"',
+     'else getattr(value, "__module__", "") or "").split(".", 2)[0] == "sglang"',
+     'the first part of a split is the same whatever the split count'),
+    ('mocks/runner_scope.py', 'path = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]',
+     'path = os.environ.get("PYTEST_CURRENT_TEST", "XXXX").split("::", 1)[0]',
+     "without $PYTEST_CURRENT_TEST both '' and 'XXXX' fail the .py check"),
+    ('mocks/runner_scope.py', 'path = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]',
+     'path = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 2)[0]',
+     'the first part of a split is the same whatever the split count'),
+    ('mocks/runner_scope.py', 'cached = _BY_PATH.get(path)',
+     'cached = None',
+     'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('mocks/runner_scope.py', 'if cached is not None and sys.modules.get(cached.__name__) is cached:',
+     'if cached is not None and sys.modules.get(cached.__name__) is not cached:',
+     'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('mocks/runner_scope.py', 'suffix = os.sep + path.replace("/", os.sep)',
+     'suffix = os.sep + path.replace("XX/XX", os.sep)',
+     "on POSIX os.sep is '/': the replace is a no-op either way (dsakit supports Linux only)"),
+    ('mocks/runner_scope.py', 'file = getattr(module, "__file__", None) or ""',
+     'file = getattr(module, "__file__", None) or "XXXX"',
+     "a module without __file__ matches no test path whether its stand-in is '' or 'XXXX'"),
+    ('mocks/runner_scope.py', '_BY_PATH[path] = module',
+     '_BY_PATH[path] = None',
+     'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('dsakit/gates/table.py', 'return str(Path(home) / "bin" / "nvcc")',
+     'return str(Path(home) / "XXbinXX" / "nvcc")',
+     "_nvcc()'s path is only tested against None by its callers (the jit gate): any non-None path is the same"),
+    ('dsakit/gates/table.py', 'return str(Path(home) / "bin" / "nvcc")',
+     'return str(Path(home) / "bin" / "XXnvccXX")',
+     "_nvcc()'s path is only tested against None by its callers (the jit gate): any non-None path is the same"),
+    ('dsakit/gates/table.py', 'return code.startswith(("sm", "gfx")) and not code.startswith("sglang")',
+     'return code.startswith(("sm", "gfx")) and not code.startswith("XXsglangXX")',
+     "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
+]
+
+# (module, the line before): string literals on these lines are data, not wording
+DATA_STRINGS: list[tuple[str, str]] = [
+]
+
+
+def _changed(diff: str) -> tuple[str, str]:
+    minus = [l[1:].strip() for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
+    plus = [l[1:].strip() for l in diff.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    return (minus[0] if minus else ""), (plus[0] if plus else "")
+
+
+def label(mutant: Any) -> tuple[str, str]:
+    before, after = _changed(mutant.diff)
+    for module, old, new, reason in EQUIVALENT:
+        if module == mutant.module and old == before and new == after:
+            return "equivalent", reason
+    if mutant.verdict == "no test":
+        return "real", "no focused test calls this code"
+    if mutant.kind in ("string", "wording") and (mutant.module, before) not in DATA_STRINGS:
+        return "wording", ""
+    return "real", ""

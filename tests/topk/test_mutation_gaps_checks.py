@@ -1,0 +1,218 @@
+"""Gaps in the top-k checks' tests found by mutation testing (bench/mutation_run.py --group checks):
+what a failing row says (the missing and extra positions with score and rank, the boundary and its
+tie group), where the report stops listing, the comparison's scores for positions outside the
+window, and the v2 JIT's NaN-slot fillers. In-process and fast."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch:not-installed: the top-k checks compare tensors")
+
+from dsakit.topk.checks import check_topk, compare_topk  # noqa: E402
+
+NAN = float("nan")
+
+
+def _i(rows):
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def _f(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_a_one_slot_bug_names_the_missing_and_the_extra_position_with_score_and_rank() -> None:
+    report = check_topk(_i([[0, 2]]), _f([[9.0, 8, 7, 6]]), _i([4]), 2)
+    assert report.format("T") == (
+        "T: 1 of 1 rows fail (k=2)\n"
+        "  row 0 [order] (length 4, k-th largest valid score 8.0): 1 missing and 1 extra positions "
+        "against a correct top-2 of the ranked scores\n"
+        "      missing (should be selected): 1 (score 8.0) at rank 2\n"
+        "      extra (selected, should not be): 2 (score 7.0) at rank 3\n"
+        "      ranking: 2 ranked positions selected, so the boundary is the 2-th largest ranked score 8.0; "
+        "lowest selected: 2 (score 7.0) at rank 3; best unselected: 1 (score 8.0) at rank 2")
+
+
+def test_a_bug_at_a_tied_boundary_names_one_tied_member_and_says_any_would_do() -> None:
+    report = check_topk(_i([[0, 1, 5]]), _f([[5.0, 4, 3, 3, 3, 1]]), _i([6]), 3)
+    [problem] = report.problems
+    assert problem.missing == ((2, 3.0, 3),) and problem.extra == ((5, 1.0, 6),)
+    assert problem.context == (
+        "3 ranked positions selected, so the boundary is the 3-th largest ranked score 3.0; lowest selected: "
+        "5 (score 1.0) at rank 6; best unselected: 2 (score 3.0) at rank 3; the missing include 1 of the 3 "
+        "unselected positions tied at the boundary (any of them would do)")
+
+
+def test_a_bug_at_a_boundary_tied_by_the_selection_itself_names_no_tie_group() -> None:
+    # one of the two tied 5.0s is selected: the missing position is the 9.0, not a tie member
+    report = check_topk(_i([[1, 3]]), _f([[9.0, 5, 5, 1]]), _i([4]), 2)
+    [problem] = report.problems
+    assert problem.missing == ((0, 9.0, 1),) and problem.extra == ((3, 1.0, 4),)
+    assert problem.context.endswith("best unselected: 0 (score 9.0) at rank 1")
+
+
+def test_the_report_lists_twelve_problems_then_counts_the_rest() -> None:
+    def report(rows: int):
+        return check_topk(_i([[0, 1]] * rows), _f([[1.0, 2, 3]] * rows), _i([3] * rows), 2)
+
+    twelve = report(12).format("T").splitlines()
+    assert twelve[0] == "T: 12 of 12 rows fail (k=2)"
+    assert sum(line.startswith("  row ") for line in twelve) == 12 and not twelve[-1].startswith("  ...")
+    thirteen = report(14).format("T").splitlines()
+    assert thirteen[0] == "T: 14 of 14 rows fail (k=2)"
+    assert sum(line.startswith("  row ") for line in thirteen) == 12
+    assert thirteen[-1] == "  ... and 2 more problems"
+    assert twelve[1:5] == thirteen[1:5]  # each problem: its head line and three indented lines
+
+
+def test_a_comparison_scores_positions_outside_the_window_as_nan_and_ranks_none() -> None:
+    report = compare_topk(_i([[0, 4]]), _i([[0, 1]]), _f([[9.0, 8, 7, 6, 5]]), _i([4]))
+    assert report.format("T") == (
+        "T: 1 of 1 rows fail (k=2)\n"
+        "  row 0 [mismatch] (length 4, k-th largest valid score 8.0): 1 expected positions not selected, "
+        "1 selected positions not expected; not explained by ties at the boundary\n"
+        "      missing (should be selected): 1 (score 8.0)\n"
+        "      extra (selected, should not be): 4 (score nan)")
+    [problem] = compare_topk(_i([[1, 2]]), _i([[0, 2]]), _f([[9.0, 8, 7, 6]]), _i([4])).problems
+    assert (problem.missing, problem.extra) == (((0, 9.0, None),), ((1, 8.0, None),))  # position 0 is scored
+
+
+def test_a_comparison_accepts_swaps_inside_the_boundary_tie_group_only() -> None:
+    assert compare_topk(_i([[0, 2]]), _i([[0, 1]]), _f([[9.0, 5, 5, 1]]), _i([4])).tie_swaps == {0: ([1], [2])}
+    swapped = compare_topk(_i([[2, 3]]), _i([[0, 1]]), _f([[5.0, 5, 5, 5]]), _i([4]))
+    assert swapped.ok and swapped.tie_swaps == {0: ([0, 1], [2, 3])}
+    [problem] = compare_topk(_i([[0, 3]]), _i([[0, 1]]), _f([[9.0, 5, 5, 1]]), _i([4])).problems
+    assert (problem.missing, problem.extra) == (((1, 5.0, None),), ((3, 1.0, None),))
+
+
+def test_nan_slot_fillers_below_the_best_unselected_score_are_allowed_once_per_nan() -> None:
+    scores = _f([[NAN, 1, 2, 9, 8]])
+    two_fillers = check_topk(_i([[3, 1, 2]]), scores, _i([5]), 3, nan_slot_filler=True)
+    assert two_fillers.format("T") == (
+        "T: 1 of 1 rows fail (k=3)\n"
+        "  row 0 [nan-filler] (length 5, k-th largest valid score 2.0): 2 filler entries (position == "
+        "output slot) sit below the best unselected score, more than the 1 NaN in the row can explain")
+    assert check_topk(_i([[3, 1, 4]]), scores, _i([5]), 3, nan_slot_filler=True).ok  # one filler, one NaN
+    # nothing left unselected: no filler can be out of order
+    assert check_topk(_i([[3, 1, 2]]), _f([[NAN, 1, 2, 9]]), _i([4]), 3, nan_slot_filler=True).ok
+    assert not check_topk(_i([[3, 1, 2]]), scores, _i([5]), 3).ok  # without the flag: an order bug
+
+
+def test_a_comparison_of_different_row_counts_is_one_shape_problem() -> None:
+    report = compare_topk(_i([[0, 1], [0, 1]]), _i([[0, 1]]), _f([[9.0, 8], [9.0, 8]]), _i([2, 2]))
+    [problem] = report.problems
+    assert (problem.row, problem.code, problem.message) == (-1, "shape", "actual has 2 rows, expected 1")
+
+
+def test_coarse_bins_are_the_order_preserving_fp16_key() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import coarse_bins
+
+    # fp16 bits: +0.0 0x0000, -0.0 0x8000, 1.0 0x3C00, -1.0 0xBC00, 2.0 0x4000, +inf 0x7C00
+    values = torch.tensor([-1.0, -0.0, 0.0, 1.0, 2.0, float("inf")])
+    assert coarse_bins(values, 16).tolist() == [0xFFFF - 0xBC00, 0xFFFF - 0x8000, 0x8000, 0xBC00, 0xC000, 0xFC00]
+    assert coarse_bins(values, 8).tolist() == [0x43, 0x7F, 0x80, 0xBC, 0xC0, 0xFC]
+    assert coarse_bins(values, 1).tolist() == [0, 0, 1, 1, 1, 1]
+    for bits in (0, 17):
+        with pytest.raises(UsageError, match=rf"^coarse key bits must be in 1\.\.16, got {bits}$"):
+            coarse_bins(values, bits)
+
+
+def _buffer(rank: str, capacity: int = 2):
+    from dsakit.topk.checks import CandidateBuffer
+
+    return CandidateBuffer("test kernel", 8, capacity, rank, "here")
+
+
+def test_candidate_overflow_finds_threshold_bins_holding_more_distinct_scores_than_kept() -> None:
+    from dsakit.topk.checks import candidate_overflow
+
+    # 1.0 .. 1.003 share one 8-bit bin; 5.0 and 6.0 sit in bins of their own, above it
+    row = [[1.0, 1.001, 1.002, 1.003, 5.0, 6.0]]
+    [overflow] = candidate_overflow(_buffer("k"), _f(row), _i([6]), 3)
+    assert (overflow.row, overflow.bin, overflow.population, overflow.capacity, overflow.distinct) == (0, 0xBC, 4, 2, 4)
+    assert overflow.describe() == "row 0: threshold bin 0xbc of the 8-bit fp16 key holds 4 scores (4 distinct) > 2 kept"
+    assert candidate_overflow(_buffer("k+1"), _f(row), _i([6]), 3)[0].bin == 0xBC
+    # k=2: the v2 JIT's threshold is 5.0's bin (one member); sgl-kernel's (k+1) is the 1.00x bin,
+    # but the two bins above it hold exactly k, so it selects them outright and buffers nothing
+    assert candidate_overflow(_buffer("k"), _f(row), _i([6]), 2) == []
+    assert candidate_overflow(_buffer("k+1"), _f(row), _i([6]), 2) == []
+    assert candidate_overflow(_buffer("k", capacity=4), _f(row), _i([6]), 3) == []  # all kept
+    # two distinct scores in the bin are enough to mis-select; one (all equal) never is
+    assert candidate_overflow(_buffer("k"), _f([[1.0, 1.0, 1.001, 5.0, 6.0]]), _i([5]), 3)[0].distinct == 2
+    assert candidate_overflow(_buffer("k"), _f([[1.0, 1.0, 1.0, 5.0, 6.0]]), _i([5]), 3) == []
+    # a row no longer than k takes the kernels' trivial path
+    assert candidate_overflow(_buffer("k", capacity=1), _f([[1.0, 1.001, 1.002]]), _i([3]), 3) == []
+    # a wider key per row splits the bin
+    assert candidate_overflow(_buffer("k"), _f(row), _i([6]), 3, bits_per_row=[16]) == []
+
+
+def test_has_nan_is_exact_for_infinities_single_values_and_empty_windows() -> None:
+    from dsakit.topk.checks import _has_nan
+
+    assert _has_nan(torch.tensor([float("inf"), float("-inf")])) is False  # sums to NaN, holds none
+    assert _has_nan(torch.tensor([NAN])) is True
+    assert _has_nan(torch.tensor([1.0, NAN])) is True
+    assert _has_nan(torch.tensor([], dtype=torch.float32)) is False
+    assert _has_nan(torch.tensor([1, 2])) is False
+
+
+def test_negative_lengths_name_eight_rows_then_count_the_rest() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import validate_lengths
+
+    advice = (". Padded rows (CUDA-graph / DP padding, idle MTP companions) must carry length 0, which selects "
+              "nothing and returns all -1; the kernels read lengths as uint32, so a negative length becomes a "
+              "~4e9-token row and illegal-addresses. Clamp the lengths to 0 before the top-k call.")
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 8 + [3])
+    assert str(raised.value) == "negative top-k lengths: " + ", ".join(f"row {r} = -1" for r in range(8)) + advice
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-2] * 10, what="lengths of the draft")
+    assert str(raised.value) == ("negative top-k lengths of the draft: " + ", ".join(f"row {r} = -2" for r in range(8))
+                                 + " (and 2 more)" + advice)
+
+
+def test_inputs_that_are_no_tensors_of_positions_are_refused_with_what_to_pass() -> None:
+    from dsakit.errors import UsageError
+
+    scores, lengths = _f([[1.0, 2.0]]), _i([2])
+    cases = [
+        ((None, scores, lengths), "top-k indices is None: pass a tensor"),
+        ((_i([[0]]), scores, None), "top-k lengths is None: pass one value per row (lengths: how many scores of "
+                                    "the row are valid, e.g. [scores.shape[1]] * rows)"),
+        ((torch.empty((1, 1), device="meta", dtype=torch.int64), scores, lengths),
+         "top-k indices is a meta tensor (a shape without values): pass the tensor the kernel read or wrote, "
+         "on CPU or a GPU"),
+        ((_f([[0.0]]), scores, lengths),
+         "top-k indices must have an integer dtype (positions, -1 for padding), got torch.float32: a fractional "
+         "index such as 1.5 is not a position. Pass the kernel's int32/int64 output, not a float copy of it"),
+        ((_i([[0]]), scores, _i([3])),
+         "top-k row 0: window [start 0, start + length 3) does not fit the score row of width 2; a row's "
+         "start + length must be within 0..2 (pass lengths/row_starts that match the scores tensor)"),
+        ((_i([0]), scores, lengths),
+         "top-k check needs indices (rows, k), scores (rows, width), lengths (rows,): got indices (1,), "
+         "scores (1, 2), 1 lengths, 1 row starts"),
+    ]
+    for (indices, s, n), message in cases:
+        with pytest.raises(UsageError) as raised:
+            check_topk(indices, s, n, 1)
+        assert str(raised.value) == message
+    with pytest.raises(UsageError, match=r"^top-k scores is not a tensor of numbers \(.*\): got list$"):
+        check_topk(_i([[0]]), [["a"]], lengths, 1)
+    with pytest.raises(UsageError) as raised:
+        check_topk(_i([[0]]), scores, _i([1]), 1, row_starts=[-1])
+    assert str(raised.value).startswith("top-k row 0: window [start -1, start + length 0) does not fit")
+    assert check_topk(_i([[0]]), scores, _i([1]), 1, row_starts=[1]).ok  # a window at the row end fits (positions are window-relative)
+    with pytest.raises(UsageError, match=r"^top-k check needs indices"):
+        check_topk(_i([[0]]), _f([1.0, 2.0]), lengths, 1)  # 1-D scores
+
+
+def test_the_boundary_score_is_the_kth_largest_valid_one_or_none() -> None:
+    from dsakit.topk.checks import _kth_largest
+
+    assert _kth_largest(torch.tensor([3.0, NAN, 1.0, 2.0]), 2) == 2.0
+    assert _kth_largest(torch.tensor([3.0, NAN]), 5) == 3.0  # fewer valid scores than k: the smallest
+    assert _kth_largest(torch.tensor([NAN]), 1) is None and _kth_largest(torch.tensor([5.0]), 1) == 5.0
+    assert _kth_largest(torch.tensor([3.0, 2.0]), 0) is None and _kth_largest(torch.tensor([3.0, 2.0]), 1) == 3.0
