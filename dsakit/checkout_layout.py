@@ -48,6 +48,10 @@ def checkout_root(package_dir: str) -> str | None:
 
 
 def install(package_dir: str) -> None:
+    """Called while `dsakit` imports: adds the finder only where nothing else maps the folders (a
+    wheel and an editable install do; then sys.meta_path is left as it was)."""
     root = checkout_root(package_dir)
-    if root is not None and not any(isinstance(f, CheckoutFinder) for f in sys.meta_path):
+    if root is None or any(isinstance(f, CheckoutFinder) for f in sys.meta_path):
+        return
+    if importlib.util.find_spec(f"dsakit.{MAPPED[0]}") is None:
         sys.meta_path.append(CheckoutFinder(root))

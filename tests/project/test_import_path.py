@@ -175,3 +175,14 @@ def test_an_installed_layout_is_left_to_its_own_files(tmp_path: Path) -> None:
     for leaf in ("mocks", "contracts"):
         (tmp_path / "dsakit" / leaf).rmdir()
     assert checkout_root(str(tmp_path / "dsakit")) == str(tmp_path)
+
+
+def test_an_install_that_maps_the_folders_gets_no_extra_finder() -> None:
+    """Where the editable install (or a wheel) maps dsakit.mocks, importing dsakit leaves
+    sys.meta_path as it was (a whole run checks that nothing it touched stays changed)."""
+    code = ("import sys; before = list(sys.meta_path); import dsakit, dsakit.mocks; "
+            "print(before == list(sys.meta_path))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
