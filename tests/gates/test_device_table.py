@@ -24,7 +24,6 @@ from dsakit.gates import devices
 from dsakit.gates.device_model import SIMULATED, device_names, simulated_model, validate_device_name
 from dsakit.gates.devices import ANSWERS, DeviceEntry
 from dsakit.gates.table import evaluate, known_devices_opening
-from dsakit.sglang_release import installed_release
 from dsakit.upstream import device_probes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,15 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXTRA = DeviceEntry("sm121", "nvidia", "NVIDIA DGX Spark GB10", (12, 1), None, 128, "12.6", 48, ("gb10",))
 
 
-def _sglang_installed() -> bool:
-    try:
-        installed_release()
-    except dsakit.UsageError:
-        return False
-    return True
-
-
-sglang = pytest.mark.skipif(not _sglang_installed(), reason="[sglang-missing] SGLang is not installed here")
+sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
 
 
 @pytest.fixture

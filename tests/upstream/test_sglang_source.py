@@ -20,15 +20,7 @@ from dsakit.upstream import device_probes
 from dsakit.upstream.source_scan import runner_assignments, scan_runner_reads, server_args_fields
 
 
-def _sglang_installed() -> bool:
-    try:
-        installed_release()
-    except dsakit.UsageError:
-        return False
-    return True
-
-
-sglang = pytest.mark.skipif(not _sglang_installed(), reason="[sglang-missing] SGLang is not installed here")
+sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
 
 
 def test_a_file_is_parsed_once_until_it_changes(tmp_path: Path) -> None:

@@ -21,15 +21,7 @@ from dsakit.sglang_release import installed_release
 
 ROOT = Path(__file__).resolve().parents[2]
 
-def _sglang_installed() -> bool:
-    try:
-        installed_release()
-    except dsakit.UsageError:
-        return False
-    return True
-
-
-sglang = pytest.mark.skipif(not _sglang_installed(), reason="[sglang-missing] SGLang is not installed here")
+sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
 
 
 def test_unknown_device_is_a_usage_error_listing_the_valid_names() -> None:
