@@ -8,29 +8,33 @@ Must not: make `mocks` or `contracts` importable under any other name.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 MAPPED = ("mocks", "contracts")  # pyproject [tool.setuptools] package-dir: dsakit.<name> = "<name>"
 
 
-class CheckoutFinder(importlib.abc.MetaPathFinder):
-    """Finds dsakit.mocks / dsakit.contracts in the checkout `root`; their submodules then come
-    from the package's own path."""
+class CheckoutFinder:
+    """A meta-path finder (duck-typed: importlib.abc costs every `import dsakit` ~6 ms) that finds
+    dsakit.mocks / dsakit.contracts in the checkout `root`; their submodules then come from the
+    package's own path."""
 
     def __init__(self, root: str) -> None:
         self.root = root
 
     def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         package, _, leaf = name.partition(".")
         if package != "dsakit" or leaf not in MAPPED:
             return None
+        import importlib.util
+
         folder = os.path.join(self.root, leaf)
         return importlib.util.spec_from_file_location(
             name, os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
@@ -53,5 +57,7 @@ def install(package_dir: str) -> None:
     root = checkout_root(package_dir)
     if root is None or any(isinstance(f, CheckoutFinder) for f in sys.meta_path):
         return
+    import importlib.util
+
     if importlib.util.find_spec(f"dsakit.{MAPPED[0]}") is None:
         sys.meta_path.append(CheckoutFinder(root))
