@@ -102,6 +102,25 @@ def _build_release(work: Path) -> dict[str, str]:
             "unpacked": str(unpacked.relative_to(work))}
 
 
+def _venv_over_this_interpreter(work: Path) -> Path:
+    """A fresh venv at work/venv whose site sees this interpreter's packages (torch, SGLang, pytest,
+    ...) after its own, through a .pth; returns its python. Nothing is installed into it yet."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=120)
+    python = work / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "_parent_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+@pytest.fixture(scope="session")
+def venv_over_this_interpreter() -> Callable[[Path], Path]:
+    """`venv_over_this_interpreter(work)`: see _venv_over_this_interpreter."""
+    return _venv_over_this_interpreter
+
+
 @pytest.fixture(scope="session")
 def built_release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """{"sdist", "wheel", "unpacked"}: the pytest-dsakit sdist, the wheel built from it (the one PyPI

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,16 +23,13 @@ PROJECT = Path(__file__).resolve().parents[1] / "downstream_project"
 
 
 @pytest.fixture(scope="module", params=["wheel", "sdist"])
-def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+def venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
+         venv_over_this_interpreter: Callable[[Path], Path]) -> Path:
     # the sdist builds its wheel inside pip (setuptools from this interpreter, no download)
     built = request.getfixturevalue(f"built_{request.param}")
     work = tmp_path_factory.mktemp(f"downstream-{request.param}")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=120)
-    python = work / "venv" / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
     # this interpreter's packages (torch, SGLang, pytest, syrupy, numpy, xdist), after the venv's own
-    (Path(site) / "_parent_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = venv_over_this_interpreter(work)
     # the wheel itself, also where this interpreter has pytest-dsakit installed (editable, as in a
     # checkout's .venv: pip would call it satisfied and install nothing); its dependencies and the
     # `snapshot` extra come from this interpreter's packages

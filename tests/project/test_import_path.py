@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+from collections.abc import Callable
 import tarfile
 from pathlib import Path
 
@@ -98,18 +98,15 @@ print(json.dumps({"rc": int(rc), "names": names}))
 
 
 @pytest.fixture(scope="module")
-def editable(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def editable(tmp_path_factory: pytest.TempPathFactory,
+             venv_over_this_interpreter: Callable[[Path], Path]) -> tuple[Path, Path]:
     """`pip install -e` of a copy of the checkout into a fresh venv (this interpreter's packages
-    through a .pth, as tests/project/test_downstream_wheel.py does): (the venv's python, the copy)."""
+    through a .pth: venv_over_this_interpreter): (the venv's python, the copy)."""
     work = tmp_path_factory.mktemp("editable")
     source = work / "src"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".device", ".cache", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True, timeout=120)
-    python = work / "venv" / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    (Path(site) / "_parent_site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = venv_over_this_interpreter(work)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
                     "--no-deps", "--ignore-installed", "--no-build-isolation", "-e", str(source)],
                    check=True, timeout=300, capture_output=True)
