@@ -26,10 +26,10 @@ from dsakit.backends.harness import (
 )
 from dsakit.contracts.model_runner_contract import DSA, HIP_RADIX, MODEL_RUNNER_CONTRACT
 from dsakit.contracts.schema import ContractEntry
-from dsakit.gates.device_model import DeviceModel
+from dsakit.gates.device_model import DeviceModel, real_device
 from dsakit.gates.table import evaluate
 from dsakit.mocks import read_log
-from dsakit.upstream.device_simulation import SimulatedKernelLaunch
+from dsakit.upstream.device_simulation import SimulatedKernelLaunch, active_simulation, is_this_machine
 
 pytestmark = [pytest.mark.dsakit_simulate(), dsakit.gate("sglang:dsa-backend")]
 
@@ -79,8 +79,15 @@ def no_new_violations() -> Iterator[None]:
 
 
 def _runner(role: str, **kwargs: Any) -> dsakit.MockModelRunner:
-    # device pinned to the CPU: inside a GPU simulation torch.cuda.is_available() says True
-    return dsakit.MockModelRunner(role, device="cpu", **kwargs)
+    return dsakit.MockModelRunner(role, device=_tensor_device(), **kwargs)
+
+
+def _tensor_device() -> str:
+    """Where the backend's tensors live: the GPU when the simulated device is this machine's own
+    arch (sm90 on an H200: its kernels really run there), else the CPU (inside a GPU simulation
+    torch.cuda.is_available() says True, but no kernel runs)."""
+    simulated = active_simulation()
+    return "cuda" if simulated is not None and is_this_machine(simulated, real_device()) else "cpu"
 
 
 def _needs_gpu_profile(device: DeviceModel) -> None:

@@ -397,6 +397,13 @@ def _rows(verdicts: list[Verdict], pr_check: PrCheck) -> tuple[FailureRow, ...]:
     return tuple(rows)
 
 
+def _section(title: str, verdicts: list[Verdict], pr_check: PrCheck) -> FailureSection:
+    """A failure section: its rows group tests by device and signature; the note counts test x device."""
+    rows = _rows(verdicts, pr_check)
+    note = f"{len(verdicts)} test x device in {len(rows)} row(s) (one per device and signature)" if verdicts else ""
+    return FailureSection(title, rows, note=note)
+
+
 def comment(pr_check: PrCheck) -> Comment:
     counts = {k: len(pr_check.of(k)) for k in VERDICTS}
     summary = [f"base `{pr_check.base_src}`, PR `{pr_check.pr_src}` on "
@@ -426,12 +433,12 @@ def comment(pr_check: PrCheck) -> Comment:
         title="dsakit pr-check",
         summary=summary,
         failures=[
-            FailureSection("Regressions (pass on base, fail on the PR)", _rows(pr_check.of("regression"), pr_check)),
-            FailureSection("Pre-existing failures (fail on base and PR), by device and signature",
-                           _rows(pr_check.of("pre-existing"), pr_check)),
-            FailureSection("Flaky or order-dependent (passed when the failures were rerun alone)",
-                           _rows(pr_check.of("flaky"), pr_check)),
-            FailureSection("Fixed by the PR", _rows(pr_check.of("fixed"), pr_check)),
+            _section("Regressions (pass on base, fail on the PR)", pr_check.of("regression"), pr_check),
+            _section("Pre-existing failures (fail on base and PR), by device and signature",
+                     pr_check.of("pre-existing"), pr_check),
+            _section("Flaky or order-dependent (passed when the failures were rerun alone)",
+                     pr_check.of("flaky"), pr_check),
+            _section("Fixed by the PR", pr_check.of("fixed"), pr_check),
         ],
         lead_tables=[reads, removed] if removed.rows else [reads],
         skips=not_run,

@@ -207,3 +207,22 @@ def test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_ex
     assert check(5, 5).exit_code() == 2  # nothing collected
     assert check(0, 2).exit_code() == 1  # the PR breaks collection
     assert check(0, 0).exit_code() == 0
+
+
+def test_a_failure_section_counts_test_x_device_beside_its_rows() -> None:
+    from dsakit.node.markdown import render
+    from dsakit.node.pr_vs_base import Run
+    from dsakit.pr_check import DeviceCheck, PrCheck, comment, verdicts
+
+    passed, gap = {"outcome": "passed"}, {"outcome": "failed", "longrepr": "E   AttributeError: gap"}
+    checks = []
+    for device in ("sm100", "sm103"):
+        check = DeviceCheck(device, device)
+        check.base = Run("base", "b", 0, 1.0, tests={"t.py::a": passed, "t.py::b": passed, "t.py::c": passed})
+        check.pr = Run("pr", "p", 1, 1.0, tests={"t.py::a": gap, "t.py::b": gap, "t.py::c": passed})
+        check.verdicts = verdicts(check)
+        checks.append(check)
+    md = render(comment(PrCheck("b", "p", checks, [])))
+    section = md[md.index("### Regressions"):md.index("### model_runner reads")]
+    assert "4 test x device in 2 row(s) (one per device and signature)" in section, section
+    assert section.count("| `t.py::a`, `t.py::b` |") == 2, section  # one row per device
