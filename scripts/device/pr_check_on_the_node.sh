@@ -9,6 +9,8 @@
 # real on an H200). Writes $OUT/pr-check.{json,md,txt}; prints the exit code and the comment's
 # first 60 lines. Speed: pr-check runs the 8 pytest runs side by side (as many as the CPUs carry,
 # OMP_NUM_THREADS split between them); PYTEST_N=K adds `-n K` inside each run (then CPUs / K at once).
+# PR_CHECK_SPEED=1: instead, bench/pr_check_speed.py on the same trees (pr-check against the devices'
+# `dsakit compare` runs one after another, in one run; writes $OUT/pr-check-speed.json).
 set -u
 DRY=""
 if [ "${1:-}" = "--dry" ]; then DRY=${2:?usage: pr_check_on_the_node.sh [--dry BASE_TREE]}; fi
@@ -38,6 +40,12 @@ open(path, "w").write(text)
 PY
 VERSION=$(python -c "from dsakit.sglang_release import release_from_tree as r; print(r('$BASE').version)")
 echo "base $BASE (SGLang $VERSION), PR $PR (the same plus the AMD-only read), $(nproc) CPUs"
+if [ "${PR_CHECK_SPEED:-}" = 1 ]; then
+  # shellcheck disable=SC2086 # SELECTION is a list of paths
+  python bench/pr_check_speed.py --base "$BASE" --pr "$PR" --devices "$DEVICES" --json "$OUT/pr-check-speed.json" \
+    -- $SELECTION ${PYTEST_N:+-n $PYTEST_N}
+  exit $?
+fi
 start=$(date +%s.%N)
 # shellcheck disable=SC2086 # SELECTION is a list of paths
 python -m dsakit pr-check --base "$BASE" --pr "$PR" --devices "$DEVICES" \
