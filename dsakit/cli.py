@@ -57,7 +57,7 @@ def _env(args: argparse.Namespace) -> int:
 def _capabilities(args: argparse.Namespace) -> int:
     from dsakit.gates.capabilities import run_capabilities
 
-    return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
+    return run_capabilities(args.device, as_json=args.json, allow_torch=args.device_from_torch)
 
 
 # -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base,
@@ -239,7 +239,9 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"simulate a device ({keys_text()}; default: $DSAKIT_DEVICE or the real one)",
     )
-    caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
+    caps.add_argument("--device-from-torch", "--probe-torch", dest="device_from_torch", action="store_true",
+                      help="let torch.cuda name this machine's device when NVML, nvidia-smi and rocminfo find "
+                      "nothing (--probe-torch: its old name)")
     caps.add_argument("--json", action="store_true", help="print the report as JSON")
     caps.set_defaults(handler=_capabilities)
 

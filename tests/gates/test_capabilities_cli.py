@@ -63,7 +63,7 @@ def test_env_var_and_unknown_device(capsys: pytest.CaptureFixture[str], monkeypa
 
 
 def test_real_device_on_this_machine() -> None:
-    # A subprocess: the real probe must not import torch to describe the device.
+    # A subprocess: reading the real device must not import torch to describe the device.
     code = (
         "import sys, json, contextlib, io\n"
         "from dsakit.cli import main\n"
