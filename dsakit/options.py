@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from dsakit import retired_settings
+from dsakit.devices import keys_text
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ class RunOption:
         return self.dest
 
     @property
+    def text(self) -> str:
+        """The help as shown: `{devices}` becomes the device table's keys, read when registered."""
+        return self.help.replace("{devices}", keys_text())
+
+    @property
     def old_ini(self) -> str | None:
         return _dest(self.renamed_from) if self.renamed_from else None
 
@@ -51,8 +57,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-roles", "roles the `model_runner` fixture is parametrized over (comma-separated: "
               "target, draft)", default="target,draft", metavar="ROLES"),
     # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
-    RunOption("--dsakit-device", "run the whole test process as a simulated device (sm90, sm100, sm103, sm120, "
-              "gfx90a, gfx942, gfx950, cpu; or 'real', the default): gates, SGLang's probes, import-time "
+    RunOption("--dsakit-device", "run the whole test process as a simulated device ({devices}; or "
+              "'real', the default): gates, SGLang's probes, import-time "
               "checks, tensor placement; kernel launches skip. A comma-separated list runs one process "
               "per device and prints the fleet table. Module gates still look at this machine",
               env="DSAKIT_DEVICE", metavar="NAME"),
@@ -91,7 +97,7 @@ def register(parser: pytest.Parser) -> None:
     group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
     for option in OPTIONS:
         env = f"; env {option.env}" if option.env else ""
-        shown = f"{option.help} (ini: {option.ini}{env}; default {option.default!r})"
+        shown = f"{option.text} (ini: {option.ini}{env}; default {option.default!r})"
         if option.renamed_from:
             shown += f"; {option.renamed_from} is its old name"
         flags = (option.flag, option.renamed_from) if option.renamed_from else (option.flag,)
@@ -102,7 +108,7 @@ def register(parser: pytest.Parser) -> None:
                             choices=option.choices or None, help=shown,
                             type=int if option.kind == "int" else None)
         # type "string" everywhere (converted in `value`): "int"/"bool" ini types differ across pytest 8.x
-        parser.addini(option.ini, f"{option.help} ({PRECEDENCE})", type="string", default=None)
+        parser.addini(option.ini, f"{option.text} ({PRECEDENCE})", type="string", default=None)
         if option.old_ini:
             parser.addini(option.old_ini, f"old name of {option.ini}", type="string", default=None)
     retired_settings.register(parser)

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.devices import pr_gate_keys
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
 from dsakit.output_paths import output_file, writable_dir
 
-DEFAULT_DEVICES = ("sm90", "sm100", "sm103", "gfx942")
 VERDICTS = ("regression", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
 
 
@@ -69,7 +69,7 @@ class DeviceCheck:
 
 def parse_devices(spec: str | None) -> list[str]:
     if not spec:
-        return list(DEFAULT_DEVICES)
+        return list(pr_gate_keys())
     if spec.strip() == "all":
         return [key for key in SIMULATED if key != "cpu"]
     names = [simulated_model(part.strip()).key for part in spec.split(",") if part.strip()]

@@ -1,6 +1,6 @@
 """The accelerator a run is gated on: a frozen `DeviceModel`, this machine's (read) or simulated.
 
-Owns: the simulated devices as `DeviceModel`s (read live from the table, `dsakit.gates.devices`),
+Owns: the simulated devices as `DeviceModel`s (read live from the table, `dsakit.devices`),
 the lazy reading of this machine's device (NVML, `nvidia-smi`, `rocminfo` under a short timeout, first
 done when a gate or a GPU option needs the device; torch only when already loaded or asked; "probe"
 is SGLang's word, for its own checks, never this) and the choice between them
@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.gates.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
+from dsakit.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
 
 DEVICE_ENV = "DSAKIT_DEVICE"
 DEVICE_FROM_TORCH_ENV = "DSAKIT_DEVICE_FROM_TORCH"
@@ -88,7 +88,7 @@ class DeviceModel:
         return data
 
 
-# ---------------------------------------------------------------- simulated devices (dsakit.gates.devices)
+# ---------------------------------------------------------------- simulated devices (dsakit.devices)
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,7 +100,7 @@ def _simulated(entry: DeviceEntry) -> DeviceModel:
 
 class _Simulated(Mapping[str, DeviceModel]):
     """The device table's entries as `DeviceModel`s, read live: an entry added to
-    `dsakit.gates.devices.DEVICES` is a simulated device everywhere at once."""
+    `dsakit.devices.DEVICES` is a simulated device everywhere at once."""
 
     def __getitem__(self, key: str) -> DeviceModel:
         return _simulated(DEVICES[key])

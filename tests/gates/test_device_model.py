@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates import device_model
-from dsakit.gates.devices import DEVICES
+from dsakit.devices import DEVICES
 from dsakit.gates.device_model import SIMULATED, resolve_device, simulated_model, validate_device_name
 from dsakit.errors import UsageError
 
