@@ -136,7 +136,7 @@ def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> Non
     failing = [t for t, o in run.tests.items() if o["outcome"] in FAILING]
     if failing:
         only = plan.workdir / f"{label}-rerun.txt"
-        only.write_text("\n".join(failing) + "\n", encoding="utf-8")
+        output_file(only, "--keep").write_text("\n".join(failing) + "\n")
         check.reruns[tree_label] = run_selection(
             f"{label}-rerun", src, [*plan.pytest_args, device, f"--dsakit-record-only={only}"], plan.workdir,
             timeout=plan.timeout, env_overrides=plan.env)
@@ -510,7 +510,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         text = render(comment(result))
         print(text)
         if json_out is not None:
-            json_out.write_text(json.dumps(as_json(result), indent=2) + "\n")
+            json_out.write_json(as_json(result))
         if markdown_out is not None:
             markdown_out.write_text(text)
         code = result.exit_code()
