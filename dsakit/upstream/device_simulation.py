@@ -341,7 +341,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
     constants (a scope inside a run); False patches only modules already imported and lets the rest
     import under the simulation, their import-time branches taking the device's (a whole run)."""
     device = simulated_model(name)
-    own_arch = is_this_machine(device, real_device())  # probed before torch answers as the device
+    own_arch = is_this_machine(device, real_device())  # read before torch answers as the device
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
     _ACTIVE.append(device)
