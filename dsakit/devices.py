@@ -1,10 +1,9 @@
 """THE device table: every simulated device is one entry, and what SGLang's probes answer on it.
 
-Owns: the entries (vendor, SM / gfx, toolkit, memory, multiprocessors, marketing name, aliases,
-whether `dsakit pr-check` runs it by default) and the answers (`ANSWERS`: `is_sm100_supported`,
-`device_sm`, `fp8_dtype`, ...) computed from an entry's facts the way SGLang computes them. The option
-help, gates, audit, simulation, pr-check and the CLI read it; adding a device is one entry in
-`DEVICES`. Must not import torch, SGLang or any other dsakit module.
+Owns: the entries (vendor, SM / gfx, toolkit, memory, SMs, name, aliases, in pr-check's default)
+and the answers (`ANSWERS`: `is_sm100_supported`, `device_sm`, ...) computed from an entry the way
+SGLang computes them. Option help, gates, audit, simulation, pr-check and the CLI read it; a device
+is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit module.
 """
 
 from __future__ import annotations

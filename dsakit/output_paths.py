@@ -1,10 +1,9 @@
 """Every file dsakit writes for the user (reports, JSON, markdown, JUnit, logs, cache tarballs).
 
 Owns: `output_file` (checks a path before any run starts: empty, `~`, a directory, a parent that
-cannot be created, a special file) and `OutputFile`, the one writer (text, bytes, and JSON in one
-layout: `write_json`): atomic for regular files,
-through for character devices and FIFOs, never replacing a special file or a symlink; a failed
-write is an `OutputError` naming the path. `writable_dir` checks an output directory.
+cannot be created, a special file) and `OutputFile`, the one writer (text, bytes, JSON in one layout):
+atomic for regular files, through for character devices and FIFOs, never replacing a special file
+or a symlink; a failed write is an `OutputError` naming the path. `writable_dir` checks a directory.
 Must not write anything while checking.
 """
 

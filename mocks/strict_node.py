@@ -2,9 +2,8 @@
 
 Undeclared reads raise `ContractViolation` (an AttributeError) naming the attribute, the reading
 site and where the real ModelRunner sets it; soft getattr/hasattr reads are logged. Writes are
-type-checked, undeclared writes refused. Defaults and nested namespaces are built lazily, on first
-read. (The file keeps its old name while mutation runs measure it by path; the class is
-`StrictNamespace`: "node" in dsakit means a GPU node.)
+type-checked, undeclared writes refused. Defaults and nested namespaces are built on first read.
+(`StrictNamespace`: "node" means a GPU node; the file keeps its name while mutation runs use it.)
 """
 
 from __future__ import annotations
