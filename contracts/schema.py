@@ -197,7 +197,7 @@ class Contract:
         self.name = name
         self.entries: dict[str, ContractEntry] = {}
         # parent path -> {name: entry}, in declaration order: every MockModelRunner asks once per
-        # node (6 per runner, i.e. per test using a runner fixture); scanning all entries each time
+        # namespace (6 per runner, i.e. per test using a runner fixture); scanning all entries each time
         # was ~85% of building a runner (bench/bench_kit_overhead.py)
         self._children: dict[str, dict[str, ContractEntry]] = {}
         for entry in entries:
@@ -227,7 +227,7 @@ class Contract:
 
     def child_names(self, parent: str) -> KeysView[str]:
         """The names below `parent` in declaration order, without copying the index (a strict mock
-        builds each node's values from them)."""
+        builds each namespace's values from them)."""
         return self._children.get(parent, _NO_CHILDREN).keys()
 
     def top_level(self) -> dict[str, ContractEntry]:

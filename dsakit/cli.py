@@ -57,7 +57,7 @@ def _env(args: argparse.Namespace) -> int:
 def _capabilities(args: argparse.Namespace) -> int:
     from dsakit.gates.capabilities import run_capabilities
 
-    return run_capabilities(args.device, as_json=args.json, allow_torch=args.probe_torch)
+    return run_capabilities(args.device, as_json=args.json, allow_torch=args.device_from_torch)
 
 
 # -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base,
@@ -114,6 +114,8 @@ def _report_merge(args: argparse.Namespace) -> int:
 
 
 def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from dsakit.devices import pr_gate_keys  # the device table: data only, nothing heavy
+
     warm = commands.add_parser("warm", help="build the JIT modules a pytest selection needs, once, under a lock")
     warm.add_argument("selection", nargs="*", help="pytest selection (files, node ids, -k/-m after --)")
     warm.add_argument("--target", action="append", metavar="NAME",
@@ -157,7 +159,8 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
                                 "simulated): regressions, pre-existing failures, flaky, new model_runner reads")
     check.add_argument("--base", required=True, metavar="TREE", help="the base SGLang tree")
     check.add_argument("--pr", required=True, metavar="TREE", help="the PR's SGLang tree")
-    check.add_argument("--devices", metavar="LIST", help="comma-separated devices, or all (default: sm90,sm100,sm103,gfx942)")
+    check.add_argument("--devices", metavar="LIST",
+                       help=f"comma-separated devices, or all (default: {','.join(pr_gate_keys())})")
     check.add_argument("--json", metavar="PATH", help="write the verdicts as JSON")
     check.add_argument("--markdown", metavar="PATH", help="write the PR comment as markdown")
     check.add_argument("--must-run", default="", metavar="CODE,...",
@@ -194,7 +197,7 @@ class _VersionAction(argparse.Action):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from dsakit.gates.devices import keys_text  # the device table: data only, nothing heavy
+    from dsakit.devices import keys_text  # the device table: data only, nothing heavy
 
     parser = _Parser(prog="dsakit", description="Contract-testing kit for SGLang DSA / DeepSeek-V4 backends")
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version and where dsakit is imported from")
@@ -239,7 +242,9 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"simulate a device ({keys_text()}; default: $DSAKIT_DEVICE or the real one)",
     )
-    caps.add_argument("--probe-torch", action="store_true", help="let the real probe fall back to torch.cuda")
+    caps.add_argument("--device-from-torch", "--probe-torch", dest="device_from_torch", action="store_true",
+                      help="let torch.cuda name this machine's device when NVML, nvidia-smi and rocminfo find "
+                      "nothing (--probe-torch: its old name)")
     caps.add_argument("--json", action="store_true", help="print the report as JSON")
     caps.set_defaults(handler=_capabilities)
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from dsakit import retired_settings
+from dsakit.devices import keys_text
 
 
 @dataclass(frozen=True)
@@ -28,27 +29,41 @@ class RunOption:
     choices: tuple[str, ...] = ()
     env: str | None = None
     metavar: str | None = None
+    renamed_from: str | None = None  # the flag's old spelling: still read (flag and ini key), with a warning
 
     @property
     def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
+        return _dest(self.flag)
 
     @property
     def ini(self) -> str:
         return self.dest
+
+    @property
+    def text(self) -> str:
+        """The help as shown: `{devices}` becomes the device table's keys, read when registered."""
+        return self.help.replace("{devices}", keys_text())
+
+    @property
+    def old_ini(self) -> str | None:
+        return _dest(self.renamed_from) if self.renamed_from else None
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
 
 
 OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-roles", "roles the `model_runner` fixture is parametrized over (comma-separated: "
               "target, draft)", default="target,draft", metavar="ROLES"),
     # -- capability gates and the skip inventory (dsakit.gates.marks, dsakit.gates.inventory)
-    RunOption("--dsakit-device", "run the whole test process as a simulated device (sm90, sm100, sm103, sm120, "
-              "gfx90a, gfx942, gfx950, cpu; or 'real', the default): gates, SGLang's probes, import-time "
+    RunOption("--dsakit-device", "run the whole test process as a simulated device ({devices}; or "
+              "'real', the default): gates, SGLang's probes, import-time "
               "checks, tensor placement; kernel launches skip. A comma-separated list runs one process "
               "per device and prints the fleet table. Module gates still look at this machine",
               env="DSAKIT_DEVICE", metavar="NAME"),
-    RunOption("--dsakit-probe-torch", "let the real-device probe fall back to torch.cuda when NVML, nvidia-smi "
-              "and rocminfo find nothing", default=False, kind="bool"),
+    RunOption("--dsakit-device-from-torch", "let torch.cuda name this machine's device when NVML, nvidia-smi "
+              "and rocminfo find nothing", default=False, kind="bool", renamed_from="--dsakit-probe-torch"),
     RunOption("--dsakit-report", "write the run's report as JSON: the node (device, SGLang release, host "
               "label, pytest-split shard), every test's outcome and gates, skips per gate (`dsakit report "
               "merge` merges nodes and shards; an ini path is relative to the ini file)", kind="path",
@@ -82,15 +97,20 @@ def register(parser: pytest.Parser) -> None:
     group = parser.getgroup("dsakit", "dsakit: SGLang DSA / DeepSeek-V4 contract testing")
     for option in OPTIONS:
         env = f"; env {option.env}" if option.env else ""
-        shown = f"{option.help} (ini: {option.ini}{env}; default {option.default!r})"
+        shown = f"{option.text} (ini: {option.ini}{env}; default {option.default!r})"
+        if option.renamed_from:
+            shown += f"; {option.renamed_from} is its old name"
+        flags = (option.flag, option.renamed_from) if option.renamed_from else (option.flag,)
         if option.kind == "bool":
-            group.addoption(option.flag, action="store_true", default=None, help=shown)
+            group.addoption(*flags, dest=option.dest, action="store_true", default=None, help=shown)
         else:
-            group.addoption(option.flag, default=None, metavar=option.metavar,
+            group.addoption(*flags, dest=option.dest, default=None, metavar=option.metavar,
                             choices=option.choices or None, help=shown,
                             type=int if option.kind == "int" else None)
         # type "string" everywhere (converted in `value`): "int"/"bool" ini types differ across pytest 8.x
-        parser.addini(option.ini, f"{option.help} ({PRECEDENCE})", type="string", default=None)
+        parser.addini(option.ini, f"{option.text} ({PRECEDENCE})", type="string", default=None)
+        if option.old_ini:
+            parser.addini(option.old_ini, f"old name of {option.ini}", type="string", default=None)
     retired_settings.register(parser)
 
 
@@ -103,14 +123,23 @@ def value(config: pytest.Config, dest: str) -> Any:
         return given
     if option.env and os.environ.get(option.env):
         return os.environ[option.env]
-    raw = config.getini(option.ini)
-    if raw is None or raw == "" or raw == []:
+    key, raw = _ini_value(config, option)
+    if raw is None:
         return option.default
-    return _convert(option, str(raw).strip(), config)
+    return _convert(option, key, raw, config)
 
 
-def _convert(option: RunOption, raw: str, config: pytest.Config) -> Any:
-    where = f"ini key {option.ini} = {raw!r} ({config.inipath})"
+def _ini_value(config: pytest.Config, option: RunOption) -> tuple[str, str | None]:
+    """The ini key that is set (the option's own before its old name) and its stripped value."""
+    for key in (option.ini, option.old_ini):
+        raw = config.getini(key) if key else None
+        if key and raw is not None and raw != "" and raw != []:
+            return key, str(raw).strip()
+    return option.ini, None
+
+
+def _convert(option: RunOption, key: str, raw: str, config: pytest.Config) -> Any:
+    where = f"ini key {key} = {raw!r} ({config.inipath})"
     if option.kind == "bool":
         lowered = raw.lower()
         if lowered in ("1", "true", "yes", "on"):
@@ -138,8 +167,7 @@ def explicit(config: pytest.Config) -> tuple[str, ...]:
         if config.getoption(option.dest, None) is not None or (option.env and os.environ.get(option.env)):
             given.append(option.dest)
             continue
-        raw = config.getini(option.ini)
-        if raw is not None and raw != "" and raw != []:
+        if _ini_value(config, option)[1] is not None:
             given.append(option.dest)
     return tuple(given)
 
@@ -149,4 +177,21 @@ def check_all(config: pytest.Config) -> None:
     option this run would never read."""
     for option in OPTIONS:
         value(config, option.dest)
+    _warn_old_names(config)
     retired_settings.check(config)
+
+
+def _warn_old_names(config: pytest.Config) -> None:
+    """A renamed option still works under its old flag or ini key; the controller says the new name."""
+    if hasattr(config, "workerinput"):
+        return
+    args = [str(arg).split("=", 1)[0] for arg in config.invocation_params.args]
+    for option in OPTIONS:
+        if not option.renamed_from or not option.old_ini:
+            continue
+        used = [f"flag {option.renamed_from}"] if option.renamed_from in args else []
+        if config.getini(option.old_ini) not in (None, "", []):
+            used.append(f"ini key {option.old_ini}")
+        for where in used:
+            config.issue_config_time_warning(pytest.PytestDeprecationWarning(
+                f"{where} is the old name of {option.flag} (ini {option.ini}): use the new name"), stacklevel=2)

@@ -1,8 +1,9 @@
 """A test's outcome record, from pytest's phase reports: what `dsakit compare` records and
 `--dsakit-report` writes per test, and a failure's signature across runs.
 
-Owns: the outcome names, the record, the signature. Must not write files or import torch / SGLang
-(the recorders that write are dsakit.node.pr_vs_base_recorder and dsakit.gates.inventory).
+Owns: the outcome names, the record, the one recorder (`OutcomeRecorder`: every test's record so
+far), the signature. Must not write files or import torch / SGLang (who writes the records:
+dsakit.node.pr_vs_base_recorder, one JSON line each; dsakit.gates.inventory, the report).
 """
 
 from __future__ import annotations
@@ -104,3 +105,18 @@ def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> d
         return None  # a teardown pass never hides an earlier failure
     return {"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
             "duration": round(report.duration, 4), **detail}
+
+
+class OutcomeRecorder:
+    """Every test's outcome record so far, by pytest node id, from the phase reports as they arrive
+    (the one recorder: `dsakit compare`'s record file and `--dsakit-report` both read it)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, dict[str, Any]] = {}
+
+    def record(self, report: pytest.TestReport) -> dict[str, Any] | None:
+        """The test's record after this phase report, or None when the phase changed nothing."""
+        record = next_outcome(self.outcomes.get(report.nodeid), report)
+        if record is not None:
+            self.outcomes[report.nodeid] = record
+        return record

@@ -1,9 +1,9 @@
 """Every file dsakit writes for the user (reports, JSON, markdown, JUnit, logs, cache tarballs).
 
 Owns: `output_file` (checks a path before any run starts: empty, `~`, a directory, a parent that
-cannot be created, a special file) and `OutputFile`, the one writer: atomic for regular files,
-through for character devices and FIFOs, never replacing a special file or a symlink; a failed
-write is an `OutputError` naming the path. `writable_dir` checks an output directory.
+cannot be created, a special file) and `OutputFile`, the one writer (text, bytes, JSON in one layout):
+atomic for regular files, through for character devices and FIFOs, never replacing a special file
+or a symlink; a failed write is an `OutputError` naming the path. `writable_dir` checks a directory.
 Must not write anything while checking.
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from dsakit.errors import UsageError
 
@@ -74,6 +75,11 @@ class OutputFile:
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8"))
+
+    def write_json(self, data: Any) -> None:
+        """Every JSON file dsakit writes (reports, verdicts, stamps): 2-space indent, keys in the
+        order built, one trailing newline."""
+        self.write_text(json.dumps(data, indent=2) + "\n")
 
     def write_bytes(self, data: bytes) -> None:
         with self.open() as out:

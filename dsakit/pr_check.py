@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.devices import pr_gate_keys
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
 from dsakit.output_paths import output_file, writable_dir
 
-DEFAULT_DEVICES = ("sm90", "sm100", "sm103", "gfx942")
 VERDICTS = ("regression", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
 
 
@@ -69,7 +69,7 @@ class DeviceCheck:
 
 def parse_devices(spec: str | None) -> list[str]:
     if not spec:
-        return list(DEFAULT_DEVICES)
+        return list(pr_gate_keys())
     if spec.strip() == "all":
         return [key for key in SIMULATED if key != "cpu"]
     names = [simulated_model(part.strip()).key for part in spec.split(",") if part.strip()]
@@ -136,7 +136,7 @@ def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> Non
     failing = [t for t, o in run.tests.items() if o["outcome"] in FAILING]
     if failing:
         only = plan.workdir / f"{label}-rerun.txt"
-        only.write_text("\n".join(failing) + "\n", encoding="utf-8")
+        output_file(only, "--keep").write_text("\n".join(failing) + "\n")
         check.reruns[tree_label] = run_selection(
             f"{label}-rerun", src, [*plan.pytest_args, device, f"--dsakit-record-only={only}"], plan.workdir,
             timeout=plan.timeout, env_overrides=plan.env)
@@ -517,7 +517,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
         text = render(comment(result))
         print(text)
         if json_out is not None:
-            json_out.write_text(json.dumps(as_json(result), indent=2) + "\n")
+            json_out.write_json(as_json(result))
         if markdown_out is not None:
             markdown_out.write_text(text)
         code = result.exit_code()

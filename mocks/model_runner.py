@@ -13,12 +13,12 @@ from typing import Any
 from dsakit.contract_extension import active_contract
 from dsakit.contracts.schema import Contract, Role
 from dsakit.errors import UsageError
-from dsakit.mocks.strict_node import StrictNode
+from dsakit.mocks.strict_node import StrictNamespace
 
 _NOTHING_OMITTED: frozenset[str] = frozenset()
 
 
-class MockModelRunner(StrictNode):
+class MockModelRunner(StrictNamespace):
     """A strict model runner for one role.
 
     MockModelRunner(role="draft", max_running_requests=8, model_config__context_len=4096)
@@ -97,10 +97,10 @@ class MockModelRunner(StrictNode):
         target.is_draft_worker = True
         for key, value in overrides.items():
             *parents, name = key.split("__")
-            node: Any = target
+            namespace: Any = target
             for part in parents:
-                node = getattr(node, part)
-            setattr(node, name, value)
+                namespace = getattr(namespace, part)
+            setattr(namespace, name, value)
         return target
 
     def _dsakit_written(self, path: str, value: Any) -> None:

@@ -1,8 +1,9 @@
-"""A strict attribute node: exposes exactly the contract entries below one path, nothing else.
+"""A strict namespace: exposes exactly the contract entries below one path, nothing else.
 
 Undeclared reads raise `ContractViolation` (an AttributeError) naming the attribute, the reading
 site and where the real ModelRunner sets it; soft getattr/hasattr reads are logged. Writes are
-type-checked, undeclared writes refused. Defaults and nodes are built lazily, on first read.
+type-checked, undeclared writes refused. Defaults and nested namespaces are built on first read.
+(`StrictNamespace`: "node" means a GPU node; the file keeps its name while mutation runs use it.)
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class _Unset:
 _UNSET = _Unset()
 
 
-# What the validated overrides of one node become: (direct values by name, plans of the nested
-# namespaces by name). A node's own dict of values is built from it on first access.
+# What the validated overrides of one namespace become: (direct values by name, plans of the nested
+# namespaces by name). A namespace's own dict of values is built from it on first access.
 _Plan = tuple[dict[str, Any], dict[str, "_Plan"]]
 _NO_PLAN: _Plan = ({}, {})
 
@@ -96,8 +97,8 @@ def _check_type(entry: ContractEntry, role: Role, value: Any, what: str) -> None
 
 
 def _plan(contract: Contract, path: str, role: Role, overrides: Mapping[str, Any]) -> _Plan:
-    """Validate the overrides of the node at `path` and of every node below it, now: a bad override
-    is refused where the mock is built, even though the nodes themselves are built on first use."""
+    """Validate the overrides of the namespace at `path` and of every one below it, now: a bad
+    override is refused where the mock is built, even though the namespaces are built on first use."""
     if not overrides:
         return _NO_PLAN
     children = contract.children(path)
@@ -127,12 +128,12 @@ def _plan(contract: Contract, path: str, role: Role, overrides: Mapping[str, Any
     return direct, plans
 
 
-class StrictNode:
+class StrictNamespace:
     """The attributes of one contract path (the runner itself has path "").
 
     Built in steps: the constructor validates the overrides of the whole subtree (bad ones raise
-    UsageError there) and stores them as a plan; the node's dict of values is made on its first
-    attribute access, and each nested node and contract default on its first read. A runner that
+    UsageError there) and stores them as a plan; the namespace's dict of values is made on its first
+    attribute access, and each nested namespace and contract default on its first read. A runner that
     a test only passes through costs a few attribute stores; one that is read builds only the
     levels that are read. Errors raised on access are the same as if everything had been eager.
     """
@@ -147,14 +148,14 @@ class StrictNode:
         contract: Contract,
         path: str,
         role: Role,
-        root: StrictNode | None,
+        root: StrictNamespace | None,
         overrides: Mapping[str, Any],
         omit: frozenset[str],
     ) -> None:
         self._dsakit_setup(contract, path, role, root, _plan(contract, path, role, overrides), omit)
 
     def _dsakit_setup(
-        self, contract: Contract, path: str, role: Role, root: StrictNode | None, plan: _Plan, omit: frozenset[str]
+        self, contract: Contract, path: str, role: Role, root: StrictNamespace | None, plan: _Plan, omit: frozenset[str]
     ) -> None:
         set_ = object.__setattr__
         set_(self, "_dsakit_contract", contract)
@@ -169,31 +170,31 @@ class StrictNode:
         set_(self, "_dsakit_values", None)  # None until first access: _dsakit_materialize
 
     def _dsakit_materialize(self) -> dict[str, Any]:
-        """This node's values: its direct overrides, every other declared name unset. Nested nodes
-        and contract defaults are built when first read (`__getattr__`)."""
+        """This namespace's values: its direct overrides, every other declared name unset. Nested
+        namespaces and contract defaults are built when first read (`__getattr__`)."""
         values = dict.fromkeys(self._dsakit_contract.child_names(self._dsakit_path), _UNSET)
         values.update(self._dsakit_plan[0])
         object.__setattr__(self, "_dsakit_values", values)
         return values
 
-    def _dsakit_child(self, entry: ContractEntry, root: StrictNode) -> StrictNode:
-        """The nested node of a namespace entry, with the overrides validated for it at construction."""
-        child = object.__new__(StrictNode)
+    def _dsakit_child(self, entry: ContractEntry, root: StrictNamespace) -> StrictNamespace:
+        """The nested namespace of a namespace entry, with the overrides validated for it at construction."""
+        child = object.__new__(StrictNamespace)
         plan = self._dsakit_plan[1].get(entry.name, _NO_PLAN)
         child._dsakit_setup(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
         return child
 
     def _dsakit_become(self, role: Role) -> None:
-        """Switch this node and every node built below it to `role` (MockModelRunner.draft_from):
+        """Switch this namespace and every one built below it to `role` (MockModelRunner.draft_from):
         values already read or set stay, defaults not read yet follow the new role."""
         object.__setattr__(self, "_dsakit_role", role)
         for value in (self._dsakit_values or {}).values():
-            if isinstance(value, StrictNode):
+            if isinstance(value, StrictNamespace):
                 value._dsakit_become(role)
 
     @property
     def _dsakit_built(self) -> bool:
-        """Has this node's tree level been built (by an attribute read, write or dir())?"""
+        """Has this namespace's level been built (by an attribute read, write or dir())?"""
         return self._dsakit_values is not None
 
     # ------------------------------------------------------------------ helpers

@@ -1,7 +1,7 @@
 """How SGLang spells a device probe in a guard, mapped to the device table's answer.
 
 Owns the mapping from a spelling (`_is_cuda`, `self.device_sm_major`, `is_sm100_supported()`,
-`get_platform().is_sm100`, ...) to a question of `dsakit.gates.devices.ANSWERS`, which holds the
+`get_platform().is_sm100`, ...) to a question of `dsakit.devices.ANSWERS`, which holds the
 values. Static: imports neither torch nor SGLang. Must not decide what a guard means (that is
 `dsakit.audit.guard_eval`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from dsakit.gates.devices import ANSWERS, Answer, Device
+from dsakit.devices import ANSWERS, Answer, Device
 
 DeviceValue = Answer
 """What a spelling answers: a flag, an SM number, a capability pair, or None (no capability: CPU)."""
@@ -20,7 +20,7 @@ DeviceValue = Answer
 @dataclass(frozen=True)
 class GuardSpelling:
     """The spellings of one SGLang device probe in a guard, and the question they ask (`answer`,
-    a code of `dsakit.gates.devices.ANSWERS`: the device table answers it)."""
+    a code of `dsakit.devices.ANSWERS`: the device table answers it)."""
 
     spellings: tuple[str, ...]
     answer: str

@@ -73,7 +73,7 @@ def strict_runner_from_kit(kit_runner: Any, role: str | Role) -> Any:
         if value is _MISSING or inspect.ismethod(value):
             continue
         if entry.type == NAMESPACE and entry.path not in REAL_OBJECTS:
-            continue  # a strict node: its declared children get the kit's values
+            continue  # a strict namespace: its declared children get the kit's values
         overrides[entry.path] = value
     return MockModelRunner(parsed, overrides=overrides)
 

@@ -1,8 +1,8 @@
 """`dsakit capabilities`: the device model and every declared gate, open or closed, with reasons.
 
 Owns the report's content and layout (text and JSON); the gates themselves live in
-`dsakit.gates.table`. Never imports torch or SGLang (a real device is probed through NVML/nvidia-smi/
-rocminfo, see `dsakit.gates.device_model`).
+`dsakit.gates.table`. Never imports torch or SGLang (this machine's device is read through NVML,
+nvidia-smi or rocminfo: `dsakit.gates.device_model`).
 """
 
 from __future__ import annotations

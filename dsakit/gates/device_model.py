@@ -1,8 +1,9 @@
-"""The accelerator a run is gated on: a frozen `DeviceModel`, real (probed) or simulated.
+"""The accelerator a run is gated on: a frozen `DeviceModel`, this machine's (read) or simulated.
 
-Owns: the simulated devices as `DeviceModel`s (read live from the table, `dsakit.gates.devices`),
-the lazy real probe (NVML, `nvidia-smi`, `rocminfo` under a short timeout, first run when a gate or
-a GPU option needs the device; torch only when already loaded or asked) and the choice between them
+Owns: the simulated devices as `DeviceModel`s (read live from the table, `dsakit.devices`),
+the lazy reading of this machine's device (NVML, `nvidia-smi`, `rocminfo` under a short timeout, first
+done when a gate or a GPU option needs the device; torch only when already loaded or asked; "probe"
+is SGLang's word, for its own checks, never this) and the choice between them
 (`--dsakit-device` / `DSAKIT_DEVICE`). AMD devices carry their gfx arch string. Never imports SGLang.
 """
 
@@ -24,10 +25,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.gates.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
+from dsakit.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
 
 DEVICE_ENV = "DSAKIT_DEVICE"
-PROBE_TORCH_ENV = "DSAKIT_PROBE_TORCH"
+DEVICE_FROM_TORCH_ENV = "DSAKIT_DEVICE_FROM_TORCH"
 REAL = "real"
 
 _GIB = 1 << 30
@@ -87,7 +88,7 @@ class DeviceModel:
         return data
 
 
-# ---------------------------------------------------------------- simulated devices (dsakit.gates.devices)
+# ---------------------------------------------------------------- simulated devices (dsakit.devices)
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,7 +100,7 @@ def _simulated(entry: DeviceEntry) -> DeviceModel:
 
 class _Simulated(Mapping[str, DeviceModel]):
     """The device table's entries as `DeviceModel`s, read live: an entry added to
-    `dsakit.gates.devices.DEVICES` is a simulated device everywhere at once."""
+    `dsakit.devices.DEVICES` is a simulated device everywhere at once."""
 
     def __getitem__(self, key: str) -> DeviceModel:
         return _simulated(DEVICES[key])
@@ -125,14 +126,14 @@ def simulated_model(name: str) -> DeviceModel:
     if key is None:
         alias_text = ", ".join(f"{a}={k}" for a, k in aliases().items())
         raise UsageError(
-            f"unknown dsakit device {name!r}; valid names: {REAL} (probe this machine), "
+            f"unknown dsakit device {name!r}; valid names: {REAL} (this machine's own device), "
             f"{keys_text()} (aliases: {alias_text})"
         ) from None
     return SIMULATED[key]
 
 
 def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceModel:
-    """The device for a selection: a simulated profile by name, else the probed real device.
+    """The device for a selection: a simulated profile by name, else this machine's device.
 
     `name` None or empty falls back to `$DSAKIT_DEVICE`, then to the real device.
     """
@@ -150,7 +151,7 @@ def validate_device_name(name: str | None) -> str:
     return simulated_model(chosen).key
 
 
-# ---------------------------------------------------------------- real probe
+# ---------------------------------------------------------------- this machine's device, read
 
 
 def _gfx_capability(gfx: str) -> tuple[int, int] | None:
@@ -181,7 +182,7 @@ def _torch_version_field(field: str) -> str | None:
     return None
 
 
-def _probe_nvml() -> DeviceModel | None:
+def _read_nvml() -> DeviceModel | None:
     try:
         import pynvml  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
@@ -199,19 +200,19 @@ def _probe_nvml() -> DeviceModel | None:
             memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - a broken NVML means "try the next probe"
+    except Exception:  # noqa: BLE001 - a broken NVML means "ask the next tool"
         return None
     return DeviceModel(REAL, "nvidia", name, (int(major), int(minor)), None, memory,
                        _torch_version_field("cuda"), count)
 
 
-# A probe tool that does not answer within this is treated as absent: a hung nvidia-smi (a wedged
+# A device tool that does not answer within this is treated as absent: a hung nvidia-smi (a wedged
 # driver, a stub) must not stretch a run. nvidia-smi answers in ~0.1-0.5 s on a healthy node.
-PROBE_TIMEOUT_S = 3.0
+TOOL_TIMEOUT_S = 3.0
 
 
 def _run(command: list[str]) -> str | None:
-    """The tool's stdout, or None when it is missing, fails or outlives PROBE_TIMEOUT_S (then its
+    """The tool's stdout, or None when it is missing, fails or outlives TOOL_TIMEOUT_S (then its
     whole process group is killed, so no child of a hung tool is left behind)."""
     if shutil.which(command[0]) is None:
         return None
@@ -221,7 +222,7 @@ def _run(command: list[str]) -> str | None:
     except OSError:
         return None
     try:
-        out, _ = process.communicate(timeout=PROBE_TIMEOUT_S)
+        out, _ = process.communicate(timeout=TOOL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(OSError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -230,7 +231,7 @@ def _run(command: list[str]) -> str | None:
     return out if process.returncode == 0 else None
 
 
-def _probe_nvidia_smi() -> DeviceModel | None:
+def _read_nvidia_smi() -> DeviceModel | None:
     out = _run(["nvidia-smi", "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"])
     rows = [line.split(",") for line in (out or "").strip().splitlines() if line.strip()]
     if not rows or len(rows[0]) < 3:
@@ -244,7 +245,7 @@ def _probe_nvidia_smi() -> DeviceModel | None:
                        _torch_version_field("cuda"), len(rows))
 
 
-def _probe_rocminfo() -> DeviceModel | None:
+def _read_rocminfo() -> DeviceModel | None:
     out = _run(["rocminfo"])
     if not out:
         return None
@@ -264,7 +265,7 @@ def _probe_rocminfo() -> DeviceModel | None:
                        _torch_version_field("hip"), len(archs))
 
 
-def _probe_torch() -> DeviceModel | None:
+def _read_torch() -> DeviceModel | None:
     import torch
 
     if not torch.cuda.is_available():
@@ -285,14 +286,14 @@ def _cpu() -> DeviceModel:
 
 @functools.lru_cache(maxsize=None)
 def real_device(*, allow_torch: bool = False) -> DeviceModel:
-    """This machine's first accelerator, probed once per process (CPU when there is none)."""
-    for probe in (_probe_nvml, _probe_nvidia_smi, _probe_rocminfo):
-        found = probe()
+    """This machine's first accelerator, read once per process (CPU when there is none)."""
+    for read in (_read_nvml, _read_nvidia_smi, _read_rocminfo):
+        found = read()
         if found is not None:
             return found
-    if allow_torch or os.environ.get(PROBE_TORCH_ENV) == "1" or "torch" in sys.modules:
+    if allow_torch or os.environ.get(DEVICE_FROM_TORCH_ENV) == "1" or "torch" in sys.modules:
         try:
-            found = _probe_torch()
+            found = _read_torch()
         except Exception:  # noqa: BLE001 - a CPU build or a broken driver both mean "no GPU"
             found = None
         if found is not None:

@@ -9,7 +9,6 @@ the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -23,6 +22,7 @@ from dsakit.reasons import Reason
 
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
+    from dsakit.outcomes import OutcomeRecorder
 
 WORKER_KEY = "dsakit_skip_inventory"
 # the key in pytest's final summary line ("1 passed, 2 --dsakit-must-run gate(s) failed in 3s"); it
@@ -249,8 +249,17 @@ class InventoryReporter:
         self.failures: dict[str, list[str]] = {}
         self.untested: list[str] = []  # must-run codes with no collected test behind them
         self.report_error: str | None = None
-        self.outcomes: dict[str, dict[str, Any]] = {}  # test id -> outcome record (controller side)
+        self._recorder: OutcomeRecorder | None = None  # made when the first outcome is recorded
         self.selected: list[str] = []
+
+    @property
+    def recorder(self) -> OutcomeRecorder:
+        """Every test's outcome record (controller side, --dsakit-report only)."""
+        if self._recorder is None:
+            from dsakit.outcomes import OutcomeRecorder
+
+            self._recorder = OutcomeRecorder()
+        return self._recorder
 
     @property
     def is_worker(self) -> bool:
@@ -268,11 +277,7 @@ class InventoryReporter:
         self.inventory.record(report)
         if self.report_path and not self.is_worker:
             # every test's outcome, from this process's reports and the workers' that arrive here
-            from dsakit.outcomes import next_outcome
-
-            record = next_outcome(self.outcomes.get(report.nodeid), report)
-            if record is not None:
-                self.outcomes[report.nodeid] = record
+            self.recorder.record(report)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.selected = [item.nodeid for item in session.items]
@@ -322,7 +327,7 @@ class InventoryReporter:
         from dsakit.outcomes import FAILING, signature
 
         tests: dict[str, dict[str, Any]] = {}
-        for nodeid, record in self.outcomes.items():
+        for nodeid, record in self.recorder.outcomes.items():
             entry: dict[str, Any] = {"outcome": record["outcome"],
                                      "gates": list((self.inventory.declared or {}).get(nodeid, ()))}
             if record["outcome"] == "skipped":
@@ -341,8 +346,7 @@ class InventoryReporter:
         from dsakit.output_paths import OutputError, output_file
 
         try:
-            output_file(path, "--dsakit-report").write_text(
-                json.dumps(self.as_json(), indent=2, sort_keys=False) + "\n")
+            output_file(path, "--dsakit-report").write_json(self.as_json())
         except OutputError as error:
             self.report_error = str(error)
         except UsageError as error:  # the path itself changed since configure

@@ -126,7 +126,7 @@ def configure(config: pytest.Config) -> dict[str, object]:
             output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
-    session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_probe_torch")))
+    session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_device_from_torch")))
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(

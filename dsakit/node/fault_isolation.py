@@ -1,10 +1,10 @@
 """Fault isolation: a test that leaves a sticky device error (device-side assert, illegal address)
 is failed with the kernel error and its inputs, and no later test is blamed for it.
 
-Owns: the per-test probe (`probe_cuda`, answering the `pytest_dsakit_device_fault` hook), the
-attribution, the `cuda-context-poisoned` not-run reason in one process, and under xdist the worker
+Owns: the per-test check (`pending_device_error`, answering the `pytest_dsakit_device_fault`
+hook), the attribution, the `cuda-context-poisoned` not-run reason in one process, and under xdist the worker
 exit plus the controller's hand-over of the culprit's last report. Never imports torch itself and
-never initialises CUDA: the probe runs only where torch already did.
+never initialises CUDA: the check runs only where torch already did.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ _DEVICE_ERROR_MARKS = (
 )
 
 
-# ---------------------------------------------------------------- the probe and what it names
+# ---------------------------------------------------------------- the check and what it names
 
 
-def probe_cuda() -> str | None:
+def pending_device_error() -> str | None:
     """The pending device error of this process, or None. Cheap when the test never touched CUDA
     (torch not imported, or CUDA not initialised): then nothing is called at all."""
     torch = sys.modules.get("torch")
@@ -135,7 +135,7 @@ def _as_not_run(report: pytest.TestReport, item: pytest.Item, reason: Reason) ->
 
 
 class FaultIsolation:
-    """Per-process hooks: probe after each phase, attribute, then keep the run honest."""
+    """Per-process hooks: check after each phase, attribute, then keep the run honest."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -149,7 +149,7 @@ class FaultIsolation:
 
     @pytest.hookimpl(trylast=True)
     def pytest_dsakit_device_fault(self, item: pytest.Item) -> str | None:
-        return probe_cuda()
+        return pending_device_error()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -182,12 +182,12 @@ class FaultIsolation:
 
     def _device_fault(self, item: pytest.Item) -> str | None:
         """The `pytest_dsakit_device_fault` answer; where this object is the hook's only
-        implementation, `probe_cuda()` directly: a hook call per phase is most of what fault
+        implementation, `pending_device_error()` directly: a hook call per phase is most of what fault
         isolation costs a test that never touched CUDA (bench/bench_kit_overhead.py)."""
         hook = item.config.hook.pytest_dsakit_device_fault
         impls = hook.get_hookimpls()
         if len(impls) == 1 and impls[0].plugin is self:
-            return probe_cuda()
+            return pending_device_error()
         result: str | None = hook(item=item)
         return result
 

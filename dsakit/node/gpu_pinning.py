@@ -331,7 +331,7 @@ def split_threads(config: pytest.Config) -> bool:
 
 def auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` with pinning asked for: GPUs x workers-per-GPU (None: let xdist count CPUs;
-    without --dsakit-workers-per-gpu nothing is probed)."""
+    without --dsakit-workers-per-gpu no GPU is counted)."""
     per_gpu = workers_per_gpu(config)
     if per_gpu == 0:
         return None

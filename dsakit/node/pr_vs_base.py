@@ -359,7 +359,7 @@ def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence
             "tests": [c.as_dict() for c in changes],
             "logs": str(workdir) if keep else None,
         }
-        json_out.write_text(json.dumps(data, indent=2) + "\n")
+        json_out.write_json(data)
     if markdown_out is not None:
         from dsakit.node.markdown import render
 

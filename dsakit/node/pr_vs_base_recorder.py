@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.outcomes import next_outcome
+from dsakit.outcomes import OutcomeRecorder
 
 KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
                    "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
@@ -70,7 +70,7 @@ class Recorder:
     def __init__(self, config: pytest.Config, path: Path) -> None:
         self.config = config
         self.path = path
-        self.outcomes: dict[str, dict[str, Any]] = {}
+        self.recorder = OutcomeRecorder()
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("", encoding="utf-8")
 
@@ -85,11 +85,10 @@ class Recorder:
         self._write({"kind": "start", "nodeid": located_nodeid(nodeid, location[0])})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = next_outcome(self.outcomes.get(report.nodeid), report)
+        record = self.recorder.record(report)
         if record is None:
             return
         record = {"kind": "test", **record}
-        self.outcomes[report.nodeid] = record
         located = located_nodeid(report.nodeid, report.location[0])
         if located != report.nodeid:  # pytest's own id stays: --dsakit-report keys by it
             record = {**record, "nodeid": located, "pytest_nodeid": report.nodeid}

@@ -441,7 +441,7 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
     merged = merge(paths, split_codes(must_run), must_run_real=must_run_real)
     print("\n".join(format_text(merged)))
     if json_out is not None:
-        json_out.write_text(json.dumps(as_json(merged), indent=2) + "\n")
+        json_out.write_json(as_json(merged))
     if markdown_out is not None:
         markdown_out.write_text(markdown.render(comment(merged)))
     code = merged.exit_code()

@@ -309,7 +309,7 @@ def _write_stamp(path: Path, data: dict[str, Any]) -> None:
     from dsakit.output_paths import output_file
 
     # atomic: a reader never sees half a stamp
-    output_file(path, "the warm stamp").write_text(json.dumps(data, indent=2) + "\n")
+    output_file(path, "the warm stamp").write_json(data)
 
 
 def _cache_paths(target: JitTarget) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
-from dsakit.gates.devices import Answer, answer
+from dsakit.devices import Answer, answer
 from dsakit import sglang_source
 from dsakit.sglang_release import PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease
 

@@ -21,7 +21,7 @@ from typing import Any
 from dsakit.call_site import call_site
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
-from dsakit.gates.devices import DEVICES
+from dsakit.devices import DEVICES
 from dsakit.reasons import Reason
 from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES
 
@@ -332,7 +332,7 @@ def _torch_present() -> bool:
 @contextlib.contextmanager
 def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceModel]:
     """`with dsakit.simulate_device("sm103") as device:` — SGLang's backends take that device's
-    branch. Names: the keys of the device table, `dsakit.gates.devices.DEVICES` (sm90, sm103, gfx942,
+    branch. Names: the keys of the device table, `dsakit.devices.DEVICES` (sm90, sm103, gfx942,
     cpu, ...), or an alias (b300, ...).
     Everything is restored on exit, also when the body raised. Nests (the innermost device answers
     until it exits: a test's simulation inside a whole-run one); not thread-safe.
@@ -341,7 +341,7 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
     constants (a scope inside a run); False patches only modules already imported and lets the rest
     import under the simulation, their import-time branches taking the device's (a whole run)."""
     device = simulated_model(name)
-    own_arch = is_this_machine(device, real_device())  # probed before torch answers as the device
+    own_arch = is_this_machine(device, real_device())  # read before torch answers as the device
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
     _ACTIVE.append(device)

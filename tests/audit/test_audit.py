@@ -417,7 +417,7 @@ def test_module_level_type_runner_and_nested_writes(
     (("missing_dir",), "missing_dir does not exist"),
     (("empty",), "no Python files under empty"),
     (("notes.txt",), "notes.txt is not a Python file"),
-    ((".", "--device", "sm101"), "valid names: real (probe this machine), sm90, sm100, sm103, sm120"),
+    ((".", "--device", "sm101"), "valid names: real (this machine's own device), sm90, sm100, sm103, sm120"),
     ((".", "--device", "real"), "'real' is not one; valid names: sm90, sm100"),
     ((".", "--sglang-src", "nowhere"), "nowhere is not an SGLang source tree"),
 ])

@@ -63,7 +63,7 @@ def test_env_var_and_unknown_device(capsys: pytest.CaptureFixture[str], monkeypa
 
 
 def test_real_device_on_this_machine() -> None:
-    # A subprocess: the real probe must not import torch to describe the device.
+    # A subprocess: reading the real device must not import torch to describe the device.
     code = (
         "import sys, json, contextlib, io\n"
         "from dsakit.cli import main\n"
@@ -76,3 +76,14 @@ def test_real_device_on_this_machine() -> None:
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "DSAKIT_DEVICE"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("flag", ["--device-from-torch", "--probe-torch"])
+def test_torch_may_name_the_device_under_the_new_flag_and_the_old(flag: str, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import dsakit.gates.capabilities as capabilities
+
+    asked: list[bool] = []
+    monkeypatch.setattr(capabilities, "run_capabilities",
+                        lambda device, *, as_json, allow_torch: asked.append(allow_torch) or 0)
+    assert main(["capabilities", flag]) == 0 and asked == [True]

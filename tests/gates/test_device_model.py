@@ -1,4 +1,4 @@
-"""The device model: simulated profiles, selection by name or env, the lazy real probe."""
+"""The device model: simulated profiles, selection by name or env, the lazy reading of this machine's device."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates import device_model
-from dsakit.gates.devices import DEVICES
+from dsakit.devices import DEVICES
 from dsakit.gates.device_model import SIMULATED, resolve_device, simulated_model, validate_device_name
 from dsakit.errors import UsageError
 
@@ -73,22 +73,22 @@ def _fake_tool(directory: Path, name: str, output: str) -> None:
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
 
 
-def test_nvidia_smi_probe_reads_capability_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_smi_reading_gets_capability_without_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_tool(tmp_path, "nvidia-smi", "NVIDIA H200, 143771, 9.0\nNVIDIA H200, 143771, 9.0")
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    found = device_model._probe_nvidia_smi()
+    found = device_model._read_nvidia_smi()
     assert found is not None
     assert (found.vendor, found.name, found.sm, found.device_count, found.simulated) == (
         "nvidia", "NVIDIA H200", (9, 0), 2, False)
     assert found.memory_bytes == 143771 << 20
 
 
-def test_rocminfo_probe_reads_the_gfx_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rocminfo_reading_gets_the_gfx_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     agent = "*******\nAgent 2\n*******\n  Name:                    gfx942\n  Marketing Name:          AMD Instinct MI300X\n  Device Type:             GPU\n"
     cpu = "*******\nAgent 1\n*******\n  Name:                    AMD EPYC\n  Device Type:             CPU\n"
     _fake_tool(tmp_path, "rocminfo", cpu + agent)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    found = device_model._probe_rocminfo()
+    found = device_model._read_rocminfo()
     assert found is not None
     assert (found.vendor, found.gfx, found.sm, found.name) == ("amd", "gfx942", (9, 4), "AMD Instinct MI300X")
 
@@ -101,7 +101,7 @@ def test_gfx_capability_matches_what_torch_reports() -> None:
 
 def test_no_tools_means_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(device_model, "_probe_nvml", lambda: None)
+    monkeypatch.setattr(device_model, "_read_nvml", lambda: None)
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     device_model.real_device.cache_clear()
     try:

@@ -1,4 +1,4 @@
-"""The device table (`dsakit.gates.devices`) is the one place device facts live: the audit's static
+"""The device table (`dsakit.devices`) is the one place device facts live: the audit's static
 answer and the simulation's dynamic one agree on every device x probe, and a device added as one
 entry reaches gates, audit, simulation and the CLI.
 
@@ -8,6 +8,7 @@ Runs that enter a simulation import torch and SGLang, so they run in a subproces
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import subprocess
@@ -20,10 +21,11 @@ import dsakit
 from dsakit.audit.command import select_devices
 from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit.audit.guard_eval import verdict
-from dsakit.gates import devices
+from dsakit import devices
 from dsakit.gates.device_model import SIMULATED, device_names, simulated_model, validate_device_name
-from dsakit.gates.devices import ANSWERS, DeviceEntry
+from dsakit.devices import ANSWERS, DeviceEntry
 from dsakit.gates.table import evaluate, known_devices_opening
+from dsakit.options import OPTIONS
 from dsakit.upstream import device_probes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,9 +72,9 @@ _AGREEMENT = r"""
 import ast, json, sys, types
 import dsakit
 from dsakit.audit.device_guards import SPELLINGS, spelling_for
-from dsakit.gates import devices
+from dsakit import devices
 from dsakit.gates.device_model import SIMULATED
-from dsakit.gates.devices import DeviceEntry
+from dsakit.devices import DeviceEntry
 from dsakit.sglang_release import installed_release
 from dsakit.upstream import device_probes
 
@@ -202,6 +204,21 @@ def test_a_device_added_as_one_entry_reaches_names_gates_audit_simulation_and_cl
     with pytest.raises(SystemExit):
         dsakit.cli.main(["audit", "--help"])
     assert "sm121" in capsys.readouterr().out
+    # the run options: --dsakit-device's help (pytest --help) names it
+    assert "sm121" in next(o for o in OPTIONS if o.flag == "--dsakit-device").text
+
+
+def test_pr_check_runs_the_table_s_pr_gate_devices_by_default(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import dsakit.cli
+    from dsakit.pr_check import parse_devices
+
+    assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942"]
+    monkeypatch.setitem(devices.DEVICES, EXTRA.key, dataclasses.replace(EXTRA, pr_gate=True))
+    assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942", "sm121"]
+    with pytest.raises(SystemExit):
+        dsakit.cli.main(["pr-check", "--help"])
+    assert "default: sm90,sm100,sm103,gfx942,sm121" in " ".join(capsys.readouterr().out.split())
 
 
 def test_an_unknown_device_lists_the_table_with_its_aliases(extra_device: DeviceEntry) -> None:

@@ -143,7 +143,7 @@ def test_unknown_code_in_raw_marker_is_a_usage_error(pytester: pytest.Pytester) 
 def test_unknown_device_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest(*PLUGIN, "--dsakit-device=h300")
-    result.stderr.fnmatch_lines(["ERROR: unknown dsakit device 'h300'; valid names: real (probe this machine), sm90, *"])
+    result.stderr.fnmatch_lines(["ERROR: unknown dsakit device 'h300'; valid names: real (this machine's own device), sm90, *"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import dsakit
 from dsakit.mocks import read_log
-from dsakit.mocks.strict_node import StrictNode
+from dsakit.mocks.strict_node import StrictNamespace
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +115,7 @@ def test_draft_from_turns_a_target_into_a_draft_in_place() -> None:
     draft = dsakit.MockModelRunner.draft_from(runner, model_config__vocab_size=64, device="cpu")
     assert draft is runner and runner.is_draft_worker is True
     assert runner.max_running_requests == 8 and runner.model_config.vocab_size == 64
-    # per-role defaults not read yet follow the draft role, in nodes built before the turn too
+    # per-role defaults not read yet follow the draft role, in namespaces built before the turn too
     assert runner.server_args.speculative_eagle_topk == 1
     assert runner.spec_algorithm.is_eagle()
     with pytest.raises(dsakit.UsageError, match="already has role='draft'"):
@@ -234,9 +234,9 @@ def test_first_access_builds_one_level_at_a_time() -> None:
     runner = dsakit.MockModelRunner("target", model_config__context_len=4096)
     assert runner.page_size == 64
     model_config = runner.model_config
-    assert isinstance(model_config, StrictNode) and not isinstance(model_config, dsakit.MockModelRunner)
+    assert isinstance(model_config, StrictNamespace) and not isinstance(model_config, dsakit.MockModelRunner)
     assert repr(model_config) == "<strict model_runner.model_config role=target>"
-    assert not model_config._dsakit_built  # reading runner.model_config builds only the node object
+    assert not model_config._dsakit_built  # reading runner.model_config builds only the namespace object
     assert model_config.context_len == 4096  # the override, validated at construction
     assert runner.model_config is model_config  # built once
     assert not model_config.hf_config._dsakit_built
@@ -260,7 +260,7 @@ def test_dir_and_writes_build_the_level_they_touch() -> None:
         dsakit.MockModelRunner("target").lora_manager = object()
 
 
-def test_violation_from_a_lazily_built_node_names_attribute_and_site() -> None:
+def test_violation_from_a_lazily_built_namespace_names_attribute_and_site() -> None:
     hf_config = dsakit.MockModelRunner("draft").model_config.hf_config  # the runner itself is gone
     assert not hf_config._dsakit_built
     with pytest.raises(dsakit.ContractViolation) as raised:
@@ -269,16 +269,16 @@ def test_violation_from_a_lazily_built_node_names_attribute_and_site() -> None:
     assert raised.value.attribute == "model_config.hf_config.index_top_k"
     assert raised.value.code == "contract-undeclared-read"
     assert raised.value.reading_site.endswith(f"test_mock_model_runner.py:{line} in "
-                                              "test_violation_from_a_lazily_built_node_names_attribute_and_site")
+                                              "test_violation_from_a_lazily_built_namespace_names_attribute_and_site")
     assert "model_runner.model_config.hf_config.index_top_k is not in the dsakit role contract (role=draft)" in str(
         raised.value)
     assert [(r.kind, r.path, r.site) for r in read_log.contract_reads()] == [
         (read_log.UNDECLARED, "model_config.hf_config.index_top_k", raised.value.reading_site)
     ]
-    assert hf_config.index_topk == 2048  # the node works without its runner alive
+    assert hf_config.index_topk == 2048  # the namespace works without its runner alive
 
 
-def test_omitted_namespace_and_soft_reads_on_lazily_built_nodes() -> None:
+def test_omitted_namespace_and_soft_reads_on_lazily_built_namespaces() -> None:
     runner = dsakit.MockModelRunner("target", omit=["model_config.hf_config", "token_to_kv_pool"])
     assert runner.model_config.context_len == 163840
     with pytest.raises(dsakit.ContractViolation, match="model_runner.model_config.hf_config was omitted"):

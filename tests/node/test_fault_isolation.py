@@ -200,13 +200,13 @@ def test_xdist_replaces_the_worker_and_blames_only_the_culprit(
     assert not list(temp.glob("dsakit-fault-*")), "the hand-over folder is left behind"
 
 
-def test_real_probe_never_imports_torch_nor_initialises_cuda() -> None:
+def test_the_device_error_check_never_imports_torch_nor_initialises_cuda() -> None:
     code = (
         "import sys\n"
-        "from dsakit.node.fault_isolation import probe_cuda\n"
-        "assert probe_cuda() is None and 'torch' not in sys.modules\n"
+        "from dsakit.node.fault_isolation import pending_device_error\n"
+        "assert pending_device_error() is None and 'torch' not in sys.modules\n"
         "import torch\n"
-        "assert probe_cuda() is None and not torch.cuda.is_initialized()\n"
+        "assert pending_device_error() is None and not torch.cuda.is_initialized()\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

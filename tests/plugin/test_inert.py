@@ -4,7 +4,7 @@ files left in $TMPDIR); and the checkout's `-p dsakit.plugin` is harmless where 
 installed.
 
 `nvidia-smi` and `rocminfo` on PATH are stubs that log every call and report more GPUs than this
-machine has CPUs, so GPU pinning would change `-n auto` and a device probe would show in the log.
+machine has CPUs, so GPU pinning would change `-n auto` and a device read would show in the log.
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
 
 
 @pytest.fixture
-def probe_log(pytester: pytest.Pytester, tmp_path: Path) -> Path:
+def device_tool_log(pytester: pytest.Pytester, tmp_path: Path) -> Path:
     """Stub nvidia-smi / rocminfo first on PATH; each call appends its name to the log."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    log = tmp_path / "probes.log"
+    log = tmp_path / "device_tools.log"
     rows = "".join(f"echo 'NVIDIA H200, 143771, 9.0'\n" for _ in range(_GPUS))
     _stub(bin_dir, "nvidia-smi", f"echo nvidia-smi >> '{log}'\n{rows}")
     _stub(bin_dir, "rocminfo", f"echo rocminfo >> '{log}'\nexit 1\n")
@@ -108,7 +108,7 @@ def _session(pytester: pytest.Pytester, tmp_path: Path, tag: str, *args: str) ->
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "auto")], ids=["plain", "xdist-auto"])
-def test_unrelated_suite_runs_as_with_no_dsakit(pytester: pytest.Pytester, tmp_path: Path, probe_log: Path,
+def test_unrelated_suite_runs_as_with_no_dsakit(pytester: pytest.Pytester, tmp_path: Path, device_tool_log: Path,
                                                 xdist: tuple[str, ...]) -> None:
     if xdist:
         pytest.importorskip("xdist")
@@ -123,20 +123,20 @@ def test_unrelated_suite_runs_as_with_no_dsakit(pytester: pytest.Pytester, tmp_p
     assert order(used["lines"]) == order(control["lines"])
     assert used["errlines"] == control["errlines"]
     assert used["tmp"] == control["tmp"] == []
-    assert probe_log.read_text() == "", "a device probe ran in a session that uses no gate"
+    assert device_tool_log.read_text() == "", "a device tool ran in a session that uses no gate"
 
 
-def test_a_gate_is_what_starts_the_probe(pytester: pytest.Pytester, tmp_path: Path, probe_log: Path) -> None:
-    """The control for the probe log above: one evaluated gate runs the real-device probe, and the
+def test_a_gate_is_what_starts_the_device_read(pytester: pytest.Pytester, tmp_path: Path, device_tool_log: Path) -> None:
+    """The control for the device-tool log above: one evaluated gate reads this machine's device, and the
     skip inventory appears because a dsakit gate skipped something."""
     pytester.makepyfile(test_gated="import dsakit\n\n@dsakit.gate('rocm')\ndef test_amd():\n    pass\n")
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly")
     result.assert_outcomes(skipped=1)
-    assert "nvidia-smi" in probe_log.read_text()
+    assert "nvidia-smi" in device_tool_log.read_text()
     result.stdout.fnmatch_lines(["*dsakit skip inventory*", "   1 skipped  [[]rocm[]]*"])
 
 
-def test_gpu_pinning_and_thread_split_when_asked(pytester: pytest.Pytester, tmp_path: Path, probe_log: Path) -> None:
+def test_gpu_pinning_and_thread_split_when_asked(pytester: pytest.Pytester, tmp_path: Path, device_tool_log: Path) -> None:
     """The control for the worker count above: the same stub makes `-n auto` GPUs x N once asked."""
     pytest.importorskip("xdist")
     pytester.makepyfile(test_unrelated=UNRELATED)
@@ -146,7 +146,7 @@ def test_gpu_pinning_and_thread_split_when_asked(pytester: pytest.Pytester, tmp_
     assert asked["worker_count"] == {str(_GPUS)}
     assert {env.get("CUDA_VISIBLE_DEVICES") for env in asked["envs"].values()} <= {str(k) for k in range(_GPUS)}
     assert all(env.get("OMP_NUM_THREADS") for env in asked["envs"].values())
-    assert "nvidia-smi" in probe_log.read_text()
+    assert "nvidia-smi" in device_tool_log.read_text()
 
 
 def test_plain_skips_alone_print_no_inventory(pytester: pytest.Pytester) -> None:
@@ -158,7 +158,7 @@ def test_plain_skips_alone_print_no_inventory(pytester: pytest.Pytester) -> None
     assert "dsakit" not in text.replace("dsakit-", ""), text  # no header, no section
 
 
-def test_hung_probe_is_cut_short_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hung_device_tool_is_cut_short_and_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dsakit.gates import device_model
 
     pids = tmp_path / "pids"
@@ -168,16 +168,16 @@ def test_hung_probe_is_cut_short_and_leaves_no_process(tmp_path: Path, monkeypat
     _stub(bin_dir, "nvidia-smi", f"sleep 60 &\necho $$ $! > '{pids}'\nwait\n")
     _stub(bin_dir, "rocminfo", "exit 1\n")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(device_model, "PROBE_TIMEOUT_S", 0.5, raising=False)
-    monkeypatch.setattr(device_model, "_probe_nvml", lambda: None)
+    monkeypatch.setattr(device_model, "TOOL_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr(device_model, "_read_nvml", lambda: None)
     started = time.monotonic()
     found = device_model.real_device.__wrapped__(allow_torch=False)
-    assert time.monotonic() - started < 5, "a hung nvidia-smi stretched the probe"
+    assert time.monotonic() - started < 5, "a hung nvidia-smi stretched the device read"
     assert found.vendor == "cpu"
     for pid in pids.read_text().split():
         state = Path(f"/proc/{pid}/stat")
         alive = state.exists() and state.read_text().split(") ", 1)[1][0] not in "ZX"
-        assert not alive, f"probe process {pid} left running"
+        assert not alive, f"device tool process {pid} left running"
 
 
 @pytest.mark.skipif(not plugin_autoloads(), reason="[no-entry-point] dsakit is not installed here, so "

@@ -53,7 +53,7 @@ def test_ini_roles_and_must_run(pytester: pytest.Pytester, monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("key", "raw", "expected"), [
     ("dsakit_workers_per_gpu", "two", "expected an integer"),
-    ("dsakit_probe_torch", "maybe", "expected true or false"),
+    ("dsakit_device_from_torch", "maybe", "expected true or false"),
     ("dsakit_topk_subset", "half", "expected one of full, per-role, pairwise"),
 ])
 def test_bad_ini_values_are_usage_errors(pytester: pytest.Pytester, key: str, raw: str, expected: str) -> None:
@@ -62,3 +62,29 @@ def test_bad_ini_values_are_usage_errors(pytester: pytest.Pytester, key: str, ra
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*ini key {key} = '{raw}'*{expected}*"])
+
+
+OLD_NAME_TEST = """
+from dsakit.options import value
+
+def test_from_torch(request):
+    assert value(request.config, "dsakit_device_from_torch") is True
+"""
+
+
+@pytest.mark.parametrize("how", ["flag", "ini"])
+def test_a_renamed_option_still_works_under_its_old_name_and_says_the_new_one(pytester: pytest.Pytester,
+                                                                              how: str) -> None:
+    pytester.makepyfile(OLD_NAME_TEST)
+    if how == "ini":
+        _ini(pytester, dsakit_probe_torch="true")
+    result = pytester.runpytest("--strict-config", *(["--dsakit-probe-torch"] if how == "flag" else []))
+    result.assert_outcomes(passed=1)
+    old = "flag --dsakit-probe-torch" if how == "flag" else "ini key dsakit_probe_torch"
+    result.stdout.fnmatch_lines([f"*{old} is the old name of --dsakit-device-from-torch*use the new name*"])
+
+
+def test_the_new_name_beats_the_old_ini_key(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(OLD_NAME_TEST.replace("is True", "is False"))
+    _ini(pytester, dsakit_probe_torch="true", dsakit_device_from_torch="false")
+    pytester.runpytest("--strict-config").assert_outcomes(passed=1)

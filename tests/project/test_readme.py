@@ -93,3 +93,17 @@ def test_readme_documents_what_users_had_to_guess() -> None:
     for line in ("pytest --snapshot-update", "dsakit contract check --backend-src my_backend",
                  "cd pytest_dsakit-0.1.0/tests/downstream_project"):
         assert line in README, line
+
+
+def test_the_readme_s_device_names_are_the_device_table() -> None:
+    """The device lists a user reads (simulate_device, --dsakit-device, pr-check's default) are the
+    table's, in its order: a device added to `dsakit.devices` must be added to the README too."""
+    from dsakit.devices import DEVICES, aliases, pr_gate_keys
+
+    text = " ".join(README.split())
+    assert f"answer as a simulated device ({', '.join(DEVICES)})" in text
+    names = re.search(r"names: ((?:`[^`]+`[ ,]+)+)or ((?:`[^`]+` )+)", text)
+    assert names, "the --dsakit-device section lists no names"
+    assert [n.strip("`, ") for n in names.group(1).split()] == list(DEVICES)
+    assert {n.strip("`") for n in names.group(2).split()} <= set(aliases())
+    assert f"[--devices {','.join(pr_gate_keys())} | all]" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import dsakit
-from dsakit.gates.devices import DEVICES
+from dsakit.devices import DEVICES
 from dsakit.upstream import device_probes
 from dsakit.sglang_release import installed_release
 

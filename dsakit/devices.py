@@ -1,9 +1,9 @@
 """THE device table: every simulated device is one entry, and what SGLang's probes answer on it.
 
-Owns: the entries (vendor, SM / gfx, toolkit, memory, multiprocessors, marketing name, aliases) and
-the answers (`ANSWERS`: `is_sm100_supported`, `device_sm`, `fp8_dtype`, ...) computed from an
-entry's facts the way SGLang computes them. Gates, audit, simulation and the CLI read it; adding a
-device is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit module.
+Owns: the entries (vendor, SM / gfx, toolkit, memory, SMs, name, aliases, in pr-check's default)
+and the answers (`ANSWERS`: `is_sm100_supported`, `device_sm`, ...) computed from an entry the way
+SGLang computes them. Option help, gates, audit, simulation, pr-check and the CLI read it; a device
+is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit module.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class DeviceEntry:
     toolkit         the CUDA or HIP version the device's stack is built with
     multiprocessors SMs (NVIDIA) / compute units (AMD): what SGLang's sizing helpers read
     aliases         marketing names people type (`b300`); each names this entry only
+    pr_gate         `dsakit pr-check` runs it when no `--devices` is given
     """
 
     key: str
@@ -37,18 +38,20 @@ class DeviceEntry:
     toolkit: str | None
     multiprocessors: int
     aliases: tuple[str, ...] = ()
+    pr_gate: bool = False
 
 
 DEVICES: dict[str, DeviceEntry] = {
     e.key: e
     for e in (
-        DeviceEntry("sm90", "nvidia", "NVIDIA H200", (9, 0), None, 141, "12.8", 132, ("h100", "h200")),
-        DeviceEntry("sm100", "nvidia", "NVIDIA B200", (10, 0), None, 180, "12.8", 148, ("b200",)),
-        DeviceEntry("sm103", "nvidia", "NVIDIA B300", (10, 3), None, 288, "12.9", 148, ("b300",)),
+        DeviceEntry("sm90", "nvidia", "NVIDIA H200", (9, 0), None, 141, "12.8", 132, ("h100", "h200"), pr_gate=True),
+        DeviceEntry("sm100", "nvidia", "NVIDIA B200", (10, 0), None, 180, "12.8", 148, ("b200",), pr_gate=True),
+        DeviceEntry("sm103", "nvidia", "NVIDIA B300", (10, 3), None, 288, "12.9", 148, ("b300",), pr_gate=True),
         DeviceEntry("sm120", "nvidia", "NVIDIA RTX PRO 6000 Blackwell", (12, 0), None, 96, "12.8", 188),
         # MI200 reports capability 9.0, the same number as Hopper.
         DeviceEntry("gfx90a", "amd", "AMD Instinct MI250X", (9, 0), "gfx90a", 64, "6.3", 110, ("mi200", "mi250")),
-        DeviceEntry("gfx942", "amd", "AMD Instinct MI300X", (9, 4), "gfx942", 192, "6.3", 304, ("mi300",)),
+        DeviceEntry("gfx942", "amd", "AMD Instinct MI300X", (9, 4), "gfx942", 192, "6.3", 304, ("mi300",),
+                    pr_gate=True),
         # MI355 reports 9.5: a number that looks like "SM 9.x" but is not Hopper.
         DeviceEntry("gfx950", "amd", "AMD Instinct MI355X", (9, 5), "gfx950", 288, "7.0", 256, ("mi355",)),
         DeviceEntry("cpu", "cpu", "CPU", None, None, None, None, 0),
@@ -67,6 +70,11 @@ def entry_key(name: str) -> str | None:
     if wanted in DEVICES:
         return wanted
     return aliases().get(wanted)
+
+
+def pr_gate_keys() -> tuple[str, ...]:
+    """The devices `dsakit pr-check` runs by default, in table order."""
+    return tuple(key for key, entry in DEVICES.items() if entry.pr_gate)
 
 
 def keys_text() -> str:
