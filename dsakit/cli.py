@@ -269,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"dsakit: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the children are ended and temp folders removed by now
+        print("dsakit: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`dsakit capabilities | head`): not our failure; keep the
         # interpreter from complaining again when it flushes stdout at exit
