@@ -1,0 +1,73 @@
+"""A simulated AMD device leaves nothing in $TMPDIR: tvm-ffi (imported by SGLang's JIT kernel
+modules) JIT-builds a ROCm DLPack addon at import whenever `torch.cuda.is_available()` and
+`torch.version.hip` say ROCm. Under `--dsakit-device gfx942` on a host without ROCm that build
+fails and left a `tvm-ffi-torch-c-dlpack-*` folder (its addon.cc) in $TMPDIR in every process:
+~90 on this project's box. Each run is a subprocess (torch and tvm-ffi load)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsakit.pytest_invocation import plugin_args
+
+PLUGIN = tuple(plugin_args())
+DISABLE = "TVM_FFI_DISABLE_TORCH_C_DLPACK"
+
+IMPORTS_TVM_FFI = f'''
+import os
+
+
+def test_imports_tvm_ffi_as_sglang_does():
+    import tvm_ffi  # the addon is built (or refused) while this module imports
+
+    assert tvm_ffi is not None
+    print("inside:", os.environ.get("{DISABLE}"))
+'''
+
+
+def _needs(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"[module:{module}] the leak is tvm-ffi's addon build under a simulated ROCm torch")
+
+
+@pytest.mark.parametrize("device", ["gfx942", "sm90"])
+def test_a_whole_run_as_another_device_leaves_no_tvm_ffi_build_folder(tmp_path: Path, device: str) -> None:
+    _needs("torch")
+    _needs("tvm_ffi")
+    (tmp_path / "test_tvm.py").write_text(IMPORTS_TVM_FFI, encoding="utf-8")
+    scratch, cache = tmp_path / "tmp", tmp_path / "tvm-ffi-cache"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k != DISABLE}
+    env.update(TMPDIR=str(scratch), TVM_FFI_CACHE_DIR=str(cache))  # no addon built before: tvm-ffi would build now
+    done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-s", "-q",
+                           f"--dsakit-device={device}", "test_tvm.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert sorted(p.name for p in scratch.iterdir()) == [], output
+
+
+def test_the_simulation_sets_the_variable_only_while_it_lasts(tmp_path: Path) -> None:
+    _needs("torch")
+    code = (f"import os, dsakit, torch\n"
+            f"assert torch.version.hip is None, 'a ROCm build of torch builds its addon for real'\n"
+            f"with dsakit.simulate_device('gfx942'):\n"
+            f"    assert os.environ.get({DISABLE!r}) == '1'\n"
+            f"    with dsakit.simulate_device('sm90'):\n"
+            f"        assert os.environ.get({DISABLE!r}) == '1'\n"
+            f"assert {DISABLE!r} not in os.environ\n"
+            f"os.environ[{DISABLE!r}] = '0'\n"
+            f"with dsakit.simulate_device('gfx942'):\n"
+            f"    assert os.environ[{DISABLE!r}] == '0'  # the user's own setting wins\n"
+            f"print('ok')\n")
+    env = {k: v for k, v in os.environ.items() if k != DISABLE}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.stdout.strip().endswith("ok"), done.stdout + done.stderr
