@@ -265,7 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pytest_args:
             args.pytest_args = pytest_args
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        from dsakit.node.process_group import interruptible
+
+        with interruptible():  # SIGTERM exits 143 through every `finally`: no temp file, workdir or child left
+            return handler(args)
     except UsageError as error:
         print(f"dsakit: error: {error}", file=sys.stderr)
         return 2
