@@ -24,11 +24,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{command}: {message}" if command else message)
 
 
+def _project(given: str | None) -> str | None:
+    """--project DIR as given, once it is a folder (a mistyped one read dsakit's contract alone, exit 0)."""
+    if given is None:
+        return None
+    path = os.path.expanduser(given)
+    if not os.path.exists(path) or not os.path.isdir(path):
+        why = "does not exist" if not os.path.exists(path) else "is a file, not a folder"
+        raise UsageError(f"--project {given}: {why}; pass the folder that holds your pyproject.toml")
+    return path
+
+
 def _contract_check(args: argparse.Namespace) -> int:
     from dsakit.upstream.contract_check import run_contract_check
 
     return run_contract_check(sglang_src=args.sglang_src, as_json=args.json, backend_src=args.backend_src,
-                              project=args.project)
+                              project=_project(args.project))
 
 
 def _contract_table(args: argparse.Namespace) -> int:
@@ -37,7 +48,8 @@ def _contract_table(args: argparse.Namespace) -> int:
     from dsakit.contract_extension import effective_contract
     from dsakit.contracts.schema import markdown_table
 
-    print(markdown_table(effective_contract(Path(args.project) if args.project else Path.cwd())))
+    project = _project(args.project)
+    print(markdown_table(effective_contract(Path(project) if project else Path.cwd())))
     return 0
 
 
@@ -270,10 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pytest_args:
             args.pytest_args = pytest_args
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        from dsakit.node.process_group import interruptible
+
+        with interruptible():  # SIGTERM exits 143 through every `finally`: no temp file, workdir or child left
+            return handler(args)
     except UsageError as error:
         print(f"dsakit: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the children are ended and temp folders removed by now
+        print("dsakit: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`dsakit capabilities | head`): not our failure; keep the
         # interpreter from complaining again when it flushes stdout at exit

@@ -27,7 +27,8 @@ from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_mo
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
 from dsakit.outcomes import FAILING, signature
-from dsakit.output_paths import output_file, writable_dir
+from dsakit.node.process_group import check_timeout, interruptible, stop_all
+from dsakit.output_paths import OutputFile, output_file, writable_dir
 
 VERDICTS = ("regression", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
 
@@ -155,8 +156,12 @@ def run_all(checks: Sequence[DeviceCheck], base_src: str, pr_src: str, pytest_ar
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         futures = [pool.submit(_run_tree, check, tree_label, src, plan)
                    for check in checks for tree_label, src in (("base", base_src), ("pr", pr_src))]
-        for future in futures:
-            future.result()
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            stop_all()  # before the pool waits for its threads: their runs end now, no rerun starts
+            raise
     for check in checks:
         check.verdicts = verdicts(check)
 
@@ -494,7 +499,6 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
                  json_path: str | None = None, markdown_path: str | None = None, must_run: str = "",
                  keep: str | None = None, timeout: float | None = None) -> int:
     from dsakit.gates.table import split_codes, validate_codes
-    from dsakit.node.markdown import render
 
     for src in (base_src, pr_src):
         package_dir(src)  # a path that is not a tree: exit 2 before anything runs
@@ -504,9 +508,18 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     if keep:
         writable_dir(keep, "--keep")
-    if timeout is not None and not timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-pr-check-"))
+    check_timeout(timeout)  # inf: leave it out; nan, 0, negative: not a limit
+    with interruptible():  # Ctrl-C or SIGTERM: every run ends, then the workdir goes (unless --keep)
+        return _pr_check_in(Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-pr-check-")), keep=bool(keep),
+                            base_src=base_src, pr_src=pr_src, pytest_args=pytest_args, chosen=chosen, codes=codes,
+                            json_out=json_out, markdown_out=markdown_out, timeout=timeout)
+
+
+def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytest_args: Sequence[str],
+                 chosen: Sequence[str], codes: tuple[str, ...], json_out: OutputFile | None,
+                 markdown_out: OutputFile | None, timeout: float | None) -> int:
+    from dsakit.node.markdown import render
+
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         checks = [DeviceCheck(d, runs_as(d)) for d in chosen]

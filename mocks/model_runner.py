@@ -58,6 +58,11 @@ class MockModelRunner(StrictNamespace):
         if overrides is not None and not isinstance(overrides, Mapping):
             raise UsageError(f"overrides={overrides!r}: expected a dict of attribute paths to values, e.g. "
                              f"overrides={{'server_args.dsa_decode_backend': 'trtllm'}}, got {type(overrides).__name__}")
+        if overrides is not None and not all(isinstance(key, str) for key in overrides):
+            key = next(k for k in overrides if not isinstance(k, str))
+            raise UsageError(f"overrides={overrides!r}: expected a dict of attribute paths (str) to values, e.g. "
+                             f"overrides={{'server_args.dsa_decode_backend': 'trtllm'}}, got the key {key!r} "
+                             f"({type(key).__name__})")
         omitted = _NOTHING_OMITTED
         if omit or isinstance(omit, str):  # omit="" is still refused below
             if isinstance(omit, str):

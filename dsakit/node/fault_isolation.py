@@ -13,12 +13,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
 
 CODE = "cuda-context-poisoned"
@@ -224,7 +224,7 @@ class XdistFaultHandoff:
 
     def pytest_configure_node(self, node: Any) -> None:
         if self.directory is None:
-            self.directory = tempfile.mkdtemp(prefix="dsakit-fault-")
+            self.directory = private_dir(self.config, "dsakit-fault")
         node.workerinput[HANDOFF_KEY] = self.directory
 
     @pytest.hookimpl(optionalhook=True)

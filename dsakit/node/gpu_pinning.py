@@ -15,7 +15,6 @@ import fcntl
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,8 +194,10 @@ def cpu_threads_per_worker(workers: int, env: Mapping[str, str] | None = None, c
     return max(1, cpus // workers)
 
 
-def new_lock_dir() -> str:
-    return tempfile.mkdtemp(prefix="dsakit-gpu-lock-")
+def new_lock_dir(config: pytest.Config) -> str:
+    from dsakit.node.run_dirs import private_dir
+
+    return private_dir(config, "dsakit-gpu-lock")
 
 
 # ---------------------------------------------------------------- the worker side
@@ -319,7 +320,7 @@ def controller_plan(config: pytest.Config, workers: Sequence[str]) -> PinPlan:
     if key not in plans:
         lock_dir = config.stash.get(_LOCK_DIR_KEY, "")
         if not lock_dir:
-            lock_dir = config.stash[_LOCK_DIR_KEY] = new_lock_dir()
+            lock_dir = config.stash[_LOCK_DIR_KEY] = new_lock_dir(config)
         plans[key] = plan(inventory(config), workers, workers_per_gpu(config), lock_dir)
     return plans[key]
 

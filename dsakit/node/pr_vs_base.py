@@ -10,11 +10,9 @@ errors, refused fingerprints and runs that compared nothing). Never imports torc
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
+from dsakit.node.process_group import check_timeout, interruptible, run_in_own_group
 from dsakit.output_paths import OutputFile, output_file, writable_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.outcomes import FAILING, signature
@@ -127,11 +126,9 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
     command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
                "-p", "no:cacheprovider", "-q", *pytest_args]
     tic = time.perf_counter()
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        code, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as error:
-        code, output = 124, f"{_text(error.stdout)}{_text(error.stderr)}\nFatal Python error: timed out"
+    # its own process group: a timeout or an interrupt ends the run's xdist workers and children too
+    done = run_in_own_group(command, env=env, timeout=timeout)
+    code, output = (124, f"{done.output}\nFatal Python error: timed out") if done.timed_out else (done.returncode, done.output)
     run = load_record(record, label, src, code, time.perf_counter() - tic, output)
     output_file(workdir / f"{label}.log", "--keep").write_text(output)
     if not run.env:
@@ -326,18 +323,17 @@ def run_compare(base_src: str, pr_src: str, pytest_args: Sequence[str], *, json_
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     kept = writable_dir(keep, "--keep") if keep is not None else None
-    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}"
-                         + ("; for no limit leave --timeout out" if timeout == math.inf else ""))
-    workdir = kept if kept is not None else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        return _compare_in(workdir, base_src, pr_src, pytest_args, json_out=json_out,
-                           allow_env_mismatch=allow_env_mismatch, keep=kept is not None, timeout=timeout,
-                           markdown_out=markdown_out)
-    finally:
-        if kept is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+    check_timeout(timeout)
+    with interruptible():  # Ctrl-C or SIGTERM: both runs end, then the workdir goes (unless --keep)
+        workdir = kept if kept is not None else Path(tempfile.mkdtemp(prefix="dsakit-compare-"))
+        try:
+            workdir.mkdir(parents=True, exist_ok=True)
+            return _compare_in(workdir, base_src, pr_src, pytest_args, json_out=json_out,
+                               allow_env_mismatch=allow_env_mismatch, keep=kept is not None, timeout=timeout,
+                               markdown_out=markdown_out)
+        finally:
+            if kept is None:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence[str], *,
@@ -383,8 +379,3 @@ def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence
               "(pass --allow-env-mismatch to classify anyway)", file=sys.stderr)
         return 2
     return 1 if any(c.kind == "regression" for c in changes) else 0
-
-
-def _text(data: str | bytes | None) -> str:
-    """Partial output of a timed-out subprocess (bytes on some Pythons, even with text=True)."""
-    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")

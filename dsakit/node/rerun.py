@@ -8,11 +8,8 @@ per-file result, the JUnit XML and the exit code. Never imports torch or SGLang 
 from __future__ import annotations
 
 import ast
-import contextlib
-import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +22,7 @@ from typing import Any
 
 from dsakit.gates.device_model import DeviceModel
 from dsakit.errors import UsageError
+from dsakit.node.process_group import check_timeout, interruptible, run_in_own_group
 from dsakit.output_paths import output_file, writable_dir
 from dsakit.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
@@ -331,55 +329,15 @@ def _safe_name(path: Path) -> str:
 
 
 TIMED_OUT = 124  # the exit code a timed-out file is reported with
-_GRACE_S = 3.0  # SIGTERM -> SIGKILL for processes a file left behind
-
-
-def _end_group(pgid: int) -> bool:
-    """End every process of the group `pgid` (SIGTERM, then SIGKILL after a grace period); True
-    when any was still there."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return False
-    deadline = time.monotonic() + _GRACE_S
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return True
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    return True
 
 
 def _run_in_own_group(command: list[str], *, cwd: Path | None, timeout: float | None) -> tuple[int, str, bool]:
-    """(exit code, output, whether processes of the file outlived it). The file runs in a new
-    session, so its process group holds it and every child it forks; the group is ended after
-    the file exits or times out, and on Ctrl-C. Output goes to a file, not a pipe, so a child
-    holding the pipe open cannot keep the run waiting."""
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True)
-        timed_out = False
-        try:
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                code = proc.wait()
-        finally:  # also on Ctrl-C: the file's own session does not get the terminal's SIGINT
-            leftovers = _end_group(proc.pid)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        out.seek(0)
-        output = out.read().decode("utf-8", errors="replace")
-    if timed_out:
-        return TIMED_OUT, output + f"\n[dsakit] timed out after {timeout:g} s", False
-    return code, output, leftovers
+    """(exit code, output, whether processes of the file outlived it): the file runs in a process
+    group of its own, ended after the file exits or times out, and on Ctrl-C or SIGTERM."""
+    run = run_in_own_group(command, cwd=cwd, timeout=timeout)
+    if run.timed_out:
+        return TIMED_OUT, run.output + f"\n[dsakit] timed out after {timeout:g} s", False
+    return run.returncode, run.output, run.leftovers
 
 
 def run_file(path: Path, junit_dir: Path, device: DeviceModel, gpu_count: int, *,
@@ -464,9 +422,7 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     from dsakit.gates.device_model import resolve_device
     from dsakit.node.gpu_pinning import discover
 
-    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}"
-                         + ("; for no limit leave --timeout out" if timeout == math.inf else ""))
+    check_timeout(timeout)
     paths = expand_test_files(files)
     out_dir = writable_dir(junit_dir or "dsakit-rerun-junit", "--junitxml")
     device = resolve_device(device_name)
@@ -476,16 +432,17 @@ def run_rerun_test(files: Sequence[str], *, junit_dir: str | None, timeout: floa
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"dsakit rerun-test: {len(paths)} file(s) on {device.describe()} ({gpus} GPU(s)); JUnit XML in {out_dir}")
     results: list[FileResult] = []
-    for path in paths:
-        registrations = ci_registrations(path)
-        mismatch = [m for m in (r.match(device, gpus) for r in registrations) if m is not None]
-        if only_matching and registrations and len(mismatch) == len(registrations):
-            print(f"==== dsakit rerun-test: {path} ====\n  SKIPPED (--only-matching): "
-                  + " | ".join(str(m) for m in mismatch))
-            continue
-        result = run_file(path, out_dir, device, gpus, timeout=timeout, pytest_args=pytest_args)
-        results.append(result)
-        print("\n".join(format_block(result, show_output=show_output)), flush=True)
+    with interruptible():  # Ctrl-C or SIGTERM: the running file's group ends, the JUnit dir stays
+        for path in paths:
+            registrations = ci_registrations(path)
+            mismatch = [m for m in (r.match(device, gpus) for r in registrations) if m is not None]
+            if only_matching and registrations and len(mismatch) == len(registrations):
+                print(f"==== dsakit rerun-test: {path} ====\n  SKIPPED (--only-matching): "
+                      + " | ".join(str(m) for m in mismatch))
+                continue
+            result = run_file(path, out_dir, device, gpus, timeout=timeout, pytest_args=pytest_args)
+            results.append(result)
+            print("\n".join(format_block(result, show_output=show_output)), flush=True)
     failed = [r for r in results if not r.passed]
     print(f"==== dsakit rerun-test: {len(results) - len(failed)} passed, {len(failed)} failed"
           + (": " + ", ".join(r.path for r in failed) if failed else "") + " ====")

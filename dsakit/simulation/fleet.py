@@ -114,6 +114,13 @@ def worst_code(codes: list[int]) -> int:
 
 
 def run_fleet(config: pytest.Config, devices: list[str]) -> int:
+    from dsakit.node.process_group import interruptible
+
+    with interruptible():  # SIGTERM (a CI cancel) ends the device runs and removes the folder, as Ctrl-C does
+        return _run_fleet(config, devices)
+
+
+def _run_fleet(config: pytest.Config, devices: list[str]) -> int:
     from dsakit.options import value
 
     given = value(config, "dsakit_report")

@@ -162,7 +162,11 @@ def _row_values(value: Any, what: str) -> list[int]:
 
     from dsakit.errors import UsageError
 
-    raw = _tensor(value, what).cpu().flatten()
+    raw = _tensor(value, what).cpu()
+    if raw.dim() > 1:  # flattening would read a (rows, 1) or (1, rows) tensor, or worse a (2, 2), silently
+        raise UsageError(f"top-k {what} must be one value per row (a list or 1-D tensor), got shape "
+                         f"{tuple(raw.shape)}")
+    raw = raw.flatten()
     if raw.is_floating_point() or raw.is_complex():
         fractional = torch.nonzero(raw != torch.round(raw.real if raw.is_complex() else raw)).flatten().tolist()
         if fractional:

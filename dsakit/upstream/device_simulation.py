@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -104,6 +105,17 @@ class Patches:
                 setattr(owner, name, old)
 
         setattr(owner, name, value)
+        self._undo.append(undo)
+
+    def setdefault_env(self, name: str, value: str) -> None:
+        """os.environ[name] = value unless the user set it; removed again on restore."""
+        if name in os.environ:
+            return
+        os.environ[name] = value
+
+        def undo() -> None:
+            os.environ.pop(name, None)
+
         self._undo.append(undo)
 
     def callback(self, undo: Callable[[], None]) -> None:
@@ -202,8 +214,16 @@ def _patch_torch(patches: Patches, device: DeviceModel, modules: dict[str, types
             patches.set(cuda, name, _no_gpu(f"torch.cuda.{name}"))
     host_cuda = torch.version.cuda
     nvidia, amd = device.vendor == "nvidia", device.vendor == "amd"
+    if amd and torch.version.hip is None:
+        # tvm-ffi (SGLang's JIT kernels import it) builds a ROCm DLPack addon at import when torch
+        # says HIP: without ROCm the build fails, costs ~15 s and leaves a tvm-ffi-torch-c-dlpack-*
+        # folder in $TMPDIR, in every process. This torch has the DLPack exchange API of its own.
+        patches.setdefault_env(_TVM_FFI_ADDON_OFF, "1")
     patches.set(torch.version, "cuda", (host_cuda or device.toolkit) if nvidia else (None if amd else host_cuda))
     patches.set(torch.version, "hip", device.toolkit if amd else None)
+
+
+_TVM_FFI_ADDON_OFF = "TVM_FFI_DISABLE_TORCH_C_DLPACK"
 
 
 class _TorchSeenByProbes(types.ModuleType):

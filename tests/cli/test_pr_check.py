@@ -8,9 +8,13 @@ links, so nothing is copied but that file): `DeepseekSparseAttnBackend.__init__`
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,7 +128,9 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
 def test_bad_input_is_exit_2(tmp_path: Path) -> None:
     for args, message in ((["--base", str(tmp_path), "--pr", str(tmp_path)], "is not an SGLang source tree"),
                           (["--base", str(_installed_package()), "--pr", str(_installed_package()),
-                            "--devices", "sm999"], "unknown dsakit device 'sm999'")):
+                            "--devices", "sm999"], "unknown dsakit device 'sm999'"),
+                          (["--base", str(_installed_package()), "--pr", str(_installed_package()),
+                            "--timeout", "inf"], "got inf; for no limit leave --timeout out")):
         done = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", *args, "--", "x.py"],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2, done.stdout + done.stderr
@@ -226,3 +232,63 @@ def test_a_failure_section_counts_test_x_device_beside_its_rows() -> None:
     section = md[md.index("### Regressions"):md.index("### model_runner reads")]
     assert "4 test x device in 2 row(s) (one per device and signature)" in section, section
     assert section.count("| `t.py::a`, `t.py::b` |") == 2, section  # one row per device
+
+
+# ---------------------------------------------------------------- interrupted: nothing left behind
+
+SLEEPER = """
+import os
+import time
+
+
+def test_sleeps():
+    with open(os.environ["SLEEPER_PIDS"], "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()}\\n")
+    time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_an_interrupted_pr_check_ends_its_runs_and_removes_its_workdir(tmp_path: Path, sig: signal.Signals) -> None:
+    """The signal goes to the pr-check process alone (a CI cancel, `kill PID`), not to its runs: it
+    ends both runs (and what they started), removes its workdir and exits 143 / 130. Before, SIGTERM
+    killed it and left the workdir and both runs behind; SIGINT waited for the runs to finish."""
+    base = _installed_package().parent
+    suite = tmp_path / "suite" / "test_sleeper.py"
+    suite.parent.mkdir()
+    suite.write_text(SLEEPER, encoding="utf-8")
+    scratch, pids = tmp_path / "tmp", tmp_path / "pids.txt"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    env.update(TMPDIR=str(scratch), SLEEPER_PIDS=str(pids))
+    proc = subprocess.Popen([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
+                             "--devices", "sm90", "--", str(suite)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 300
+        while len(started) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            started = [int(p) for p in pids.read_text().split()] if pids.is_file() else []
+        assert len(started) == 2, proc.communicate(timeout=60)[0] if proc.poll() is not None else "no run started"
+        assert list(scratch.glob("dsakit-pr-check-*")), "the workdir should exist while the runs go"
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # the test's own cleanup when pr-check left them
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), output
+    assert list(scratch.iterdir()) == [], output
+    assert [pid for pid in started if _alive(pid)] == [], output

@@ -157,6 +157,7 @@ def test_every_written_entry_names_its_writers() -> None:
                               "object: a mapping of its attributes"),
         ({"server_args": "trtllm"}, "model_runner.server_args='trtllm': expected a namespace"),
         ({"overrides": "str"}, "overrides='str': expected a dict of attribute paths to values"),
+        ({"overrides": {5: 1}}, "overrides={5: 1}: expected a dict of attribute paths (str) to values"),
         ({"contract": 42}, "contract=42: expected a dsakit Contract"),
         ({"omit": 5}, "omit=5: expected attribute paths (str)"),
     ],

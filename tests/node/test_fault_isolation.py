@@ -7,9 +7,12 @@ replaced, the rest pass). tests/node/test_fault_isolation_gpu.py shows the same 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -230,3 +233,67 @@ def test_device_errors_are_recognised_by_type_and_text() -> None:
     assert is_device_error(info(RuntimeError("HIP error: device-side assert triggered")))
     assert not is_device_error(info(AssertionError("[out-of-range] index 10 >= length 10")))
     assert not is_device_error(None)
+
+
+# ---------------------------------------------------------------- nothing left in the temp dir
+
+STOPPED = '''
+import os
+import time
+
+
+def test_1():
+    pass
+
+
+def test_2():
+    with open(os.environ["STARTED"], "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()}\\n")
+    if os.environ.get("HOW") == "worker-exit":
+        os._exit(1)
+    if os.environ.get("HOW") == "teardown-raises":
+        return
+    time.sleep(float(os.environ.get("SLEEP", "0")))
+    assert os.environ.get("HOW") != "fail"
+
+
+def test_3(request):
+    if os.environ.get("HOW") == "teardown-raises":
+        request.addfinalizer(lambda: 1 / 0)
+'''
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "worker-exit", "fail", "teardown-raises"])
+def test_an_xdist_run_leaves_no_dsakit_folder_in_the_temp_dir(tmp_path: Path, how: str) -> None:
+    """The controller's hand-over folder and the pinned run's node lock live under pytest's basetemp,
+    so not even a controller killed by SIGTERM (a CI cancel: no unconfigure runs) leaves them loose
+    in $TMPDIR; pytest's own retention removes what a killed run left there. Before, SIGTERM left
+    a dsakit-fault-* and a dsakit-gpu-lock-* folder in /tmp for good."""
+    pytest.importorskip("xdist")
+    (tmp_path / "test_stopped.py").write_text(STOPPED, encoding="utf-8")
+    scratch, started = tmp_path / "tmp", tmp_path / "started.txt"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    env.update(TMPDIR=str(scratch), STARTED=str(started), HOW=how, DSAKIT_GPU_COUNT="2",
+               SLEEP="120" if how.startswith("SIG") else "0")
+    command = [sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-n", "2",
+               "--dsakit-workers-per-gpu=1", "-x" if how == "fail" else "-q", "test_stopped.py"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        if how.startswith("SIG"):
+            deadline = time.monotonic() + 120
+            while not started.is_file() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert started.is_file(), "test_2 never started"
+            assert [p.name for p in scratch.iterdir() if p.name.startswith("dsakit-")] == []  # not even meanwhile
+            proc.send_signal(getattr(signal, how))  # the controller alone, as a CI runner's cancel does
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, output
+    assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith("pytest-of-")) == [], output
+    if how != "SIGTERM":  # a run that reached its unconfigure removed its folders from the basetemp too
+        assert [p for p in scratch.rglob("dsakit-*")] == [], output

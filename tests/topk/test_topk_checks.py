@@ -479,7 +479,7 @@ def test_equal_refuses_a_float_expected() -> None:
     (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, None, 1),
      r"top-k lengths is None: pass one value per row"),
     (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [4], 1, row_starts=[[0, 0]]),
-     r"1 lengths, 2 row starts"),
+     r"top-k row_starts must be one value per row \(a list or 1-D tensor\), got shape \(1, 2\)"),
     (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), torch.empty((1, 4), device="meta"), [4], 1),
      r"top-k scores is a meta tensor"),
     (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [3.5], 1),
@@ -490,8 +490,12 @@ def test_equal_refuses_a_float_expected() -> None:
      r"top-k k must be a non-negative integer .* got -1"),
     (lambda s: dsakit.assert_topk_equal(torch.tensor([[1]]), torch.tensor([[1]]), s, [4], topk=-1),
      r"top-k k must be a non-negative integer .* got -1"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1]]), s, [4], 1, row_starts=[[0]]),
+     r"top-k row_starts must be one value per row \(a list or 1-D tensor\), got shape \(1, 1\)"),
+    (lambda s: dsakit.assert_topk_valid(torch.tensor([[1], [1]]), s.expand(2, 4), torch.tensor([[4, 4]]), 1),
+     r"top-k lengths must be one value per row \(a list or 1-D tensor\), got shape \(1, 2\)"),
 ], ids=["lengths-None", "2-D-row-starts", "meta-tensor", "fractional-length", "fractional-row-start",
-        "k=-1", "equal-k=-1"])
+        "k=-1", "equal-k=-1", "2-D-row-starts-of-the-right-count", "2-D-lengths"])
 def test_bad_check_inputs_are_usage_errors(call, message: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(dsakit.UsageError, match=message):
         call(torch.arange(4.0)[None])
