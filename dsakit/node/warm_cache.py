@@ -158,9 +158,17 @@ def _bytecode_files(modules: Sequence[str], sources: Sequence[str] | None = None
     return out
 
 
-def export_cache(path: str, *, device_name: str | None = None, modules: Sequence[str] | None = None) -> ExportResult:
+def chain_bytecode(key: dict[str, Any] | None = None, modules: Sequence[str] | None = None) -> list[Path]:
+    """The valid .pyc of the import chain of `modules` (by default the bytecode warm-up's) that an
+    export carries: its sources from the warm-up's stamp when it holds for this stack, else listed
+    by a child import."""
     from dsakit.node.bytecode import SGLANG_IMPORTS
 
+    chain = modules or SGLANG_IMPORTS
+    return _bytecode_files(chain, _stamped_sources(key or current_key(), chain))
+
+
+def export_cache(path: str, *, device_name: str | None = None, modules: Sequence[str] | None = None) -> ExportResult:
     tic = time.perf_counter()
     key = current_key(device_name)
     files: dict[str, int] = {}
@@ -174,8 +182,7 @@ def export_cache(path: str, *, device_name: str | None = None, modules: Sequence
             tar.add(file, f"jit/{name}/{rel}", recursive=False)
             files[name] = files.get(name, 0) + 1
             held[name].append(file)
-        chain = modules or SGLANG_IMPORTS
-        pycs = _bytecode_files(chain, _stamped_sources(key, chain))
+        pycs = chain_bytecode(key, modules)
         for pyc in pycs:
             tar.add(pyc, f"bytecode/{pyc.relative_to(pyc.anchor).as_posix()}", recursive=False)
         files["bytecode"] = len(pycs)
@@ -203,6 +210,7 @@ class ImportResult:
     files: dict[str, int]
     seconds: float
     key: dict[str, Any]
+    present: int = 0  # of the files, already there with the same size and mtime (not rewritten)
 
 
 def _safe_target(member: tarfile.TarInfo, roots: dict[str, Path], pyc_dirs: Sequence[Path]) -> Path:
@@ -292,17 +300,29 @@ def _import_from(tar: tarfile.TarFile, path: str, device_name: str | None, tic: 
     pyc_dirs = bytecode_dirs()
     members = [m for m in tar.getmembers() if m.name not in (KEY_MEMBER, ROOTS_MEMBER) and not m.isdir()]
     targets = [(m, _safe_target(m, roots, pyc_dirs)) for m in members]  # all or nothing
+    present = 0
     for member, target in targets:
+        group = PurePosixPath(member.name).parts
+        name = group[1] if group[0] == "jit" else "bytecode"
+        files[name] = files.get(name, 0) + 1
+        if _same_file(target, member):  # a warm node's own bytecode: not rewritten
+            present += 1
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         source = tar.extractfile(member)
         assert source is not None
         # atomic: a concurrent reader sees the old file or the new one
         output_file(target, "--import").write_bytes(source.read())
         os.utime(target, (member.mtime, member.mtime))
-        group = PurePosixPath(member.name).parts
-        name = group[1] if group[0] == "jit" else "bytecode"
-        files[name] = files.get(name, 0) + 1
-    return ImportResult(files, time.perf_counter() - tic, found)
+    return ImportResult(files, time.perf_counter() - tic, found, present)
+
+
+def _same_file(target: Path, member: tarfile.TarInfo) -> bool:
+    try:
+        stat = target.stat()
+    except OSError:
+        return False
+    return stat.st_size == member.size and abs(stat.st_mtime - member.mtime) < 1e-3
 
 
 def run_export(path: str, *, device_name: str | None = None) -> int:
@@ -319,6 +339,7 @@ def run_export(path: str, *, device_name: str | None = None) -> int:
 def run_import(path: str, *, device_name: str | None = None) -> int:
     result = import_cache(path, device_name=device_name)
     counts = ", ".join(f"{name} {n}" for name, n in result.files.items()) or "nothing"
-    print(f"dsakit warm: imported {sum(result.files.values())} files ({counts}) from {path} "
+    already = f"; {result.present} of them already there" if result.present else ""
+    print(f"dsakit warm: imported {sum(result.files.values())} files ({counts}{already}) from {path} "
           f"in {result.seconds:.2f} s")
     return 0

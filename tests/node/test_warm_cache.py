@@ -107,6 +107,18 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
         assert not _needs_compile(str(source))  # valid bytecode again
 
 
+def test_files_already_there_are_not_rewritten(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing onto a node that has them (a warm node, a shared venv's bytecode) leaves them alone."""
+    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    pyc = next((fake_node / "other-site" / "otherpkg" / "__pycache__").glob("*.pyc"))
+    before = pyc.stat().st_ino
+    _node(monkeypatch, fake_node / "fresh")
+    first = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert first.present == 3  # the bytecode was never removed here
+    again = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert again.present == sum(again.files.values()) and pyc.stat().st_ino == before
+
+
 def test_a_cache_moved_by_its_variable_lands_where_that_node_reads_it(fake_node: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
