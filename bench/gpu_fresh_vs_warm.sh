@@ -132,8 +132,11 @@ run fresh-import-and-warm 60 "${FRESH[@]}" python -m dsakit warm --import "$WORK
 grep -E "imported|built|cached|FAILED|refusing" "$OUT/fresh-import-and-warm.txt" | head -8
 touch "$WORK/after-import"; sleep 1
 run fresh-suite 100 "${FRESH[@]}" "${PYTEST[@]}" $SEL
-WHERE=("$WORK/tmp" $(cut -d= -f2 <<<"$ROOTS"))
-NEW=$(find "${WHERE[@]}" -type f -newer "$WORK/after-import" ! -name '*.lock' 2>/dev/null | sort -u)
+# new files in the roots, the fresh TMPDIR and anywhere in HOME (a cache no root names: torch's
+# extensions, ...), less this checkout and $OUT
+WHERE=("$WORK/tmp" $(cut -d= -f2 <<<"$ROOTS") "$HOME")
+NEW=$(find "${WHERE[@]}" \( -path "$PWD" -o -path "$OUT" -o -path "$WORK/aside" \) -prune -o \
+  -type f -newer "$WORK/after-import" ! -name '*.lock' -print 2>/dev/null | sort -u)
 COMPILED=$(printf '%s' "$NEW" | grep -c . || true)
 echo "files the fresh suite still compiled (not in the export): $COMPILED"
 [ "$COMPILED" -gt 0 ] && printf '%s\n' "$NEW" | sed "s|$WORK/||; s|$HOME/||" | awk -F/ '{print $1"/"$2"/"$3"/"$4}' | sort | uniq -c | sort -rn | head -8
