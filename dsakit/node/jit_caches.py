@@ -108,7 +108,22 @@ def cache_roots(env: Mapping[str, str] | None = None, *, redirects: bool | None 
         CacheRoot("tilelang", _expand(e.get("TILELANG_CACHE_DIR") or "~/.tilelang/cache", e), "TILELANG_CACHE_DIR"),
         CacheRoot("cuda", _expand(e.get("CUDA_CACHE_PATH") or "~/.nv/ComputeCache", e), "CUDA_CACHE_PATH"),
     )
-    return {root.name: root for root in roots}
+    out = {root.name: root for root in roots}
+    if redirected:
+        # SGLang's redirect is a setdefault at `import sglang`: a library loaded before it (FlashInfer
+        # fixes its workspace at its own import; Triton, inductor, TileLang, CUDA read theirs when they
+        # build) still writes to its own default
+        before = dict(os.environ if env is None else env)
+        plain = cache_roots(before, redirects=False)
+        for variable, name in _REDIRECTED_ROOTS.items():
+            if variable not in before and plain[name].path != out[name].path:
+                out[f"{name}-before-sglang"] = CacheRoot(
+                    f"{name}-before-sglang", plain[name].path, f"{plain[name].moved_by} (loaded before `import sglang`)")
+    return out
+
+
+_REDIRECTED_ROOTS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "cuda",
+                     "TILELANG_CACHE_DIR": "tilelang", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
 
 
 def owner(file: Path, roots: Mapping[str, CacheRoot]) -> str | None:

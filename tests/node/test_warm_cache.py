@@ -34,6 +34,8 @@ LAYOUT_0521 = {
     ".cache/sglang/nv/ComputeCache/0/1": "cuda",
     ".cache/sglang/cute_aot/kernel.o": "sglang",
     ".cache/tvm-ffi/sgl_kernel_jit_topk/b.so": "tvm-ffi",
+    # FlashInfer imported before `import sglang` set its workspace: its own default
+    ".cache/flashinfer/0.6.18/90a/cached_ops/page/page.so": "flashinfer-before-sglang",
 }
 CACHE_VARS = ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR",
               "TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "TRITON_HOME",
