@@ -24,7 +24,7 @@
 #
 # Knobs: DSAKIT_BENCH_TESTS (contracts), DSAKIT_BENCH_WORKERS (4), DSAKIT_BENCH_TOTAL_S (390; 900 without
 # a GPU), DSAKIT_BENCH_STEP_SCALE (step caps x 1 on the node, x 3 without a GPU),
-# DSAKIT_BENCH_DROP_BYTECODE (1 where nvidia-smi sees a GPU, else 0), DSAKIT_BENCH_DIAG (1).
+# DSAKIT_BENCH_DROP_BYTECODE and DSAKIT_BENCH_DIAG (step 5): 1 where nvidia-smi sees a GPU, else 0.
 # CPU dry run (GPU cases skip; checks the script end to end):
 #   DSAKIT_BENCH_TESTS="contracts/test_topk_selection.py contracts/test_dsa_backend_metadata.py" \
 #     DSAKIT_BENCH_WORKERS=2 bash bench/gpu_fresh_vs_warm.sh
@@ -148,7 +148,7 @@ run n1 90 "${PYTEST[@]}" -n 1 $SEL
 run "n$N" 60 "${PYTEST[@]}" -n "$N" --dsakit-workers-per-gpu "$PER_GPU" $SEL
 
 # 5. the first DSv4 forward case: import + CUDA init vs compile (only with time to spare)
-if [ "${DSAKIT_BENCH_DIAG:-1}" = 1 ] && [ "$(left)" -ge 90 ]; then
+if [ "${DSAKIT_BENCH_DIAG:-$([ "$GPUS" -gt 0 ] && echo 1 || echo 0)}" = 1 ] && [ "$(left)" -ge 90 ]; then
   CASE=contracts/test_deepseek_v4_attention.py
   run dsv4-plain 40 "${PYTEST[@]}" --durations=0 "$CASE"
   run dsv4-preimported 40 python - "${PLUGIN[@]}" -p no:cacheprovider -q --durations=0 "$CASE" <<'EOF'
