@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+# 2: ninja's logs are evidence, every root a build wrote to, each root's path and whether it records it
+FORMAT = 2
 
 
 def state_dir() -> Path:

@@ -323,3 +323,17 @@ def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
     source.write_text("X = 22\n")  # stale bytecode
     rebuilt = jit_warmup.warm_target(target, device)
     assert (rebuilt.status, rebuilt.stale, len(calls)) == ("built", f"no valid bytecode for {source}", 2)
+
+
+def test_a_stamp_from_before_ninjas_logs_were_evidence_builds_again(stamp_node: Path) -> None:
+    """A format-1 stamp never required `.ninja_log` / `.ninja_deps` nor recorded its roots' paths:
+    it may hold on a cache that does not cover the run, so it is not trusted."""
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
+    device = simulated_model("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    path = stamp_node / "dsakit" / "jit" / "fake-kernels.json"
+    stamp = json.loads(path.read_text())
+    path.write_text(json.dumps({**stamp, "stamp_format": 1}))
+    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert (again.status, again.stale, len(calls)) == ("built", "a stamp of another dsakit", 2)
