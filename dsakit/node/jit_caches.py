@@ -1,8 +1,9 @@
 """Where each JIT library keeps its compiled kernels on this node, resolved the way the library does.
 
 Owns: the cache-root table (name in the warm tarball, path, what moves it), which root owns a
-file when roots nest, and listing each root's files once. Must not import torch, SGLang or any JIT library: SGLang's own redirect of
-the third-party caches is read from its source, not run.
+file when roots nest, listing each root's files once, and which roots record their own absolute
+path (usable only there). Must not import torch, SGLang or any JIT library: SGLang's own redirect
+of the third-party caches is read from its source, not run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import getpass
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +108,22 @@ def cache_roots(env: Mapping[str, str] | None = None, *, redirects: bool | None 
         CacheRoot("tilelang", _expand(e.get("TILELANG_CACHE_DIR") or "~/.tilelang/cache", e), "TILELANG_CACHE_DIR"),
         CacheRoot("cuda", _expand(e.get("CUDA_CACHE_PATH") or "~/.nv/ComputeCache", e), "CUDA_CACHE_PATH"),
     )
-    return {root.name: root for root in roots}
+    out = {root.name: root for root in roots}
+    if redirected:
+        # SGLang's redirect is a setdefault at `import sglang`: a library loaded before it (FlashInfer
+        # fixes its workspace at its own import; Triton, inductor, TileLang, CUDA read theirs when they
+        # build) still writes to its own default
+        before = dict(os.environ if env is None else env)
+        plain = cache_roots(before, redirects=False)
+        for variable, name in _REDIRECTED_ROOTS.items():
+            if variable not in before and plain[name].path != out[name].path:
+                out[f"{name}-before-sglang"] = CacheRoot(
+                    f"{name}-before-sglang", plain[name].path, f"{plain[name].moved_by} (loaded before `import sglang`)")
+    return out
+
+
+_REDIRECTED_ROOTS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "cuda",
+                     "TILELANG_CACHE_DIR": "tilelang", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
 
 
 def owner(file: Path, roots: Mapping[str, CacheRoot]) -> str | None:
@@ -133,3 +149,25 @@ def cache_files(roots: dict[str, Path], names: Sequence[str] | None = None) -> I
             if not file.is_symlink() and file.is_file() and not file.name.endswith(".lock") \
                     and owner(file, table) == name:
                 yield name, file.relative_to(root).as_posix(), file
+
+
+# Files in which a library writes absolute paths into its own cache. FlashInfer's ninja build file
+# and logs key every object by its absolute path (elsewhere ninja finds no log entry and recompiles:
+# the top-k module, ~200 s on an H200); Triton's `__grp__*.json` lists each artifact by absolute
+# path and a missing one is a cache miss. SGLang's own JIT leaves (`sgl_deps.json`) are anchored.
+_PATH_RECORDS = ("build.ninja", ".ninja_log", ".ninja_deps")
+
+
+def records_own_path(root: Path, files: Iterable[Path]) -> Path | None:
+    """The first of `files` (of `root`) that names `root`'s absolute path: the root's builds are
+    then found only at that path, not wherever the same HOME-relative folder lies elsewhere."""
+    needles = {str(root).encode(), str(root.resolve()).encode()}
+    for file in files:
+        if file.name in _PATH_RECORDS or file.suffix == ".json":
+            try:
+                data = file.read_bytes()
+            except OSError:
+                continue
+            if any(needle in data for needle in needles):
+                return file
+    return None

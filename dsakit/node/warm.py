@@ -291,6 +291,8 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
         if stale is None and stamp is not None:
             return WarmResult(target.name, "cached", time.perf_counter() - tic, int(stamp.get("launches", 0)),
                               tests, waited_s=waited, stamp_time=str(stamp.get("time", "")))
+        # what every root holds before: a build that writes outside its declared caches is caught
+        before = warm_stamp.cache_evidence(list(roots), roots) if target.caches else {}
         try:
             built = target.build(test_ids)
         except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
@@ -298,7 +300,8 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
                               error=f"{type(error).__name__}: {error}", waited_s=waited, stale=stale or "")
         seconds = time.perf_counter() - tic
         count, evidence = ((built.count, built.evidence) if isinstance(built, Built)
-                           else (built, {"files": warm_stamp.cache_evidence(target.caches, roots)}))
+                           else (built, warm_stamp.build_evidence(
+                               target.caches, roots, before, warm_stamp.cache_evidence(list(roots), roots))))
         _write_stamp(stamp_path, warm_stamp.make_stamp(
             target.name, key, inputs, evidence, seconds=round(seconds, 3), launches=count,
             time=time.strftime("%Y-%m-%dT%H:%M:%S"), python=sys.version.split()[0]))

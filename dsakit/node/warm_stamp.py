@@ -1,8 +1,10 @@
 """A warm target's stamp: what one build was valid for, and whether it still holds on this node.
 
-Owns: where stamps live (`state_dir`), the stamp's content (the stack key, a digest of the build's inputs, the evidence: the cache
-files present after the build with their sizes, or the sources whose bytecode it compiled) and
-the check that lets `dsakit warm` skip a build. Must not build anything or import torch / SGLang.
+Owns: where stamps live (`state_dir`), the stamp's content (the stack key, a digest of the build's
+inputs, the evidence: per root the cache files present after the build, its path and whether its
+files record that path; or the sources whose bytecode it compiled) and the check that lets
+`dsakit warm` skip a build only when all of it is still there. Must not build anything or import
+torch / SGLang.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+# 2: ninja's logs are evidence, every root a build wrote to, each root's path and whether it records it
+FORMAT = 2
 
 
 def state_dir() -> Path:
@@ -30,10 +33,11 @@ def inputs_digest(inputs: Sequence[str]) -> str:
 
 
 def _transient(rel: str) -> bool:
-    """Files a cache rewrites or drops by itself (FlashInfer's JIT log, ninja's logs, build temp
-    folders): their absence later says nothing about the kernels."""
+    """Files a cache rewrites or drops by itself (FlashInfer's JIT log, build temp folders): their
+    absence later says nothing about the kernels. Ninja's `.ninja_log` / `.ninja_deps` are not
+    transient: without them ninja rebuilds every object (FlashInfer runs ninja on each load)."""
     parts = rel.split("/")
-    return (parts[-1].endswith((".log", ".tmp", ".lock")) or parts[-1] in (".ninja_log", ".ninja_deps")
+    return (parts[-1].endswith((".log", ".tmp", ".lock"))
             or any(p in ("tmp", "temp") or p.startswith("tmp") for p in parts[:-1]))
 
 
@@ -46,6 +50,19 @@ def cache_evidence(names: Sequence[str], roots: Mapping[str, Path]) -> dict[str,
         if not _transient(rel):
             out[name][rel] = file.stat().st_size
     return out
+
+
+def build_evidence(declared: Sequence[str], roots: Mapping[str, Path], before: Mapping[str, Mapping[str, int]],
+                   after: Mapping[str, dict[str, int]]) -> dict[str, Any]:
+    """A cache build's evidence: the files of the roots it declares and of every other root it
+    wrote to (`before` / `after` the build), each root's path, and which of them record their path."""
+    from dsakit.node.jit_caches import records_own_path
+
+    names = [name for name in roots if name in declared or after.get(name, {}) != before.get(name, {})]
+    bound = [name for name in names
+             if records_own_path(roots[name], (roots[name] / rel for rel in after.get(name, {}))) is not None]
+    return {"files": {name: after.get(name, {}) for name in names},
+            "roots": {name: str(roots[name]) for name in names}, "path_bound": bound}
 
 
 def make_stamp(target: str, key: Mapping[str, Any], inputs: Sequence[str], evidence: Mapping[str, Any],
@@ -76,6 +93,11 @@ def why_stale(stamp: Mapping[str, Any] | None, key: Mapping[str, Any], inputs: S
     evidence = stamp.get("evidence")
     if not isinstance(evidence, dict):
         return "no evidence in the stamp"
+    built_at = evidence.get("roots") or {}
+    for name in evidence.get("path_bound") or ():
+        if name in roots and name in built_at and Path(built_at[name]) != roots[name]:
+            return (f"the {name} cache was built in {built_at[name]} and its files record that path; "
+                    f"here it is {roots[name]}, where its library would build again")
     for name, files in (evidence.get("files") or {}).items():
         root = roots.get(name)
         if root is None:

@@ -151,8 +151,18 @@ def test_validate_targets() -> None:
 # ---------------------------------------------------------------- stamps: a build that still holds is not run again
 
 
+CACHE_VARS = ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR",
+              "TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR",
+              "TILELANG_CACHE_DIR", "CUDA_CACHE_PATH")
+
+
 @pytest.fixture
 def stamp_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every cache root under tmp_path (HOME, TMPDIR), Triton's moved by its variable."""
+    for name in CACHE_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path / "dsakit"))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     return tmp_path
@@ -177,7 +187,8 @@ def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
     again = jit_warmup.warm_target(target, device, test_ids=["b", "a"])
     assert (again.status, again.launches, len(calls)) == ("cached", 2, 1)
     assert again.stamp_time and json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())[
-        "evidence"] == {"files": {"triton": {"K/k.cubin": 5}}}
+        "evidence"] == {"files": {"triton": {"K/k.cubin": 5}}, "roots": {"triton": str(stamp_node / "triton")},
+                        "path_bound": []}
 
 
 @pytest.mark.parametrize("change", ["file gone", "other tests", "other stack"])
@@ -209,17 +220,88 @@ def test_logs_and_build_temp_files_are_no_evidence(stamp_node: Path) -> None:
     required them would send a fresh node back to building."""
     calls: list[list[str]] = []
     target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
-    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "tmpab12/x.so"):
         (stamp_node / "triton" / rel).parent.mkdir(parents=True, exist_ok=True)
         (stamp_node / "triton" / rel).write_text("x")
     device = simulated_model("sm90")
     jit_warmup.warm_target(target, device, test_ids=["a"])
     stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
     assert stamp["evidence"]["files"] == {"triton": {"K/k.cubin": 5}}
-    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "b/.ninja_log", "tmpab12/x.so"):
+    for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "tmpab12/x.so"):
         (stamp_node / "triton" / rel).unlink()
     (stamp_node / "triton" / "K" / "k.cubin").write_bytes(b"rewritten, other size")  # the library's own business
     assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached" and len(calls) == 1
+
+
+@pytest.mark.parametrize("log", [".ninja_log", ".ninja_deps"])
+def test_ninjas_logs_are_evidence(stamp_node: Path, log: str) -> None:
+    """FlashInfer runs ninja on every load: without its log (or deps log) ninja finds no record of
+    the objects and compiles them all again, so a cache without them is not warm."""
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "topk" / "topk.so")
+    (stamp_node / "triton" / "topk").mkdir(parents=True)
+    (stamp_node / "triton" / "topk" / log).write_text("# ninja log v7\n")
+    device = simulated_model("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    (stamp_node / "triton" / "topk" / log).unlink()
+    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert (again.status, again.stale, len(calls)) == ("built", f"{stamp_node / 'triton' / 'topk' / log} is gone", 2)
+
+
+def test_files_a_build_writes_outside_its_declared_caches_are_evidence(stamp_node: Path) -> None:
+    """A target that declares Triton but also compiled into SGLang's JIT dir: that dir's files are
+    its evidence too, so a node without them builds again."""
+    calls: list[list[str]] = []
+    leaf = stamp_node / "home" / ".cache/sglang/jit/sm90a/topk_v2/build-1/deps-2/topk_v2.so"
+
+    def build(tests) -> int:
+        calls.append(list(tests))
+        for out in (stamp_node / "triton" / "K" / "k.cubin", leaf):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(b"so")
+        return 1
+
+    target = jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+    device = simulated_model("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
+    assert stamp["evidence"]["files"] == {"sglang-jit": {"sm90a/topk_v2/build-1/deps-2/topk_v2.so": 2},
+                                          "triton": {"K/k.cubin": 2}}
+    leaf.unlink()
+    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert (again.status, again.stale, len(calls)) == ("built", f"{leaf} is gone", 2)
+
+
+def test_a_cache_that_records_its_own_path_holds_only_at_that_path(stamp_node: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's group files list its artifacts by absolute path: the same files copied to another
+    TRITON_CACHE_DIR are a cache miss for Triton, so the stamp does not hold there."""
+    calls: list[list[str]] = []
+
+    def build(tests) -> int:
+        calls.append(list(tests))
+        root = Path(jit_warmup_roots()["triton"])
+        (root / "K").mkdir(parents=True, exist_ok=True)
+        (root / "K" / "k.cubin").write_bytes(b"cubin")
+        (root / "K" / "__grp__k.json").write_text(json.dumps({"child_paths": {"k.cubin": str(root / "K" / "k.cubin")}}))
+        return 1
+
+    target = jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+    device = simulated_model("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached"
+    subprocess.run(["cp", "-r", str(stamp_node / "triton"), str(stamp_node / "triton-copy")], check=True)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(stamp_node / "triton-copy"))
+    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert (again.status, len(calls)) == ("built", 2)
+    assert again.stale == (f"the triton cache was built in {stamp_node / 'triton'} and its files record that path; "
+                           f"here it is {stamp_node / 'triton-copy'}, where its library would build again")
+
+
+def jit_warmup_roots() -> dict[str, Path]:
+    from dsakit.node.jit_caches import cache_roots
+
+    return {name: root.path for name, root in cache_roots().items()}
 
 
 def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
@@ -241,3 +323,17 @@ def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
     source.write_text("X = 22\n")  # stale bytecode
     rebuilt = jit_warmup.warm_target(target, device)
     assert (rebuilt.status, rebuilt.stale, len(calls)) == ("built", f"no valid bytecode for {source}", 2)
+
+
+def test_a_stamp_from_before_ninjas_logs_were_evidence_builds_again(stamp_node: Path) -> None:
+    """A format-1 stamp never required `.ninja_log` / `.ninja_deps` nor recorded its roots' paths:
+    it may hold on a cache that does not cover the run, so it is not trusted."""
+    calls: list[list[str]] = []
+    target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
+    device = simulated_model("sm90")
+    jit_warmup.warm_target(target, device, test_ids=["a"])
+    path = stamp_node / "dsakit" / "jit" / "fake-kernels.json"
+    stamp = json.loads(path.read_text())
+    path.write_text(json.dumps({**stamp, "stamp_format": 1}))
+    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    assert (again.status, again.stale, len(calls)) == ("built", "a stamp of another dsakit", 2)

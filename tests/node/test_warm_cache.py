@@ -34,6 +34,8 @@ LAYOUT_0521 = {
     ".cache/sglang/nv/ComputeCache/0/1": "cuda",
     ".cache/sglang/cute_aot/kernel.o": "sglang",
     ".cache/tvm-ffi/sgl_kernel_jit_topk/b.so": "tvm-ffi",
+    # FlashInfer imported before `import sglang` set its workspace: its own default
+    ".cache/flashinfer/0.6.18/90a/cached_ops/page/page.so": "flashinfer-before-sglang",
 }
 CACHE_VARS = ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR",
               "TVM_FFI_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "TRITON_HOME",
@@ -61,11 +63,17 @@ def fake_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     decoy.write_bytes(b"decoy")
     site = tmp_path / "site"
     (site / "fakepkg").mkdir(parents=True)
-    (site / "fakepkg" / "__init__.py").write_text("from . import sub\n")
+    # the chain reaches a second sys.path folder (as SGLang's reaches torch's site-packages)
+    (site / "fakepkg" / "__init__.py").write_text("from . import sub\nimport otherpkg\n")
     (site / "fakepkg" / "sub.py").write_text("X = 1\n")
-    for name in ("__init__.py", "sub.py"):
-        py_compile.compile(str(site / "fakepkg" / name), doraise=True)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *sys.path]))
+    other = tmp_path / "other-site"
+    (other / "otherpkg").mkdir(parents=True)
+    (other / "otherpkg" / "__init__.py").write_text("Y = 2\n")
+    for source in (site / "fakepkg" / "__init__.py", site / "fakepkg" / "sub.py", other / "otherpkg" / "__init__.py"):
+        py_compile.compile(str(source), doraise=True)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(other), *sys.path]))
+    monkeypatch.syspath_prepend(str(other))
+    monkeypatch.syspath_prepend(str(site))
     monkeypatch.setattr(warm_cache, "install_root", lambda package="sglang": site)
     return tmp_path
 
@@ -78,23 +86,39 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
     pycs = sorted((fake_node / "site" / "fakepkg" / "__pycache__").glob("*.pyc"))
     assert len(pycs) == 2
     result = warm_cache.export_cache(str(fake_node / "out" / "cache.tgz"), modules=["fakepkg"])
-    # every file once, under the root that owns it (the deepest); the XDG decoy is not a cache
+    # every file once, under the root that owns it (the deepest); the XDG decoy is not a cache;
+    # the bytecode of the whole chain, not only what lies beside SGLang (format 2 carried 2 of 3)
     counts = {name: 0 for name in warm_cache.cache_roots()}
     for name in LAYOUT_0521.values():
         counts[name] += 1
-    assert result.files == {**counts, "bytecode": 2}
+    assert result.files == {**counts, "bytecode": 3}
     with tarfile.open(fake_node / "out" / "cache.tgz") as tar:
         names = tar.getnames()
     assert "jit/triton/SD4NKCH2/_build_swa_token_ids_kernel.cubin" in names
     assert not any("decoy" in n or "not-read-by-sglang" in n for n in names)
     # a fresh node: another HOME, XDG and TMPDIR; the bytecode removed
     _node(monkeypatch, fake_node / "fresh")
-    subprocess.run(["rm", "-rf", str(fake_node / "site" / "fakepkg" / "__pycache__")], check=True)
+    sources = [fake_node / "site" / "fakepkg" / "__init__.py", fake_node / "site" / "fakepkg" / "sub.py",
+               fake_node / "other-site" / "otherpkg" / "__init__.py"]
+    for source in sources:
+        subprocess.run(["rm", "-rf", str(source.parent / "__pycache__")], check=True)
     imported = warm_cache.import_cache(str(fake_node / "out" / "cache.tgz"))
     assert imported.files == {name: n for name, n in result.files.items() if n}
     assert _files(fake_node / "fresh" / "home") == {rel: rel.encode() for rel in LAYOUT_0521}
-    for source in ("__init__.py", "sub.py"):
-        assert not _needs_compile(str(fake_node / "site" / "fakepkg" / source))  # valid bytecode again
+    for source in sources:
+        assert not _needs_compile(str(source))  # valid bytecode again
+
+
+def test_files_already_there_are_not_rewritten(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing onto a node that has them (a warm node, a shared venv's bytecode) leaves them alone."""
+    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    pyc = next((fake_node / "other-site" / "otherpkg" / "__pycache__").glob("*.pyc"))
+    before = pyc.stat().st_ino
+    _node(monkeypatch, fake_node / "fresh")
+    first = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert first.present == 3  # the bytecode was never removed here
+    again = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert again.present == sum(again.files.values()) and pyc.stat().st_ino == before
 
 
 def test_a_cache_moved_by_its_variable_lands_where_that_node_reads_it(fake_node: Path,
@@ -109,6 +133,35 @@ def test_a_cache_moved_by_its_variable_lands_where_that_node_reads_it(fake_node:
     assert (fake_node / "fresh" / "home" / ".cache" / "sglang" / "jit" / "sm90a").is_dir()
     assert (fake_node / "fresh" / "sglang-here" / "deep_gemm" / "cache").is_dir()
     assert (fake_node / "fresh" / "sglang-here" / "cute_aot" / "kernel.o").is_file()
+
+
+def test_a_cache_that_records_its_own_path_is_refused_where_it_would_land_elsewhere(
+        fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashInfer's ninja log keys its objects by absolute path and Triton's group files list theirs:
+    imported under another HOME, ninja finds no log entry (the H200's fresh run recompiled the
+    top-k module) and Triton misses. Refused there, naming them; imported where the paths are the same."""
+    home = fake_node / "home"
+    flashinfer = home / ".cache/sglang/.cache/flashinfer"
+    log = flashinfer / "0.6.18/90a/cached_ops/topk/.ninja_log"
+    log.write_text(f"# ninja log v7\n0\t9\t1796\t{log.parent}/topk.so\tf81b\n")
+    group = home / ".cache/sglang/triton/SD4NKCH2/__grp___build_swa_token_ids_kernel.json"
+    group.write_text(json.dumps({"child_paths": {"k.cubin": str(group.parent / "_build_swa_token_ids_kernel.cubin")}}))
+    result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    assert result.path_bound == ["flashinfer", "triton"]
+    _node(monkeypatch, fake_node / "fresh")
+    with pytest.raises(UsageError) as error:
+        warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    message = str(error.value)
+    assert f"flashinfer (0.6.18/90a/cached_ops/topk/.ninja_log names {flashinfer}; here it is " \
+           f"{fake_node / 'fresh' / 'home' / '.cache/sglang/.cache/flashinfer'})" in message
+    assert "triton (SD4NKCH2/__grp___build_swa_token_ids_kernel.json names" in message
+    assert "FLASHINFER_WORKSPACE_BASE" in message and "the exporting node's HOME" in message
+    assert not (fake_node / "fresh" / "home").exists()  # nothing extracted
+    # a fresh node with the same HOME (the caches gone) takes it
+    subprocess.run(["rm", "-rf", str(home)], check=True)
+    _node(monkeypatch, fake_node)
+    imported = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    assert imported.files["flashinfer"] == 2 and log.read_text().endswith("topk.so\tf81b\n") and group.is_file()
 
 
 def test_a_fresh_node_after_import_finds_the_warm_targets_built(fake_node: Path,
@@ -208,7 +261,7 @@ def test_export_lists_the_bytecode_from_the_warm_stamp_without_importing_the_cha
 
     monkeypatch.setattr(bytecode, "imported_sources", no_child_import)
     result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
-    assert result.files["bytecode"] == 2 and result.files["dsakit-stamps"] == 1
+    assert result.files["bytecode"] == 2 and result.files["dsakit-stamps"] == 1  # the stamp's 2 sources
     # a stamp for other modules is not used: the chain is listed again
     with pytest.raises(AssertionError, match="listed the import chain again"):
         warm_cache.export_cache(str(fake_node / "cache2.tgz"), modules=["fakepkg", "other"])

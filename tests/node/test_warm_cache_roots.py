@@ -43,6 +43,12 @@ def test_with_the_redirect_the_third_party_caches_live_in_sglangs() -> None:
     assert {n: paths[n] for n in ("triton", "inductor", "cuda", "tilelang", "flashinfer", "deep-gemm")} == {
         "triton": sglang / "triton", "inductor": sglang / "inductor", "cuda": sglang / "nv",
         "tilelang": sglang / "tilelang", "flashinfer": sglang / ".cache/flashinfer", "deep-gemm": sglang / "deep_gemm"}
+    # a library loaded before `import sglang` (the redirect is a setdefault then) keeps its own
+    # default: those folders are roots too
+    assert {n: paths[f"{n}-before-sglang"] for n in ("triton", "inductor", "cuda", "tilelang", "flashinfer")} == {
+        "triton": HOME / ".triton/cache", "inductor": Path("/t/torchinductor_ci"), "cuda": HOME / ".nv/ComputeCache",
+        "tilelang": HOME / ".tilelang/cache", "flashinfer": HOME / ".cache/flashinfer"}
+    assert not any(name.endswith("-before-sglang") for name in _paths(BASE, redirects=False))
     moved = _paths({**BASE, "SGLANG_CACHE_DIR": "/s"}, redirects=True)
     assert moved["triton"] == Path("/s/triton") and moved["flashinfer"] == Path("/s/.cache/flashinfer")
     assert moved["sglang-jit"] == HOME / ".cache/sglang/jit", "SGLang's JIT dir ignores SGLANG_CACHE_DIR"
@@ -57,6 +63,7 @@ def test_a_variable_set_by_the_user_wins(redirects: bool) -> None:
     assert paths["inductor"] == Path("/v/TORCHINDUCTOR_CACHE_DIR") and paths["cuda"] == Path("/v/CUDA_CACHE_PATH")
     assert paths["deep-gemm"] == Path("/v/SGLANG_DG_CACHE_DIR") and paths["sglang-jit"] == Path("/v/SGLANG_JIT_CACHE_DIR")
     assert _paths({**BASE, "TRITON_HOME": "/th"}, redirects=False)["triton"] == Path("/th/.triton/cache")
+    assert not any(name.endswith("-before-sglang") for name in paths), "a variable set is read before and after"
 
 
 def test_xdg_cache_home_moves_nothing() -> None:
