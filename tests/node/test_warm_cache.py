@@ -91,7 +91,10 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
     counts = {name: 0 for name in warm_cache.cache_roots()}
     for name in LAYOUT_0521.values():
         counts[name] += 1
-    assert result.files == {**counts, "bytecode": 3}
+    # the chain's 3 sources, beside whatever every interpreter here loads at start-up (.pth hooks
+    # of site-packages: an editable install's finder, ...), which a bare chain carries as well
+    startup = warm_cache.export_cache(str(fake_node / "out" / "startup.tgz"), modules=["json"]).files["bytecode"]
+    assert result.files == {**counts, "bytecode": startup + 3}
     with tarfile.open(fake_node / "out" / "cache.tgz") as tar:
         names = tar.getnames()
     assert "jit/triton/SD4NKCH2/_build_swa_token_ids_kernel.cubin" in names
@@ -111,12 +114,12 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
 
 def test_files_already_there_are_not_rewritten(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Importing onto a node that has them (a warm node, a shared venv's bytecode) leaves them alone."""
-    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    exported = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     pyc = next((fake_node / "other-site" / "otherpkg" / "__pycache__").glob("*.pyc"))
     before = pyc.stat().st_ino
     _node(monkeypatch, fake_node / "fresh")
     first = warm_cache.import_cache(str(fake_node / "cache.tgz"))
-    assert first.present == 3  # the bytecode was never removed here
+    assert first.present == exported.files["bytecode"] >= 3  # the bytecode was never removed here
     again = warm_cache.import_cache(str(fake_node / "cache.tgz"))
     assert again.present == sum(again.files.values()) and pyc.stat().st_ino == before
 
