@@ -123,6 +123,13 @@ def test_draft(draft_runner, cell):
     pass
 '''
 
+# pytest's own cost of what the dsakit variant declares, without dsakit: the hand-written fixtures
+# and a plain mark with the same arguments on every param (the `gate_like` marker, registered in
+# the matrix's pytest.ini as dsakit registers `dsakit_requires`)
+PLAIN_FIXTURE_MARKS = PLAIN_FIXTURE.replace(
+    "CELLS = list(range({per}))",
+    "CELLS = [pytest.param(i, marks=pytest.mark.gate_like({gates})) for i in range({per})]")
+
 DSAKIT = '''
 import pytest
 
@@ -150,6 +157,7 @@ VARIANTS = {
     # name: (test module text, extra pytest args)
     "plain": ("plain", ["-p", "no:dsakit"]),
     "plain+fixture": ("plain_fixture", ["-p", "no:dsakit"]),
+    "plain+fixture+marks": ("plain_fixture_marks", ["-p", "no:dsakit"]),
     "plugin": ("plain", []),
     "dsakit": ("dsakit", []),
 }
@@ -160,10 +168,12 @@ def write_matrix(root: Path, cells: int) -> dict[str, Path]:
     if cells % 4:
         raise SystemExit(f"--cells must be a multiple of 4 (2 roles + target + draft), got {cells}")
     per = cells // 4
-    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    gate_like(*codes): a plain mark (bench)\n")
     files = {}
+    gates = ", ".join(map(repr, OPEN_GATES))
     for name, text in (("plain", PLAIN.format(per=per)),
                        ("plain_fixture", PLAIN_FIXTURE.format(per=per)),
+                       ("plain_fixture_marks", PLAIN_FIXTURE_MARKS.format(per=per, gates=gates)),
                        ("dsakit", DSAKIT.format(per=per, gates=", ".join(map(repr, OPEN_GATES))))):
         d = root / f"matrix_{name}"  # not "dsakit/": cwd is on sys.path
         d.mkdir()
@@ -415,11 +425,34 @@ def profile(cells: int, top: int) -> None:
         pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(KIT_CODE, top)
 
 
-def instructions(cells: int) -> dict[str, int]:
+def _callgrind(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> int:
+    """Instructions executed (Ir) by one run of `cmd` under callgrind (after one run that fills the
+    bytecode cache)."""
+    import re
+
+    time_once(cmd, env, cwd)
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+                          env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run of {what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _tree_env(env: dict[str, str], tree: str | None) -> dict[str, str]:
+    """`env` with a dsakit tree first on PYTHONPATH (after the bench folder): its `dsakit` is the
+    one the plugin entry point imports (None: as inherited)."""
+    if tree is None:
+        return env
+    rest = [part for part in env["PYTHONPATH"].split(os.pathsep) if part and part != str(BENCH_DIR)]
+    return {**env, "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), tree, *rest])}
+
+
+def instructions(cells: int, trees: dict[str, str | None]) -> dict[str, int]:
     """Each variant's full run once under valgrind's callgrind: instructions executed (Ir). Unlike
     wall or CPU time this count does not move with the neighbours' load on a shared box (~50x
-    slower than a plain run: minutes per variant)."""
-    import re
+    slower than a plain run: minutes per variant). The variants that load dsakit run once per tree
+    (`--tree NAME=PATH`: side by side in one run), and so does the unused one-test session."""
     import shutil
 
     if shutil.which("valgrind") is None:
@@ -430,23 +463,32 @@ def instructions(cells: int) -> dict[str, int]:
         PYCACHE["prefix"] = str(root / "pycache")
         files = write_matrix(root, cells)
         for name, (module, extra) in VARIANTS.items():
-            cmd = pytest_cmd(root, files[module], extra, collect=False)
-            time_once(cmd, _env(root / "warm.json"), root)  # fill the bytecode cache first
-            done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
-                                  env=_env(root / "ph.json"), cwd=root, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
-            found = re.search(r"Collected : (\d+)", done.stderr)
-            if done.returncode != 0 or found is None:
-                raise SystemExit(f"callgrind run of {name} failed ({done.returncode}): {done.stderr[-2000:]}")
-            counts[name] = int(found.group(1))
+            for label, tree in (trees.items() if "no:dsakit" not in extra else [("", None)]):
+                cmd = pytest_cmd(root, files[module], extra, collect=False)
+                key = f"{name} ({label})" if label else name
+                counts[key] = _callgrind(cmd, _tree_env(_env(root / "ph.json"), tree), root, key)
+        (root / "unused").mkdir()
+        test = root / "unused" / "test_unused.py"
+        test.write_text(UNUSED_SUITE)
+        sessions = [("session: -p no:dsakit", None, ["-p", "no:dsakit"])]
+        sessions += [(f"session: plugin ({label})" if label else "session: plugin", tree, [])
+                     for label, tree in trees.items()]
+        for key, tree, extra in sessions:
+            cmd = [*pytest_cmd(root, test, extra, collect=True)[:-2], str(test)]
+            counts[key] = _callgrind(cmd, _tree_env(_env(None), tree), root, key)
     return counts
 
 
 def instructions_markdown(counts: dict[str, int], cells: int) -> str:
-    plain = counts["plain"]
+    plain, session = counts["plain"], counts["session: -p no:dsakit"]
     lines = [f"{cells} no-op tests, full run once per variant under callgrind: instructions executed",
              "", "| variant | instructions | x plain |", "|---|---|---|"]
-    lines += [f"| {name} | {n / 1e9:.3f} G | {n / plain:.3f}x |" for name, n in counts.items()]
+    lines += [f"| {name} | {n / 1e9:.3f} G | {n / plain:.3f}x |" for name, n in counts.items()
+              if not name.startswith("session")]
+    lines += ["", "unused session (one test, nothing of dsakit), the same way:", "",
+              "| session | instructions | vs `-p no:dsakit` |", "|---|---|---|"]
+    lines += [f"| {name.removeprefix('session: ')} | {n / 1e6:.1f} M | {(n - session) / 1e6:+.1f} M |"
+              for name, n in counts.items() if name.startswith("session")]
     return "\n".join(lines)
 
 
@@ -456,9 +498,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--profile", action="store_true", help="also profile the dsakit variant once")
+    ap.add_argument("--only-profile", action="store_true", help="profile the dsakit variant once, nothing else")
     ap.add_argument("--instructions", action="store_true",
                     help="instead of timing: each variant once under valgrind callgrind, instructions "
                     "executed (steady on a shared box; minutes per variant)")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                    help="with --instructions: measure the variants that load dsakit once per dsakit tree "
+                    "(a checkout or an export of one, first on PYTHONPATH), side by side in one run; "
+                    "default: the dsakit this interpreter imports")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--session-repeats", type=int, default=15,
                     help="repeats of the unused-session pair (0: skip it)")
@@ -468,8 +515,17 @@ def main(argv: list[str] | None = None) -> int:
                     "package has; off: PYTHONDONTWRITEBYTECODE=1 (every run compiles); inherit: as is")
     args = ap.parse_args(argv)
     PYCACHE["mode"] = args.bytecode_cache
+    if args.only_profile:
+        profile(args.cells, args.top)
+        return 0
     if args.instructions:
-        counts = instructions(args.cells)
+        trees: dict[str, str | None] = {}
+        for spec in args.tree:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not (Path(path) / "dsakit" / "__init__.py").is_file():
+                ap.error(f"--tree {spec!r}: expected NAME=PATH, PATH a tree holding dsakit/__init__.py")
+            trees[name] = str(Path(path).resolve())
+        counts = instructions(args.cells, trees or {"": None})
         print(instructions_markdown(counts, args.cells))
         if args.json:
             args.json.write_text(json.dumps({"instructions": counts}, indent=2))

@@ -9,7 +9,6 @@ imports torch or SGLang (the plugin loads it).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,18 +17,27 @@ from dsakit import retired_settings
 from dsakit.devices import keys_text
 
 
-@dataclass(frozen=True)
 class RunOption:
-    """One option: `--dsakit-x` on the command line, `dsakit_x` as an ini key."""
+    """One option: `--dsakit-x` on the command line, `dsakit_x` as an ini key. A plain class, not a
+    dataclass: every pytest session loads this table, and a dataclass compiles its methods at load
+    (bench/README.md, "Kit overhead")."""
 
-    flag: str
-    help: str
-    default: Any = None
-    kind: str = "str"  # str, bool, int, path
-    choices: tuple[str, ...] = ()
-    env: str | None = None
-    metavar: str | None = None
-    renamed_from: str | None = None  # the flag's old spelling: still read (flag and ini key), with a warning
+    __slots__ = ("flag", "help", "default", "kind", "choices", "env", "metavar", "renamed_from")
+
+    def __init__(self, flag: str, help: str, default: Any = None, kind: str = "str",
+                 choices: tuple[str, ...] = (), env: str | None = None, metavar: str | None = None,
+                 renamed_from: str | None = None) -> None:
+        self.flag = flag
+        self.help = help
+        self.default = default
+        self.kind = kind  # str, bool, int, path
+        self.choices = choices
+        self.env = env
+        self.metavar = metavar
+        self.renamed_from = renamed_from  # the flag's old spelling: still read (flag and ini key), with a warning
+
+    def __repr__(self) -> str:
+        return f"RunOption({self.flag!r})"
 
     @property
     def dest(self) -> str:

@@ -50,6 +50,7 @@ MARKERS = (
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    _rewrite_assertion_helpers_only(pluginmanager)  # first: before the imports below
     import sys
 
     from dsakit.node import fault_hookspec
@@ -57,6 +58,23 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
     pluginmanager.add_hookspecs(fault_hookspec)
     load_once(pluginmanager, sys.modules[__name__])  # one plugin under its two names
+
+
+def _rewrite_assertion_helpers_only(pluginmanager: pytest.PytestPluginManager) -> None:
+    """pytest marks the whole distribution of an entry-point plugin for assertion rewriting (the
+    `dsakit` package). Only dsakit's assertion helpers need it (registered below, by name); its other
+    modules then load through Python's own importer, as where `-p dsakit.plugin` loads the plugin
+    from a checkout, instead of through the rewriting hook, which costs every session ~2.5 M
+    instructions per module (bench/README.md, "Kit overhead"). Test files (`test_*.py`, conftests)
+    inside the package are rewritten as test files; no pytest API unmarks a name, hence the
+    private set, left alone where a pytest lacks it."""
+    hook = getattr(pluginmanager, "rewrite_hook", None)  # a dummy hook under --assert=plain
+    marked = getattr(hook, "_must_rewrite", None)
+    if isinstance(marked, set) and "dsakit" in marked:
+        marked.discard("dsakit")
+        cache = getattr(hook, "_marked_for_rewrite_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,10 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from dsakit.options import check_all, explicit, value
 
     check_all(config)
+    given = explicit(config)  # empty: the run asks dsakit for nothing (a test may still use it)
     from dsakit import sglang_import_chain
 
     sglang_import_chain.SESSION.append(os.getpid())  # the sglang:import-chain gate answers in this process
-    if "dsakit_roles" in explicit(config):  # the default needs no check (nor the schema's import)
+    if "dsakit_roles" in given:  # the default needs no check (nor the schema's import)
         from dsakit.contracts.schema import validate_roles_option
 
         validate_roles_option(value(config, "dsakit_roles"))
@@ -86,24 +105,59 @@ def pytest_configure(config: pytest.Config) -> None:
 
     contract_extension.configure(config)
 
-    # the hook objects each concern asks for, registered here: the skip-inventory reporter and its
-    # xdist aggregation (dsakit.gates.marks), GPU pinning (dsakit.node.gpu_pinning), device fault
-    # isolation (dsakit.node.fault_isolation), the whole-run device simulation
-    # (dsakit.simulation.whole_run: it starts here, before collection), the contract-reads summary
-    # from every xdist worker
+    # the hook objects each concern asks for, registered here (in this order: it is the order of
+    # their header lines): the skip-inventory reporter and its xdist aggregation
+    # (dsakit.gates.marks); GPU pinning (dsakit.node.gpu_pinning: options only, so a run that
+    # sets none has nothing to pin); the xdist controller's hand-over of device faults
+    # (dsakit.node.fault_isolation); the whole-run device simulation (dsakit.simulation.whole_run:
+    # it starts here, before collection) and the one per-test report wrapper; the contract-reads
+    # summary from every xdist worker. The other per-test hooks start once the run uses dsakit.
     from dsakit.gates import marks
-    from dsakit.node import fault_isolation, gpu_pinning
     from dsakit.simulation import whole_run
 
-    hooks_by_name: dict[str, object] = {}
-    if config.pluginmanager.hasplugin("xdist"):
+    # xdist's own hooks only where it distributes (a controller with workers, or a worker)
+    xdist = config.pluginmanager.hasplugin("xdist") and (
+        hasattr(config, "workerinput") or config.getoption("dist", "no") != "no")
+    hooks = marks.configure(config, on_use=lambda: _start_per_test_hooks(config))
+    if given:
+        from dsakit.node import gpu_pinning
+
+        hooks.update(gpu_pinning.configure(config))
+    if xdist:
+        from dsakit.node import fault_isolation
+
+        hooks.update(fault_isolation.configure(config))
+    hooks.update(whole_run.configure(config))
+    if xdist:
         from dsakit.mocks.read_log import XdistReadLog
 
-        hooks_by_name["dsakit-xdist-contract-reads"] = XdistReadLog(config)
-    for hooks in (marks.configure(config), gpu_pinning.configure(config),
-                  fault_isolation.configure(config), whole_run.configure(config), hooks_by_name):
-        for name, plugin in hooks.items():
-            config.pluginmanager.register(plugin, name)
+        hooks["dsakit-xdist-contract-reads"] = XdistReadLog(config)
+    for name, plugin in hooks.items():
+        config.pluginmanager.register(plugin, name)
+    # a run that sets a dsakit option uses dsakit; an xdist controller records its workers'
+    # reports before it can know; else a collected test or a `require()` call starts them
+    if given or (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"):
+        _start_per_test_hooks(config)
+
+
+_PER_TEST_STARTED = pytest.StashKey[bool]()
+
+
+def _start_per_test_hooks(config: pytest.Config) -> None:
+    """Once per run that uses dsakit: the skip recorder (dsakit.gates.marks) and fault isolation,
+    whose report edit runs inside the simulation's report wrapper (one wrapper per test phase); a
+    run that uses nothing of dsakit pays no other hook call per test."""
+    if config.stash.get(_PER_TEST_STARTED, False):
+        return
+    config.stash[_PER_TEST_STARTED] = True
+    from dsakit.gates.marks import per_test_hooks
+    from dsakit.node.fault_isolation import start
+    from dsakit.simulation.whole_run import REPORT_WRAPPER
+
+    wrapper = config.pluginmanager.get_plugin(REPORT_WRAPPER)
+    assert wrapper is not None, "pytest_configure registers the report wrapper"
+    for name, plugin in {**per_test_hooks(config), **start(config, wrapper.add_edit)}.items():
+        config.pluginmanager.register(plugin, name)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -126,14 +180,15 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: only selected items are gated
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from dsakit.gates.marks import apply_gates
+    from dsakit.gates.marks import apply_gates, uses_dsakit_now
 
-    apply_gates(config, items)
+    markers = apply_gates(config, items)
+    if uses_dsakit_now(config):
+        _start_per_test_hooks(config)
+    if {"dsakit_gpus", "dsakit_whole_node"} & markers:  # tests declaring more GPUs than the node has
+        from dsakit.node.gpu_pinning import skip_multi_gpu  # skip with [gpus:n]
 
-    # -- GPU nodes: tests declaring more GPUs than the node has skip with [gpus:n]
-    from dsakit.node.gpu_pinning import skip_multi_gpu
-
-    skip_multi_gpu(config, items)
+        skip_multi_gpu(config, items)
 
 
 # ---------------------------------------------------------------- GPU nodes

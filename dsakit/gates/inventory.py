@@ -12,17 +12,15 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dsakit.reasons import Reason
-
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
     from dsakit.outcomes import OutcomeRecorder
+    from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
 # the key in pytest's final summary line ("1 passed, 2 --dsakit-must-run gate(s) failed in 3s"); it
@@ -42,7 +40,7 @@ REPORT_FORMAT = 2
 # capability expression in its canonical form (dsakit.gates.table.parse_expression), which an xdist
 # controller reads back from the forwarded message before the worker's own record arrives.
 _CODE = r"sm(?:>=|==|~)\d+(?:\.\d+)?|gfx in gfx[0-9a-f]+(?:,gfx[0-9a-f]+)*|[a-z][a-z0-9:_.\-]*"
-_CODE_IN_MESSAGE = re.compile(rf"\[({_CODE})\] ([^|]*)")
+_CODE_IN_MESSAGE = rf"\[({_CODE})\] ([^|]*)"  # compiled on first use (re caches it): not in every session
 UNCODED = "uncoded"
 
 
@@ -54,10 +52,12 @@ def format_reasons(reasons: Iterable[Reason]) -> str:
 def reasons_from_message(message: str) -> list[Reason]:
     """Reasons back from a skip message written by `format_reasons` (empty for other skips: it
     starts with its first "[code] ")."""
+    from dsakit.reasons import Reason
+
     text = message.removeprefix("Skipped: ").lstrip()
-    if not _CODE_IN_MESSAGE.match(text):
+    if not re.match(_CODE_IN_MESSAGE, text):
         return []
-    return [Reason(code, sentence.strip()) for code, sentence in _CODE_IN_MESSAGE.findall(text)]
+    return [Reason(code, sentence.strip()) for code, sentence in re.findall(_CODE_IN_MESSAGE, text)]
 
 
 def _skip_message(report: pytest.TestReport) -> str:
@@ -67,11 +67,24 @@ def _skip_message(report: pytest.TestReport) -> str:
     return str(longrepr or "")
 
 
-@dataclass
 class GateSkips:
-    code: str
-    reason: str
-    tests: list[str] = field(default_factory=list)
+    """The tests skipped behind one code. A plain class: a dataclass compiles its methods when the
+    module loads, which every pytest session would pay (bench/bench_kit_overhead.py)."""
+
+    __slots__ = ("code", "reason", "tests")
+
+    def __init__(self, code: str, reason: str, tests: list[str] | None = None) -> None:
+        self.code = code
+        self.reason = reason
+        self.tests: list[str] = [] if tests is None else tests
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GateSkips):
+            return NotImplemented
+        return (self.code, self.reason, self.tests) == (other.code, other.reason, other.tests)
+
+    def __repr__(self) -> str:
+        return f"GateSkips(code={self.code!r}, reason={self.reason!r}, tests={self.tests!r})"
 
     def as_dict(self) -> dict[str, Any]:
         return {"count": len(self.tests), "reason": self.reason, "tests": list(self.tests)}
@@ -94,8 +107,11 @@ class SkipInventory:
         """A collected test (or a `require` call) sits behind these gate codes."""
         self.used = True
         declared = self.declared if self.declared is not None else {}
-        entry = declared.setdefault(nodeid, [])
-        entry.extend(code for code in codes if code not in entry)
+        entry = declared.get(nodeid)
+        if entry is None:
+            declared[nodeid] = list(dict.fromkeys(codes))
+        else:
+            entry.extend(code for code in codes if code not in entry)
         self.declared = declared
 
     def keep_declared(self, selected: Iterable[str]) -> None:
@@ -119,6 +135,8 @@ class SkipInventory:
         message = _skip_message(report)
         reasons = self.planned.get(report.nodeid) or tuple(reasons_from_message(message))
         if not reasons:
+            from dsakit.reasons import Reason
+
             # A skip without a reason code still shows up: invisible skips are what this is for.
             reasons = (Reason(UNCODED, message.removeprefix("Skipped: ").strip() or "no reason given"),)
         self.add(report.nodeid, reasons)
@@ -251,6 +269,7 @@ class InventoryReporter:
         self.report_error: str | None = None
         self._recorder: OutcomeRecorder | None = None  # made when the first outcome is recorded
         self.selected: list[str] = []
+        self.is_worker = hasattr(config, "workerinput")
 
     @property
     def recorder(self) -> OutcomeRecorder:
@@ -261,16 +280,13 @@ class InventoryReporter:
             self._recorder = OutcomeRecorder()
         return self._recorder
 
-    @property
-    def is_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
-
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         # a run that set no dsakit option gets no line (and no device probe) at start-up; the
         # inventory section names the device once a gate skipped something
         return [header_line(self.device())] if self.announce else []
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def log_report(self, report: pytest.TestReport) -> None:
+        """One test phase's report (`SkipRecorder` hands each one here)."""
         # On the xdist controller every worker report arrives here as it happens (it carries
         # `node`): recording it here keeps the skips of a worker that dies later, and of a run
         # interrupted with Ctrl-C, whose workeroutput never arrives.
@@ -325,6 +341,7 @@ class InventoryReporter:
     def tests_json(self) -> dict[str, dict[str, Any]]:
         """Per test id: outcome, the gates it declared, skip reasons (codes) or failure signature."""
         from dsakit.outcomes import FAILING, signature
+        from dsakit.reasons import Reason
 
         tests: dict[str, dict[str, Any]] = {}
         for nodeid, record in self.recorder.outcomes.items():
@@ -388,6 +405,19 @@ class InventoryReporter:
             )
         if self.report_error:
             terminalreporter.write_line(f"dsakit: {self.report_error}", red=True)
+
+
+class SkipRecorder:
+    """The reporter's one per-test hook, registered only where the run uses dsakit (a dsakit
+    option, a collected test using a dsakit fixture, marker or gate, a `require()` call) and on an
+    xdist controller, which cannot know before its workers report: a run that uses nothing of
+    dsakit pays no hook call per test."""
+
+    def __init__(self, reporter: InventoryReporter) -> None:
+        self.reporter = reporter
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reporter.log_report(report)
 
 
 class XdistHooks:

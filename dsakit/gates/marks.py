@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 from dsakit.errors import UsageError
 from dsakit.options import explicit, value as option_value
-from dsakit.output_paths import output_file
-from dsakit.reasons import Reason
-from dsakit.gates.inventory import DEVICE_KEY, InventoryReporter, SkipInventory, XdistHooks, format_reasons, host_label
+from dsakit.gates.inventory import (DEVICE_KEY, InventoryReporter, SkipInventory, SkipRecorder, XdistHooks,
+                                    format_reasons, host_label)
 
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
@@ -41,6 +41,9 @@ class GateSession:
         self.device_name = device_name
         self.allow_torch = allow_torch
         self.inventory = SkipInventory()
+        # the plugin's per-test hooks start on first use (`require` in a run whose collected tests
+        # use nothing of dsakit); None once started or outside pytest
+        self.on_use: Callable[[], None] | None = None
 
     @functools.cached_property
     def device(self) -> DeviceModel:
@@ -68,6 +71,16 @@ def active_session() -> GateSession:
 def gate(*codes: str) -> pytest.MarkDecorator:
     """A `dsakit_requires` mark: `@dsakit.gate("cuda", "module:flashinfer")` or
     `pytest.param(..., marks=dsakit.gate("fa3"))`. Unknown codes raise UsageError right here."""
+    try:
+        return _gate_mark(codes)
+    except TypeError:  # an unhashable argument: validate_codes refuses it by name
+        return _gate_mark.__wrapped__(codes)
+
+
+@functools.lru_cache(maxsize=256)
+def _gate_mark(codes: tuple[str, ...]) -> pytest.MarkDecorator:
+    """One mark per distinct tuple: a matrix calls `gate()` once per param with the same codes (a
+    MarkDecorator is immutable, so one object serves every param)."""
     from dsakit.gates.table import validate_codes
 
     if not codes:
@@ -83,6 +96,9 @@ def require(*codes: str) -> None:
     from dsakit.gates.table import closed_reasons, validate_codes
 
     session = active_session()
+    on_use, session.on_use = session.on_use, None
+    if on_use is not None:
+        on_use()  # first use: the plugin starts its per-test hooks
     reasons = closed_reasons(codes, session.device)
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
     if current:
@@ -102,9 +118,11 @@ def _skip(message: str) -> NoReturn:
 # ---------------------------------------------------------------- plugin wiring
 
 
-def configure(config: pytest.Config) -> dict[str, object]:
+def configure(config: pytest.Config, on_use: Callable[[], None] | None = None) -> dict[str, object]:
     """pytest_configure: validate the options, start the session; returns the hook objects the
-    plugin registers, by name (the skip-inventory reporter; xdist aggregation when xdist runs)."""
+    plugin registers, by name (the skip-inventory reporter; xdist aggregation when xdist runs).
+    `on_use`: what a `require()` call does first in a run whose tests were not known to use dsakit
+    (the plugin starts its per-test hooks)."""
     workerinput = getattr(config, "workerinput", None)
     given = explicit(config)
     try:
@@ -123,10 +141,13 @@ def configure(config: pytest.Config) -> dict[str, object]:
             must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run")))
         report_path = option_value(config, "dsakit_report")
         if report_path is not None and workerinput is None:
+            from dsakit.output_paths import output_file
+
             output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
     except UsageError as error:
         raise pytest.UsageError(str(error)) from None
     session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_device_from_torch")))
+    session.on_use = on_use
     _SESSIONS.append(session)
     config.stash[_SESSION_KEY] = session
     reporter = InventoryReporter(
@@ -139,6 +160,22 @@ def configure(config: pytest.Config) -> dict[str, object]:
     if config.pluginmanager.hasplugin("xdist"):
         hooks["dsakit-xdist"] = XdistHooks(session.inventory, name)
     return hooks
+
+
+def per_test_hooks(config: pytest.Config) -> dict[str, object]:
+    """The gate session's per-test hooks by name (the skip recorder), for a run that uses dsakit.
+    Started later than configure (a collected test uses dsakit, or a `require()` call), the
+    recorder first counts the skips the terminal reporter already holds."""
+    session = config.stash.get(_SESSION_KEY, None)
+    if session is None:
+        return {}
+    session.on_use = None
+    reporter = config.pluginmanager.get_plugin("dsakit-skip-inventory")
+    assert isinstance(reporter, InventoryReporter)
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    for report in getattr(terminal, "stats", {}).get("skipped", ()):
+        reporter.log_report(report)
+    return {"dsakit-skip-recorder": SkipRecorder(reporter)}
 
 
 def unconfigure(config: pytest.Config) -> None:
@@ -183,17 +220,23 @@ def _validated(item: pytest.Item, raw: tuple[str, ...]) -> tuple[str, ...]:
         raise pytest.UsageError(f"{item.nodeid}: {error}") from None
 
 
-def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _own_codes(node: pytest.Item | pytest.Collector) -> tuple[str, ...]:
+    return tuple(code for mark in node.own_markers if mark.name == MARKER for code in mark.args)
+
+
+def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> set[str]:
     """pytest_collection_modifyitems: closed gates become skip markers, so --collect-only and -ra
-    show the reason, and the skip inventory knows the gate codes."""
+    show the reason, and the skip inventory knows the gate codes. Returns the items' marker names
+    (`marker_names`; empty where the run has no gate session); `uses_dsakit_now(config)` says
+    whether a collected test uses dsakit."""
     session = config.stash.get(_SESSION_KEY, None)
     if session is None:
-        return
+        return set()
     names = marker_names(items)
     if not session.inventory.used:
         session.inventory.used = uses_dsakit(items, names)
     if MARKER not in names:
-        return
+        return names
     from dsakit.gates.table import closed_reasons, never_open_explanation
 
     warned: set[tuple[str, ...]] = set()
@@ -202,8 +245,20 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
     # SGLang probes stat files each time; bench/bench_kit_overhead.py)
     verdicts: dict[tuple[str, ...], tuple[str | None, list[Reason]]] = {}
     validated: dict[tuple[str, ...], tuple[str, ...]] = {}  # as written -> canonical (once per tuple)
+    # the codes of each parent chain, once per parent: what `item.iter_markers(MARKER)` finds
+    # (closest node first), without walking the shared parents again for every item
+    inherited: dict[int, tuple[str, ...]] = {}
+
+    def chain_codes(node: pytest.Item | pytest.Collector | None) -> tuple[str, ...]:
+        if node is None:
+            return ()
+        found = inherited.get(id(node))
+        if found is None:
+            found = inherited[id(node)] = _own_codes(node) + chain_codes(node.parent)
+        return found
+
     for item in items:
-        raw = tuple(code for marker in item.iter_markers(MARKER) for code in marker.args)
+        raw = _own_codes(item) + chain_codes(item.parent)
         if not raw:
             continue
         try:
@@ -223,3 +278,10 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> None:
         if reasons:
             item.add_marker(pytest.mark.skip(reason=format_reasons(reasons)))
             session.inventory.plan(item.nodeid, reasons)
+    return names
+
+
+def uses_dsakit_now(config: pytest.Config) -> bool:
+    """Does this run use dsakit (a collected test, a `require()` call, a worker's report)?"""
+    session = config.stash.get(_SESSION_KEY, None)
+    return session is not None and session.inventory.used

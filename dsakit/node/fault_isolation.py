@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import pytest
 
 from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
+
+ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
 
 CODE = "cuda-context-poisoned"
 SECTION = "CUDA context poisoned by this test"
@@ -135,7 +138,10 @@ def _as_not_run(report: pytest.TestReport, item: pytest.Item, reason: Reason) ->
 
 
 class FaultIsolation:
-    """Per-process hooks: check after each phase, attribute, then keep the run honest."""
+    """Per-process hooks: check after each phase, attribute, then keep the run honest. Registered
+    once the run uses dsakit; its report edit runs inside the plugin's one report wrapper
+    (`edit_report`, handed to `dsakit.simulation.whole_run.FailureSections`), and the setup hook
+    that skips later GPU tests (`PoisonedContext`) only once a test poisoned the context."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -151,19 +157,8 @@ class FaultIsolation:
     def pytest_dsakit_device_fault(self, item: pytest.Item) -> str | None:
         return pending_device_error()
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.culprit is None or item.get_closest_marker("skip") is not None or not needs_gpu(item):
-            return
-        self.not_run.append(item.nodeid)
-        # a marker, not pytest.skip(): the skip then points at the test, like a closed gate's
-        item.add_marker(pytest.mark.skip(reason=str(poisoned_reason(self.culprit))))
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Any:
-        report: pytest.TestReport = yield
+    def edit_report(self, report: pytest.TestReport, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        """Every phase's report, as pytest made it (the plugin's report wrapper calls this)."""
         if self.culprit is None:
             # setup only when it failed (a fixture that faulted); else the call phase finds it
             if report.when in ("call", "teardown") or report.failed:
@@ -171,6 +166,7 @@ class FaultIsolation:
                 if error:
                     self.culprit, self.error = item.nodeid, str(error)
                     _attribute(report, item, self.error)
+                    self.config.pluginmanager.register(PoisonedContext(self), "dsakit-poisoned-context")
         elif report.failed and is_device_error(call.excinfo):
             if item.nodeid != self.culprit or report.when == "teardown":
                 if item.nodeid != self.culprit and report.when != "teardown":
@@ -178,7 +174,6 @@ class FaultIsolation:
                 _as_not_run(report, item, poisoned_reason(self.culprit))
         if self.handoff is not None and report.when == "teardown" and self.culprit == item.nodeid:
             self._exit_worker(report)
-        return report
 
     def _device_fault(self, item: pytest.Item) -> str | None:
         """The `pytest_dsakit_device_fault` answer; where this object is the hook's only
@@ -211,6 +206,23 @@ class FaultIsolation:
             f"{len(self.not_run)} later GPU test(s) not run [{CODE}]; rerun them in a fresh process "
             "(under `-n 1` or more dsakit replaces the worker instead)"
         )
+
+
+class PoisonedContext:
+    """The setup hook of a process whose CUDA context a test poisoned (registered then, so no test
+    before pays for it): later GPU tests skip with the not-run reason."""
+
+    def __init__(self, isolation: FaultIsolation) -> None:
+        self.isolation = isolation
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        culprit = self.isolation.culprit
+        if culprit is None or item.get_closest_marker("skip") is not None or not needs_gpu(item):
+            return
+        self.isolation.not_run.append(item.nodeid)
+        # a marker, not pytest.skip(): the skip then points at the test, like a closed gate's
+        item.add_marker(pytest.mark.skip(reason=str(poisoned_reason(culprit))))
 
 
 class XdistFaultHandoff:
@@ -250,8 +262,16 @@ class XdistFaultHandoff:
 
 
 def configure(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure: the hook objects by name (the xdist hand-over only on an xdist controller)."""
-    hooks: dict[str, object] = {"dsakit-fault-isolation": FaultIsolation(config)}
+    """pytest_configure: the hook objects every run needs by name (the xdist hand-over, only on an
+    xdist controller)."""
     if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
-        hooks["dsakit-fault-handoff"] = XdistFaultHandoff(config)
-    return hooks
+        return {"dsakit-fault-handoff": XdistFaultHandoff(config)}
+    return {}
+
+
+def start(config: pytest.Config, add_edit: Callable[[ReportEdit], None]) -> dict[str, object]:
+    """Once the run uses dsakit: the per-process hooks by name; their report edit goes to the
+    plugin's one report wrapper (`add_edit`)."""
+    isolation = FaultIsolation(config)
+    add_edit(isolation.edit_report)
+    return {"dsakit-fault-isolation": isolation}

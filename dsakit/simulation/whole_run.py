@@ -2,9 +2,10 @@
 
 Owns entering the simulation at configure (before collection: import-time `skipIf(torch.cuda...)`,
 SGLang's module constants and cached probes see it) and leaving it at unconfigure; the header line;
-a `SimulatedKernelLaunch` turned into a skip; and the report sections of a failure under
-simulation. An xdist controller runs no test: its workers simulate. Imports torch and SGLang only
-when a device is simulated.
+a `SimulatedKernelLaunch` turned into a skip; the report sections of a failure under simulation,
+in the plugin's one per-test report wrapper (fault isolation's edits run inside it). An xdist
+controller runs no test: its workers simulate. Imports torch and SGLang only when a device is
+simulated.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import pytest
 if TYPE_CHECKING:  # the device model loads when a device is simulated, not with every session's hooks
     from dsakit.gates.device_model import DeviceModel
 
+ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
+
 SECTION = "dsakit simulated device"
+REPORT_WRAPPER = "dsakit-simulation-reports"  # the plugin's one per-test report wrapper, by name
 EXPLAINED = "dsakit model_runner read"
 
 
@@ -133,12 +137,24 @@ class WholeRun:
 
 
 class FailureSections:
-    """Reports of a process that ran under a simulation (whole-run, marker or fixture): a kernel launch
-    skips; a failure names the device it ran as, and a model-runner read is explained."""
+    """The plugin's one per-test report wrapper (one pluggy wrapper per phase, not one per concern):
+    the report edits other concerns hand in (`add_edit`: fault isolation's, once the run uses
+    dsakit), then this module's own for a process that ran under a simulation (whole-run, marker or
+    fixture): a kernel launch skips; a failure names the device it ran as, and a model-runner read
+    is explained."""
+
+    def __init__(self) -> None:
+        self.edits: tuple[ReportEdit, ...] = ()
+
+    def add_edit(self, edit: ReportEdit) -> None:
+        """`edit(report, item, call)` runs on every report, before the simulation's own edits."""
+        self.edits = (*self.edits, edit)
 
     @pytest.hookimpl(wrapper=True)  # a new-style wrapper: an old-style one costs every test more
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report: pytest.TestReport = yield
+        for edit in self.edits:
+            edit(report, item, call)
         simulation = sys.modules.get("dsakit.upstream.device_simulation")  # never entered: nothing to do
         if simulation is None or not report.failed or call.excinfo is None:
             return report
@@ -184,7 +200,7 @@ def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
 
 def configure(config: pytest.Config) -> dict[str, object]:
     """The hook objects of this run's simulation (none when the run is not simulated)."""
-    hooks: dict[str, object] = {"dsakit-simulation-reports": FailureSections()}
+    hooks: dict[str, object] = {REPORT_WRAPPER: FailureSections()}
     device = requested_device(config)
     if device is None:
         return hooks

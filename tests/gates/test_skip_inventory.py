@@ -170,14 +170,14 @@ def test_controller_records_forwarded_worker_reports() -> None:
     from types import SimpleNamespace
 
     from dsakit.gates.device_model import resolve_device
-    from dsakit.gates.inventory import InventoryReporter, SkipInventory
+    from dsakit.gates.inventory import InventoryReporter, SkipInventory, SkipRecorder
 
     inventory = SkipInventory()
     reporter = InventoryReporter(SimpleNamespace(), inventory, lambda: resolve_device("cpu"), (), None)  # type: ignore[arg-type]
     report = pytest.TestReport("t.py::test_a", ("t.py", 1, "test_a"), {}, "skipped",
                                ("t.py", 1, "Skipped: [cuda] needs an NVIDIA GPU"), "setup")
     report.node = object()  # type: ignore[attr-defined]  # as xdist's controller sees it
-    reporter.pytest_runtest_logreport(report)
+    SkipRecorder(reporter).pytest_runtest_logreport(report)  # the per-test hook the plugin registers
     assert inventory.skipped_behind(["cuda"]) == {"cuda": ["t.py::test_a"]}
 
 

@@ -1,0 +1,133 @@
+"""What every test and every session pays for the plugin (bench/bench_kit_overhead.py measures it):
+a run that uses nothing of dsakit gets one hook call per test phase (the report wrapper) and loads
+a handful of modules, none through the assertion-rewriting hook but the plugin's own; a run that
+uses dsakit adds the skip recorder, and fault isolation's setup hook waits for a poisoned context.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dsakit.pytest_invocation import plugin_args
+
+PLUGIN = tuple(plugin_args())
+PER_TEST = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown",
+            "pytest_runtest_makereport", "pytest_runtest_logreport")
+
+# printed by the test itself: the dsakit hook implementations each per-test hook calls, the
+# dsakit modules loaded, and which of them the assertion-rewriting hook loaded
+FACTS = f"PER_TEST = {PER_TEST!r}\n" + '''
+import json, sys
+
+def facts(config):
+    pm = config.pluginmanager
+    hooks = {}
+    for hook in PER_TEST:
+        names = (pm.get_name(impl.plugin) or "" for impl in getattr(pm.hook, hook).get_hookimpls())
+        hooks[hook] = sorted(name for name in names if name.startswith("dsakit"))
+    modules = sorted(m for m in sys.modules if m == "dsakit" or m.startswith("dsakit."))
+    rewritten = sorted(m for m in modules
+                       if type(getattr(sys.modules[m], "__loader__", None)).__name__ == "AssertionRewritingHook")
+    print("DSAKIT-FACTS " + json.dumps({"hooks": hooks, "modules": modules, "rewritten": rewritten}))
+'''
+
+
+def _facts(result: pytest.RunResult) -> dict[str, dict[str, list[str]] | list[str]]:
+    lines = [line.split("DSAKIT-FACTS ", 1)[1] for line in result.outlines if "DSAKIT-FACTS " in line]
+    assert len(lines) == 1, result.outlines
+    facts: dict[str, dict[str, list[str]] | list[str]] = json.loads(lines[0])
+    return facts
+
+
+def test_an_unused_session_pays_one_report_wrapper_per_phase_and_loads_little(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(facts_helper=FACTS, test_unrelated=(
+        "import pytest\nfrom facts_helper import facts\n\n"
+        "def test_a(request):\n    facts(request.config)\n\n"
+        "def test_b():\n    pytest.skip('[looks-coded] but no dsakit')\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s")
+    result.assert_outcomes(passed=1, skipped=1)
+    facts = _facts(result)
+    assert facts["hooks"] == {hook: ["dsakit-simulation-reports"] if hook == "pytest_runtest_makereport" else []
+                              for hook in PER_TEST}
+    loaded = set(facts["modules"])
+    # the gate table, the device model, GPU pinning, fault isolation, reasons, output paths and the
+    # contract load on first use (pinning and the xdist hand-overs: when asked for / distributing)
+    for module in ("dsakit.gates.table", "dsakit.gates.device_model", "dsakit.node.gpu_pinning",
+                   "dsakit.node.fault_isolation", "dsakit.reasons", "dsakit.output_paths",
+                   "dsakit.mocks.read_log", "dsakit.contracts.model_runner_contract"):
+        assert module not in loaded, sorted(loaded)
+    assert set(facts["rewritten"]) <= {"dsakit", "dsakit.checkout_layout", "dsakit.plugin"}
+    assert "dsakit skip inventory" not in result.stdout.str()
+
+
+def test_a_session_using_dsakit_adds_only_the_skip_recorder(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(facts_helper=FACTS, test_used=(
+        "from facts_helper import facts\n\n"
+        "def test_a(request, target_runner):\n    facts(request.config)\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s")
+    result.assert_outcomes(passed=1)
+    hooks = _facts(result)["hooks"]
+    assert isinstance(hooks, dict)
+    # fault isolation edits reports inside the one wrapper; its setup hook waits for a poisoned context
+    assert hooks == {"pytest_runtest_setup": [], "pytest_runtest_call": [], "pytest_runtest_teardown": [],
+                     "pytest_runtest_makereport": ["dsakit-simulation-reports"],
+                     "pytest_runtest_logreport": ["dsakit-skip-recorder"]}
+
+
+def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(facts_helper=FACTS, test_unrelated=(
+        "from facts_helper import facts\n\ndef test_a(request):\n    facts(request.config)\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s", "--dsakit-must-run=cuda")
+    result.assert_outcomes(passed=1)
+    hooks = _facts(result)["hooks"]
+    assert isinstance(hooks, dict) and hooks["pytest_runtest_logreport"] == ["dsakit-skip-recorder"]
+    assert "dsakit.node.fault_isolation" in _facts(result)["modules"]
+
+
+def test_require_in_a_session_that_collected_nothing_of_dsakit_inventories_every_skip(
+        pytester: pytest.Pytester) -> None:
+    """The skip recorder starts at the first `require()`; the skips before it still count (the
+    terminal reporter's), as they did when the recorder ran from configure."""
+    pytester.makepyfile(test_late=(
+        "import pytest\nimport dsakit\n\n"
+        "def test_1_plain_coded():\n    pytest.skip('[my-code] before any dsakit use')\n\n"
+        "def test_2_plain():\n    pytest.skip('plain')\n\n"
+        "def test_3_requires():\n    dsakit.require('rocm')\n\n"
+        "def test_4_after():\n    pytest.skip('[my-code] after')\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:xdist", "--dsakit-device=cpu")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines(["*dsakit skip inventory*", "*", "   2 skipped  [[]my-code[]] before any dsakit use",
+                                 "   1 skipped  [[]rocm[]]*", "   1 skipped  [[]uncoded[]] plain"])
+    plain = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:xdist")  # no option at all
+    plain.assert_outcomes(skipped=4)
+    plain.stdout.fnmatch_lines(["*dsakit skip inventory*", "*", "   2 skipped  [[]my-code[]] before any dsakit use",
+                                "   1 skipped  [[]rocm[]]*", "   1 skipped  [[]uncoded[]] plain"])
+
+
+def test_assertion_helpers_are_rewritten_the_rest_loads_plainly(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_loaders=(
+        "import sys\nimport dsakit.topk.checks, dsakit.topk.snapshot, dsakit.gates.table, dsakit.mocks.model_runner\n\n"
+        "def loader(name):\n    return type(sys.modules[name].__loader__).__name__\n\n"
+        "def test_loaders():\n"
+        "    assert loader('dsakit.topk.checks') == loader('dsakit.topk.snapshot') == 'AssertionRewritingHook'\n"
+        "    assert loader('dsakit.gates.table') != 'AssertionRewritingHook'\n"
+        "    assert loader('dsakit.gates.marks') != 'AssertionRewritingHook'\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly")
+    result.assert_outcomes(passed=1)
+
+
+def test_gate_marks_are_built_once_per_code_tuple() -> None:
+    import dsakit
+    from dsakit.errors import UsageError
+
+    mark = dsakit.gate("sglang:dsa-backend", "sglang:topk-role-split")
+    assert dsakit.gate("sglang:dsa-backend", "sglang:topk-role-split") is mark
+    assert mark.args == ("sglang:dsa-backend", "sglang:topk-role-split")
+    assert dsakit.gate("cuda") is not mark and dsakit.gate("cuda").args == ("cuda",)
+    for _ in range(2):  # a refusal is not cached away
+        with pytest.raises(UsageError, match="no-such-gate"):
+            dsakit.gate("no-such-gate")
+    with pytest.raises(UsageError, match="strings"):
+        dsakit.gate(["cuda"])  # type: ignore[arg-type]  # unhashable: refused by name, not a TypeError
