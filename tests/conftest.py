@@ -147,10 +147,13 @@ def sglang_release_tree(request: pytest.FixtureRequest,
     import zipfile
 
     cache = getattr(request.config, "cache", None)
+    made: dict[str, Path] = {}  # -p no:cacheprovider: one temp dir per release and session, not per call
 
     def tree(version: str) -> Path:
-        where = Path(cache.mkdir(f"dsakit-sglang-{version}")) if cache is not None else \
-            tmp_path_factory.mktemp(f"sglang-{version}")
+        if cache is not None:
+            where = Path(cache.mkdir(f"dsakit-sglang-{version}"))
+        else:
+            where = made.get(version) or made.setdefault(version, tmp_path_factory.mktemp(f"sglang-{version}"))
         unpacked = where / "tree"
         if (unpacked / "sglang" / "__init__.py").is_file():
             return unpacked
