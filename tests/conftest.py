@@ -57,6 +57,30 @@ def write_files(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
     return write
 
 
+def _dsakit_in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """(imported by the audit tests) `dsakit ARGS` run by `dsakit.cli.main` in this process from `cwd`: its exit code, stdout and
+    stderr, as `subprocess.run([sys.executable, "-m", "dsakit", *args], cwd=cwd)` gives them, for
+    the commands that import neither torch nor SGLang (audit, contract check): the SGLang source
+    index and the scans then stay warm across tests instead of being rebuilt per process."""
+    import contextlib
+    import io
+
+    from dsakit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit:  # argparse: usage errors and --help
+                code = exit.code if isinstance(exit.code, int) else 2
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["dsakit", *args], code, out.getvalue(), err.getvalue())
+
+
 def _once_per_run(name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                   build: Callable[[Path], dict[str, str]]) -> dict[str, Path]:
     """`build(folder)` once per test run: the first xdist worker to ask builds under a file lock in
@@ -147,10 +171,13 @@ def sglang_release_tree(request: pytest.FixtureRequest,
     import zipfile
 
     cache = getattr(request.config, "cache", None)
+    made: dict[str, Path] = {}  # -p no:cacheprovider: one temp dir per release and session, not per call
 
     def tree(version: str) -> Path:
-        where = Path(cache.mkdir(f"dsakit-sglang-{version}")) if cache is not None else \
-            tmp_path_factory.mktemp(f"sglang-{version}")
+        if cache is not None:
+            where = Path(cache.mkdir(f"dsakit-sglang-{version}"))
+        else:
+            where = made.get(version) or made.setdefault(version, tmp_path_factory.mktemp(f"sglang-{version}"))
         unpacked = where / "tree"
         if (unpacked / "sglang" / "__init__.py").is_file():
             return unpacked

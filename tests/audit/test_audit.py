@@ -169,9 +169,11 @@ def suite(tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> Path
 
 
 def _audit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, "-m", "dsakit", "audit", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    """`dsakit audit ARGS` from `cwd`, in this process (static: no torch, no SGLang import), so the
+    installed SGLang is scanned once per worker, not once per call."""
+    from tests.conftest import _dsakit_in_process
+
+    return _dsakit_in_process(cwd, "audit", *args)
 
 
 def _json(cwd: Path, *args: str) -> dict[str, Any]:

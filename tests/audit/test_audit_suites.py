@@ -40,9 +40,11 @@ def _run(root: Path, monkeypatch: pytest.MonkeyPatch, *paths: str, devices: str 
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, "-m", "dsakit", "audit", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    """`dsakit audit ARGS` from `cwd`, in this process (static: no torch, no SGLang import), so the
+    installed SGLang is scanned once per worker, not once per call."""
+    from tests.conftest import _dsakit_in_process
+
+    return _dsakit_in_process(cwd, "audit", *args)
 
 
 def _mock(data: dict[str, Any], label: str) -> dict[str, Any]:

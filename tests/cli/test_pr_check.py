@@ -117,12 +117,31 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     # one row per device and signature: the two tests of the B300 gap share one row
     assert md.count("'MockModelRunner' object has no attribute 'max_running_requests'") == 1
     assert verdicts[("test_backend_builds_again", "sm103")]["verdict"] == "pre-existing"
-    # only pre-existing failures left (the same tree twice): exit 0
-    same = subprocess.run([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
-                           "--devices", "sm103", "--", str(upstream)],
-                          capture_output=True, text=True, timeout=900, cwd=pytester.path)
-    assert same.returncode == 0, same.stdout + same.stderr
-    assert "2 pre-existing" in same.stdout
+    # the exit code is the result's (only pre-existing failures -> 0: the next test)
+    assert data["exit"] == 1 and "-> exit 1" in done.stderr
+
+
+def test_only_pre_existing_failures_are_exit_0_and_counted_in_the_comment() -> None:
+    """The same tree twice, as the end-to-end run above records it: failures on both sides only."""
+    from dsakit.node.markdown import render
+    from dsakit.node.pr_vs_base import Run
+    from dsakit.pr_check import DeviceCheck, PrCheck, comment, verdicts
+
+    gap = {"outcome": "failed", "message": "AttributeError: 'MockModelRunner' object has no attribute "
+           "'max_running_requests'", "frame": "sglang/srt/layers/attention/dsa_backend.py:120"}
+    tests = {"u.py::T::test_backend_builds": gap, "u.py::T::test_backend_builds_again": gap,
+             "u.py::T::test_ok": {"outcome": "passed"}}
+    check = DeviceCheck("sm103", "sm103")
+    check.base, check.pr = Run("base", "b", 1, 1.0, tests=tests), Run("pr", "b", 1, 1.0, tests=dict(tests))
+    check.verdicts = verdicts(check)
+    result = PrCheck("b", "b", [check], [])
+    assert [v.verdict for v in check.verdicts] == ["pre-existing", "pre-existing", "passed"]
+    assert result.exit_code() == 0
+    assert "test x device: 2 pre-existing, 1 passed" in render(comment(result))
+    # a regression beside them is exit 1
+    check.pr.tests["u.py::T::test_ok"] = gap
+    check.verdicts = verdicts(check)
+    assert result.exit_code() == 1
 
 
 def test_bad_input_is_exit_2(tmp_path: Path) -> None:

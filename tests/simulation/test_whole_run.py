@@ -181,15 +181,31 @@ def test_torch_ops_run():
     result.stdout.fnmatch_lines(["*4 skipped*[[]simulated-kernel-launch[]]*"])
 
 
+OWN_MOCK = '''
+import dsakit
+from dsakit.backends.harness import dsa_backend
+
+
+def test_omitted():
+    runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
+    with dsa_backend(runner):
+        pass
+'''
+
+
 @torch_needed
 @sglang_needed
 @no_gpu_here
-def test_an_sglang_shaped_suite_fails_on_the_simulated_b300_with_the_read_explained(pytester: pytest.Pytester) -> None:
+def test_an_sglang_shaped_suite_and_dsakits_own_mock_fail_on_the_simulated_b300_with_the_read_explained(
+        pytester: pytest.Pytester) -> None:
+    """SGLang's hand-written runner and dsakit's strict mock with the read omitted, side by side in
+    one run per device (each run imports SGLang: the runs are the cost)."""
     pytester.makepyfile(test_indexer_shape=SGLANG_SHAPED)
     _run(pytester).assert_outcomes(skipped=2)  # plain pytest on CPU: "Test requires CUDA"
     _run(pytester, "--dsakit-device", "sm90").assert_outcomes(passed=2)
+    pytester.makepyfile(test_strict=OWN_MOCK)
     b300 = _run(pytester, "--dsakit-device", "sm103")
-    b300.assert_outcomes(failed=1, passed=1)
+    b300.assert_outcomes(failed=2, passed=1)
     b300.stdout.fnmatch_lines([
         "E * AttributeError: 'MockModelRunner' object has no attribute 'max_running_requests'",
         "*dsakit simulated device*",
@@ -200,26 +216,10 @@ def test_an_sglang_shaped_suite_fails_on_the_simulated_b300_with_the_read_explai
         "  dsa_backend.py:* (DeepseekSparseAttnBackend.__init__) when * -> fails on sm100, sm103, sm120*",
         "  the real ModelRunner: sglang/srt/model_executor/model_runner.py:*",
     ])
-
-
-@torch_needed
-@sglang_needed
-def test_dsakits_own_mock_gets_the_same_explanation(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_strict='''
-import dsakit
-from dsakit.backends.harness import dsa_backend
-
-
-def test_omitted():
-    runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
-    with dsa_backend(runner):
-        pass
-''')
-    result = _run(pytester, "--dsakit-device", "sm100")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*ContractViolation: model_runner.max_running_requests was omitted*on simulated sm100 (NVIDIA B200)*",
-        "ran as simulated sm100 (NVIDIA B200) on *",
+    # dsakit's own mock gets the same explanation, naming itself
+    b300.stdout.fnmatch_lines([
+        "*ContractViolation: model_runner.max_running_requests was omitted*on simulated sm103 (NVIDIA B300)*",
+        "ran as simulated sm103 (NVIDIA B300) on *",
         "model_runner.max_running_requests is missing on dsakit's MockModelRunner: read at "
         "sglang/srt/layers/attention/dsa_backend.py:*",
         "  dsa_backend.py:* (DeepseekSparseAttnBackend.__init__) when * -> fails on sm100, sm103, sm120*",

@@ -51,18 +51,27 @@ def test_every_supported_release_has_rows_in_the_probe_table() -> None:
             f"{version} gets every probe: its rows are not declared")
 
 
-@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
-def test_the_probe_table_has_every_probe_the_scan_finds(version: str, sglang_release_tree: Tree) -> None:
-    release = _release(version, sglang_release_tree)
-    assert device_probes.missing_probes(release) == []
+# (feature, releases lacking it): what makes 0.5.21's DeepSeek-V4 backend and the MLA KV write
+# need a GPU, read from each release's own source
+_CPU_FEATURES = {
+    "dsv4-builds-without-gpu": {"0.5.21"},
+    "mla-kv-write-without-triton": {"0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"},
+}
 
 
+# One test per release, so one process scans each release once (the probe scan is ~3.5 s of CPU
+# per tree and cached per process; three tests per release landed on both xdist workers).
 @pytest.mark.parametrize("version", SUPPORTED_RELEASES)
-def test_a_probe_row_dropped_for_one_release_fails_that_release(
+def test_each_release_has_its_probe_rows_and_its_cpu_feature_probes(
     version: str, sglang_release_tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Take `version` out of the row declaring a probe the scan finds there: missing_probes names it."""
     release = _release(version, sglang_release_tree)
+    # the probe table has every probe the scan finds
+    assert device_probes.missing_probes(release) == []
+    # feature probes that differ on CPU, read from the release's own source
+    for feature, lacking in _CPU_FEATURES.items():
+        assert release.has(feature) is (version not in lacking), (feature, version)
+    # a row with `version` taken out of the probe it declares: missing_probes names that probe
     found = next(p for p in device_probes.scan_probes(release) if p.kind == "constant")
     table = []
     for probe in device_probes.PROBES:
@@ -73,23 +82,6 @@ def test_a_probe_row_dropped_for_one_release_fails_that_release(
     monkeypatch.setattr(device_probes, "PROBES", tuple(table))
     missing = device_probes.missing_probes(release)
     assert [(m.module, m.name) for m in missing] == [(found.module, found.name)]
-
-
-# ---------------------------------------------------------------- feature probes that differ on CPU
-
-# (feature, releases lacking it): what makes 0.5.21's DeepSeek-V4 backend and the MLA KV write
-# need a GPU, read from each release's own source
-_CPU_FEATURES = {
-    "dsv4-builds-without-gpu": {"0.5.21"},
-    "mla-kv-write-without-triton": {"0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21"},
-}
-
-
-@pytest.mark.parametrize("version", SUPPORTED_RELEASES)
-def test_cpu_feature_probes_read_each_release(version: str, sglang_release_tree: Tree) -> None:
-    release = _release(version, sglang_release_tree)
-    for feature, lacking in _CPU_FEATURES.items():
-        assert release.has(feature) is (version not in lacking), (feature, version)
 
 
 def test_an_unguarded_device_capability_read_is_found(tmp_path: Path) -> None:
