@@ -13,6 +13,7 @@ import pytest
 from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.command import own_backends, python_files, select_devices
 from dsakit.audit.explain import explain_read
+from dsakit.audit.guard_eval import verdict
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
 from dsakit.sglang_release import DSA_BACKEND_FILE, MODEL_RUNNER_FILE, SGLangRelease
@@ -159,3 +160,16 @@ def test_explain_needs_a_package_named_sglang(installed_sglang: SGLangRelease, t
         shutil.copy(installed_sglang.file(relative), tree / relative)
     copy = tree / DSA_BACKEND_FILE
     assert explain_read(copy, _line_reading(copy, "max_running_requests"), "max_running_requests") is None
+
+
+def test_a_read_needing_two_configuration_flags_names_both() -> None:
+    sm90 = SIMULATED["sm90"]
+    assert verdict("_is_cuda and self.a and self.b", "sm90", sm90).condition == "self.a and self.b"
+    assert verdict("self.a and self.b is None and self.c", "sm90", sm90).condition == "self.a and self.c"
+    assert verdict("self.a and self.b is None", "sm90", sm90).condition == "self.a"
+
+
+def test_a_subscript_of_configuration_is_left_to_configuration() -> None:
+    found = verdict("_is_cuda and flags[0]", "sm90", SIMULATED["sm90"])
+    assert (found.fires, found.condition) == (False, "flags[0]")
+    assert verdict("_is_cuda and flags[0]", "gfx942", SIMULATED["gfx942"]).condition == ""
