@@ -173,3 +173,16 @@ def test_a_subscript_of_configuration_is_left_to_configuration() -> None:
     found = verdict("_is_cuda and flags[0]", "sm90", SIMULATED["sm90"])
     assert (found.fires, found.condition) == (False, "flags[0]")
     assert verdict("_is_cuda and flags[0]", "gfx942", SIMULATED["gfx942"]).condition == ""
+
+
+def test_explain_picks_the_least_guarded_of_the_reads_a_name_matches(
+        installed_sglang: SGLangRelease, tmp_path: Path) -> None:
+    tree = tmp_path / "sglang"
+    (tree / MODEL_RUNNER_FILE).parent.mkdir(parents=True)
+    shutil.copy(installed_sglang.file(MODEL_RUNNER_FILE), tree / MODEL_RUNNER_FILE)
+    backend = tree / "srt/layers/attention/own_backend.py"
+    backend.parent.mkdir(parents=True)
+    backend.write_text("class OwnBackend:\n    def __init__(self, model_runner, c, d):\n"
+                       "        self.x = (model_runner.a.x if d else 0) if c else model_runner.b.x\n", encoding="utf-8")
+    found = explain_read(backend, 3, "x")
+    assert found is not None and (found.attribute, found.guard) == ("b.x", "not c")
