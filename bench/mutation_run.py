@@ -381,6 +381,7 @@ class Driver:
         self.profile = _Profile(self.targets)
         self.table: list[dict[str, Any]] = []
         self.mutants: list[Mutant] = []
+        self.durations: dict[str, float] = {}
 
     def pytest_configure(self, config: Any) -> None:
         self.profile.start()  # calls made while importing and collecting: "<import>"
@@ -404,6 +405,7 @@ class Driver:
         calls = {t: {(m, line) for m, line in c} for t, c in base["calls"].items()}
         imported = {(m, line) for m, line in self.profile.calls.get("<import>", set())}
         durations = {t: o["seconds"] for t, o in base["outcomes"].items()}
+        self.durations = durations
         gc.collect()
         gc.freeze()  # children's collections skip what the parent loaded (and copy less of it)
 
@@ -482,7 +484,9 @@ class Driver:
         if not holders:
             return "fresh", usable, None
         key = (mutant.module, holders[0])
-        tests = [t for t in usable if key in calls.get(t, set())]
+        # fastest first: a child stops at the first failure, so a killed mutant mostly costs its
+        # fastest test; a survivor runs them all either way
+        tests = sorted((t for t in usable if key in calls.get(t, set())), key=lambda t: self.durations.get(t, 1.0))
         if not tests:
             return ("fresh", usable, None) if key in imported else ("none", [], None)
         same_lines = mutant.source.count("\n") == (ROOT / mutant.module).read_text(encoding="utf-8").count("\n")
