@@ -70,7 +70,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/audit/test_mutation_gaps_release_match.py", "tests/audit/test_mutation_gaps_registry.py",
                "tests/audit/test_mutation_gaps_suite_device.py", "tests/audit/test_mutation_gaps_command.py",
                "tests/audit/test_mutation_gaps_usage.py", "tests/audit/test_mutation_gaps_mock_finder.py",
-               "tests/audit/test_mutation_gaps_findings.py",
+               "tests/audit/test_mutation_gaps_findings.py", "tests/audit/test_mutation_gaps_device_guards.py",
                "tests/audit/test_audit_suites.py", "tests/audit/test_audit_precision.py"]),
 }
 
