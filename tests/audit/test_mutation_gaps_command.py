@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.audit.command import _display, _site_order, audit, run_audit, select_devices
+from dsakit.audit.command import _display, _site_order, audit, python_files, run_audit, select_devices
 from dsakit.errors import UsageError
 from dsakit.sglang_release import SGLangRelease
 
@@ -106,3 +106,27 @@ def test_display_is_relative_to_the_working_directory(tmp_path: Path, monkeypatc
     assert _display(tmp_path / "out.py") == str(tmp_path / "out.py")
     assert _site_order("a/b.py:12") == ("a/b.py", 12) and _site_order("a/b.py:?") == ("a/b.py", 0)
     assert _site_order("c:\\x.py:3") == ("c:\\x.py", 3)
+
+
+def test_a_downstream_backends_reads_join_sglangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 installed_sglang: SGLangRelease) -> None:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "backend.py").write_text(
+        "class MyBackend:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n", encoding="utf-8")
+    (tmp_path / "test_own.py").write_text(
+        "from own.backend import MyBackend\nfrom types import SimpleNamespace\n\n\ndef test_it():\n"
+        "    MyBackend(SimpleNamespace(device='cuda'))\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = audit(["test_own.py"], select_devices("sm90"), installed_sglang, backend_src="own")
+    (mock,) = result.mocks
+    assert [c.name for c in mock.calls] == ["MyBackend"]
+    assert [(e.path, e.fails_on, e.contract_entry) for e in mock.missing] == [("own_thing", ("sm90",), None)]
+    assert str(mock.missing[0].reads[0].read.site) == f"{tmp_path / 'own' / 'backend.py'}:3"
+
+
+def test_python_files_takes_a_file_then_a_folder_and_skips_tool_dirs_at_any_depth(tmp_path: Path) -> None:
+    for name in ("one.py", "suite/a.py", "suite/sub/__pycache__/c.py", "suite/sub/.venv/d.py", "suite/sub/e.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
+    assert python_files([str(tmp_path / "one.py"), str(tmp_path / "suite")]) == [
+        tmp_path / "one.py", tmp_path / "suite" / "a.py", tmp_path / "suite" / "sub" / "e.py"]
