@@ -32,6 +32,16 @@ ONE = '''
 
     def test_a():
         DeepseekSparseAttnBackend(UsedModelRunner())
+
+
+    class ChangedModelRunner:
+        device = "cuda"
+
+
+    def test_changed():
+        runner = ChangedModelRunner()
+        runner.page_size = 64
+        DeepseekSparseAttnBackend(runner)
 '''
 
 TWO = '''
@@ -66,10 +76,12 @@ def test_every_mock_once_in_file_and_line_order(suite: Path, installed_sglang: S
     result = audit(["."], select_devices("sm90,sm100"), installed_sglang)
     assert result.devices == ["sm90", "sm100"]
     assert result.files == ["a/test_one.py", "b/helpers.py", "b/test_two.py"]
-    # the used class's instance stands for the class: the class is not listed again
+    # a used class's instance stands for the class (also one changed after construction, listed
+    # where it is changed): the class is not listed again
     assert [(m.mock.label, m.mock.site, m.use_known) for m in result.mocks] == [
         ("UsedModelRunner", "a/test_one.py:4", True), ("UnusedModelRunner", "a/test_one.py:8", False),
-        ("ThirdModelRunner", "a/test_one.py:12", False), ("V4ModelRunner", "b/test_two.py:4", True)]
+        ("ThirdModelRunner", "a/test_one.py:12", False), ("ChangedModelRunner instance", "a/test_one.py:24", True),
+        ("V4ModelRunner", "b/test_two.py:4", True)]
     assert [m.mock.label for m in result.not_dsa] == ["CpuModelRunner"]  # no backend, no DSA import
     assert [(c.site, c.argument) for c in result.untraced] == [("b/test_two.py:10", "some_fixture")]
     assert (result.unparsed, result.mismatches, result.warnings, result.strict) == ([], [], [], [])

@@ -19,7 +19,8 @@ ATT = "srt/layers/attention/"
 
 REGISTRY = '''
     from sglang.srt.layers.attention.a_backend import ABackend, BBackend
-    from sglang.srt.layers.attention.helpers import make_v4, chain1, deep1
+    from sglang.srt.layers.attention.helpers import make_v4, chain1, deep1, missing_helper
+    from sglang.srt.layers.attention.broken import broken_helper
     from sglang.srt.layers.attention.no_such_file import Ghost
     from sglang.srt.utils import UtilBackend
     from .relative import RelBackend
@@ -46,6 +47,10 @@ REGISTRY = '''
         else:
             cls = BBackend
         x, y = ABackend, BBackend
+        unknown_cls = not_a_name_it_knows
+        function_cls = make_v4
+        unknown_cls(runner)
+        function_cls(runner)
         return cls(runner)
 
 
@@ -73,6 +78,8 @@ REGISTRY = '''
         UtilBackend(runner)
         RelBackend(runner)
         join(runner)
+        missing_helper(runner)
+        broken_helper(runner)
         lowercase_builder(runner)
         runner.factory(runner)
         return undefined_name(runner)
@@ -161,6 +168,11 @@ HELPERS = '''
 
 FACTORY = '''
     from sglang.srt.layers.attention.a_backend import ABackend, BBackend
+    from sglang.srt.layers.attention.helpers import chain1
+
+
+    def create_deep(runner):
+        return chain1(runner)
 
 
     def create_multistep(runner):
@@ -175,7 +187,8 @@ FACTORY = '''
 def tree(tmp_path: Path) -> SGLangRelease:
     package = tmp_path / "sglang"
     for relative, text in ((REGISTRY_FILE, REGISTRY), (ATT + "helpers.py", HELPERS), (ATT + "factory.py", FACTORY),
-                           (ATT + "a_backend.py", ""), (ATT + "c_backend.py", ""), ("srt/utils.py", "")):
+                           (ATT + "a_backend.py", ""), (ATT + "c_backend.py", ""), ("srt/utils.py", ""),
+                           (ATT + "broken.py", "def broken_helper(:\n")):
         (package / relative).parent.mkdir(parents=True, exist_ok=True)
         (package / relative).write_text(textwrap.dedent(text), encoding="utf-8")
     return SGLangRelease(package, "0.0.test")
@@ -208,6 +221,7 @@ def test_the_registry_keys_and_the_classes_each_builds(tree: SGLangRelease) -> N
 def test_a_factory_function_and_what_is_not_one(tree: SGLangRelease) -> None:
     assert factory_choices(tree, ATT + "factory.py", "create_multistep") == (
         _a("is_enabled()"), Choice("BBackend", ATT + "a_backend.py", "not is_enabled()"))
+    assert factory_choices(tree, ATT + "factory.py", "create_deep") == (_a(),)  # four helpers deep: still read
     assert factory_choices(tree, ATT + "factory.py", "no_such_function") == ()
     assert factory_choices(tree, ATT + "no_such_file.py", "create_multistep") == ()
 
