@@ -5,13 +5,18 @@ end to end in test_audit_suites.py and test_mutation_gaps_command.py."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
+import pytest
+
 from dsakit.audit.attr_tree import AttrTree
+from dsakit.audit.command import audit, select_devices
 from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, read_verdict, short_site
 from dsakit.audit.mock_finder import MockValue
 from dsakit.audit.suite_device import stand_in
 from dsakit.gates.device_model import SIMULATED
+from dsakit.sglang_release import SGLangRelease
 from dsakit.upstream.source_scan import RunnerRead, SourceSite
 
 DEVICES = {"sm90": SIMULATED["sm90"], "sm100": SIMULATED["sm100"], "gfx942": SIMULATED["gfx942"],
@@ -73,3 +78,30 @@ def test_short_site_drops_the_attention_prefix_only() -> None:
     assert short_site("sglang/srt/mem_cache/pool.py:7") == "sglang/srt/mem_cache/pool.py:7"
     assert short_site("x/sglang/srt/layers/attention/a.py:1") == "x/sglang/srt/layers/attention/a.py:1"
     assert Path(short_site("sglang/srt/layers/attention/dsa/x.py:1")).parts[0] == "dsa"
+
+
+def test_a_mock_also_used_outside_pytest_raises_is_judged_by_that_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed_sglang: SGLangRelease) -> None:
+    (tmp_path / "test_mixed.py").write_text(textwrap.dedent('''
+        import pytest
+        from types import SimpleNamespace
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+        RUNNER = SimpleNamespace(device="cuda")
+
+
+        def test_raises():
+            with pytest.raises(AttributeError):
+                DeepseekSparseAttnBackend(RUNNER)
+
+
+        def test_builds():
+            DeepseekSparseAttnBackend(RUNNER)
+    '''), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    (mock,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
+    assert len(mock.calls) == 2 and mock.expected == () and mock.failing
+    alone = tmp_path / "test_mixed.py"
+    alone.write_text(alone.read_text(encoding="utf-8").split("\n\ndef test_builds")[0] + "\n", encoding="utf-8")
+    (mock,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
+    assert mock.expected == ("pytest.raises at test_mixed.py:10",) and not mock.failing
