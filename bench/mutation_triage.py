@@ -81,6 +81,8 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('mocks/runner_scope.py', '_BY_PATH[path] = module',
      '_BY_PATH[path] = None',
      'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('dsakit/audit/findings.py', 'result.devices.setdefault(key, "")', 'result.devices.setdefault(key, "XXXX")',
+     "nothing reads the values of MockFinding.devices: the text, the JSON and not_simulated use its keys"),
     ('dsakit/audit/registry.py', 'self.modules: dict[str, _Module | None] = {}',
      'self.modules: dict[str, _Module & None] = {}',
      "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),

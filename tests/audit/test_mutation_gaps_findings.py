@@ -105,3 +105,62 @@ def test_a_mock_also_used_outside_pytest_raises_is_judged_by_that_use(
     alone.write_text(alone.read_text(encoding="utf-8").split("\n\ndef test_builds")[0] + "\n", encoding="utf-8")
     (mock,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
     assert mock.expected == ("pytest.raises at test_mixed.py:10",) and not mock.failing
+
+
+def test_uses_on_different_devices_list_devices_in_selection_order_and_name_the_narrowing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed_sglang: SGLangRelease) -> None:
+    (tmp_path / "test_two_uses.py").write_text(textwrap.dedent('''
+        import unittest
+        from types import SimpleNamespace
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+        RUNNER = SimpleNamespace(device="cuda")
+
+
+        @unittest.skipUnless(is_xpu(), "xpu only")
+        def test_on_xpu():
+            DeepseekSparseAttnBackend(RUNNER)
+
+
+        def test_plain():
+            DeepseekSparseAttnBackend(RUNNER)
+    '''), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    (mock,) = audit(["."], select_devices("sm90,cpu"), installed_sglang).mocks
+    assert list(mock.devices) == ["sm90", "xpu"]  # the xpu use came first; sm90 is listed first
+    assert mock.narrowed_by == ("device='cuda' (the mock's)", "skipUnless(is_xpu()) at test_two_uses.py:9")
+    unguarded = [r for e in mock.missing for r in e.reads if not r.read.guards]
+    assert unguarded and all(r.fails_on == ("sm90", "xpu") for r in unguarded)
+    assert mock.missing and all(e.contract_entry == e.path for e in mock.missing)  # top-level entries
+    (again,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
+    assert list(again.devices) == ["sm90", "xpu"] and again.narrowed_by == (
+        "device='cuda' (the mock's)", "skipUnless(is_xpu()) at test_two_uses.py:9")
+    (tmp_path / "test_two_uses.py").write_text(textwrap.dedent('''
+        from types import SimpleNamespace
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+
+        def test_plain():
+            DeepseekSparseAttnBackend(SimpleNamespace(device="cuda"))
+    '''), encoding="utf-8")
+    (plain,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
+    assert plain.narrowed_by == ()  # narrowed to what was selected anyway: nothing to say
+
+
+def test_a_soft_read_below_what_the_mock_provides_names_its_contract_entry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed_sglang: SGLangRelease) -> None:
+    (tmp_path / "test_v4.py").write_text(textwrap.dedent('''
+        from types import SimpleNamespace
+        from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend
+
+
+        def test_v4():
+            DeepseekV4AttnBackend(SimpleNamespace(model_config=SimpleNamespace(hf_text_config=SimpleNamespace())))
+    '''), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    (mock,) = audit(["."], select_devices("sm90"), installed_sglang).mocks
+    if not mock.soft:
+        pytest.skip(f"[sglang:no-soft-hf-text-config-read] SGLang {installed_sglang.version}'s DeepseekV4AttnBackend "
+                    "reads nothing below model_config.hf_text_config with a default")
+    assert all(e.contract_entry == "model_config.hf_text_config" and e.path.startswith("model_config.hf_text_config.")
+               for e in mock.soft)
