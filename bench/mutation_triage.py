@@ -81,6 +81,17 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('mocks/runner_scope.py', '_BY_PATH[path] = module',
      '_BY_PATH[path] = None',
      'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('dsakit/audit/suite_device.py', 'name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")',
+     'name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "XXXX")',
+     "the default names a callee that is no name or attribute: '' and 'XXXX' are both no registration"),
+    ('dsakit/audit/suite_device.py', 'name = decorator.func.id if isinstance(decorator.func, ast.Name) else getattr(decorator.func, "attr", "")',
+     'name = decorator.func.id if isinstance(decorator.func, ast.Name) else getattr(decorator.func, "attr", "XXXX")',
+     "the default names a callee that is no name or attribute: '' and 'XXXX' are both no skip decorator"),
+    ('dsakit/audit/suite_device.py', 'return value.split(":", 1)[0] if isinstance(value, str) else None',
+     'return value.split(":", 2)[0] if isinstance(value, str) else None',
+     "the first part of a split is the same whatever the split count"),
+    ('dsakit/audit/suite_device.py', 'kinds: set[str] | None = None', 'kinds: set[str] & None = None',
+     "the annotation of a local variable is never evaluated"),
     ('dsakit/audit/findings.py', 'result.devices.setdefault(key, "")', 'result.devices.setdefault(key, "XXXX")',
      "nothing reads the values of MockFinding.devices: the text, the JSON and not_simulated use its keys"),
     ('dsakit/audit/registry.py', 'self.modules: dict[str, _Module | None] = {}',
@@ -95,6 +106,14 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('dsakit/gates/table.py', 'return code.startswith(("sm", "gfx")) and not code.startswith("sglang")',
      'return code.startswith(("sm", "gfx")) and not code.startswith("XXsglangXX")',
      "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
+]
+
+# (module, line number, the line before, the line after, why): where the same change on another line
+# of the module is not equivalent; the line number is the module's as measured (re-check it after edits)
+EQUIVALENT_AT: list[tuple[str, int, str, str, str]] = [
+    ("dsakit/audit/suite_device.py", 134, "continue", "break",
+     "the `except SyntaxError` of decided(): it parses ast.unparse of a parsed expression (probe calls swapped "
+     "for names), which always parses, so the branch is never taken"),
 ]
 
 # (module, the line before): string literals on these lines are data, not wording
@@ -112,6 +131,9 @@ def label(mutant: Any) -> tuple[str, str]:
     before, after = _changed(mutant.diff)
     for module, old, new, reason in EQUIVALENT:
         if module == mutant.module and old == before and new == after:
+            return "equivalent", reason
+    for module, line, old, new, reason in EQUIVALENT_AT:
+        if module == mutant.module and line == mutant.line and old == before and new == after:
             return "equivalent", reason
     if mutant.verdict == "no test":
         return "real", "no focused test calls this code"

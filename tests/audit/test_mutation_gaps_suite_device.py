@@ -120,3 +120,9 @@ def test_a_stand_in_has_no_device_probe() -> None:
     xpu = stand_in("xpu")
     assert (xpu.key, xpu.vendor, xpu.name, xpu.simulated, xpu.sm, xpu.gfx) == (
         "xpu", "cpu", "xpu (not a simulated device)", True, None, None)
+
+
+def test_the_last_required_device_wins_and_a_torch_module_probe_counts() -> None:
+    source = "@unittest.skipUnless(is_xpu(), 'x')\n@unittest.skipUnless(is_npu(), 'y')\ndef test_it(): pass\n"
+    assert _run(source) == (["npu"], ["skipUnless(is_xpu()) at suite/test_s.py:1", "skipUnless(is_npu()) at suite/test_s.py:2"])
+    assert _run("@unittest.skipUnless(torch.npu_utils.is_npu(), 'x')\ndef test_it(): pass\n")[0] == ["npu"]
