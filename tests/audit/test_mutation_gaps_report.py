@@ -293,6 +293,8 @@ def test_outcome_text_names_devices_unless_the_read_covers_several_judged_ones()
     soft = _finding(_read("x", 1, soft=True), fails_on=("sm90",), only_with=(("a", ("sm100",)), ("b", ("sm90", "sm100"))))
     assert outcome_text(soft, ["sm90", "sm100"]) == "falls back on sm90; only with a on sm100; only with b on every device"
     assert outcome_text(_finding(read, only_with=(("a", ("sm100",)),)), ["sm100"]) == "only with a on sm100"
+    assert outcome_text(_finding(read, only_with=(("a", ("sm90", "sm100")),)), ["sm90", "sm100", "sm120"]) == (
+        "only with a on sm90, sm100")
     assert outcome_text(_finding(read), ["sm90"]) == ""
 
 

@@ -15,6 +15,8 @@ from dsakit.audit.mock_finder import Scope, SourceFile, _functions, parse_file
 from dsakit.audit.registry import Choice
 from dsakit.audit.usage import (
     BACKENDS,
+    BackendCall,
+    Route,
     Routes,
     _catches_attribute_error,
     _contexts,
@@ -55,6 +57,9 @@ def test_registry_keys_from_a_files_imports(tmp_path: Path) -> None:
     assert evidence_keys(_file(tmp_path, "from sglang.srt.layers.attention.deepseek_v4_backend import Y\n", "d.py")) == ("dsv4",)
     assert evidence_keys(_file(tmp_path, "from m import DSV4Thing as T, NSAIndexer\n", "e.py")) == ("dsa", "dsv4")
     assert evidence_keys(_file(tmp_path, "import dsa_backend\nfrom m.transformers import x\n", "f.py")) == ()
+    # a module part spelled like a class counts on its own, not only inside the dotted name
+    assert evidence_keys(_file(tmp_path, "from tests.DSAHelpers import build\n", "g.py")) == ("dsa",)
+    assert evidence_keys(_file(tmp_path, "from tests.DeepseekV4Helpers import build\n", "h.py")) == ("dsv4",)
 
 
 def test_routes_join_a_call_guard_and_a_choice_guard(installed_sglang: SGLangRelease) -> None:
@@ -137,6 +142,15 @@ def test_a_key_without_evidence_builds_nothing(tmp_path: Path, installed_sglang:
         ("get_attention_backend (key from the runner's server args; taken as no DSA key from the file's imports)", ())]
     assert routes.keys(ast.parse("k", mode="eval").body, scope) == ((), False)
     assert routes.keys(ast.parse("'dsv4'", mode="eval").body, scope) == (("dsv4",), True)
+
+
+def test_a_call_names_each_backend_it_builds_once(tmp_path: Path) -> None:
+    file = _file(tmp_path, "x = 1\n")
+    routes = (Route(DSA, "a"), Route(V4, "b"), Route(DSA, "c"))
+    call = BackendCall("ATTENTION_BACKENDS['k']", routes, "t.py:3", "runner", Scope(file))
+    assert call.name == "ATTENTION_BACKENDS['k'] -> DeepseekSparseAttnBackend, DeepseekV4AttnBackend"
+    assert BackendCall("", routes[:2], "t.py:3", "r", Scope(file)).name == "DeepseekSparseAttnBackend, DeepseekV4AttnBackend"
+    assert not BackendCall("", (), "t.py:3", "r", Scope(file)).reaches_backend
 
 
 def test_the_runner_argument(tmp_path: Path) -> None:
