@@ -142,3 +142,28 @@ def test_python_files_takes_a_file_then_a_folder_and_skips_tool_dirs_at_any_dept
         (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
     assert python_files([str(tmp_path / "one.py"), str(tmp_path / "suite")]) == [
         tmp_path / "one.py", tmp_path / "suite" / "a.py", tmp_path / "suite" / "sub" / "e.py"]
+
+
+def test_the_flow_adds_the_hip_backend_and_a_downstream_backend_once_each(tmp_path: Path) -> None:
+    """On a small tree in SGLang's layout (parsed, never imported): fast to scan."""
+    from dsakit.audit.command import _flow
+    from dsakit.sglang_release import DSA_BACKEND_FILE, HIP_RADIX_FILE, MODEL_RUNNER_FILE
+
+    tree = tmp_path / "sglang"
+    for relative, text in ((MODEL_RUNNER_FILE, "class ModelRunner:\n    def __init__(self):\n        self.page_size = 1\n"),
+                           (DSA_BACKEND_FILE, "class DeepseekSparseAttnBackend:\n    def __init__(self, model_runner):\n"
+                                              "        self.p = model_runner.page_size\n")):
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tree / relative).write_text(text, encoding="utf-8")
+    release = SGLangRelease(tree, "0.0.flow")
+    own = tmp_path / "own.py"
+    own.write_text("class Own:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n",
+                   encoding="utf-8")
+    assert [(r.path, r.site.file) for r in _flow(release, []).reads] == [("page_size", f"sglang/{DSA_BACKEND_FILE}")]
+    assert [(r.path, r.site.file) for r in _flow(release, [own, own]).reads] == [
+        ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("own_thing", "own.py")]  # below the tree: relative to it
+    (tree / HIP_RADIX_FILE).write_text("class DeepseekV4HipRadixBackend:\n    def __init__(self, model_runner):\n"
+                                       "        self.m = model_runner.model\n", encoding="utf-8")
+    with_hip = SGLangRelease(tree, "0.0.flow-hip")
+    assert [(r.path, r.site.file) for r in _flow(with_hip, []).reads] == [
+        ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("model", f"sglang/{HIP_RADIX_FILE}")]
