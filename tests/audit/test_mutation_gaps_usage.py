@@ -261,3 +261,21 @@ def test_a_wrapper_names_how_it_catches(tmp_path: Path, handler: str) -> None:
     assert scope.function is not None
     caught = "(bare)" if handler == "except:" else "(AttributeError, KeyError)"
     assert _contexts(file, scope.function, scope.cls, set())[2] == f"except {caught} at test_u.py:9 (around self.helper())"
+
+
+def test_a_key_from_imports_of_both_kinds_names_both(tmp_path: Path, installed_sglang: SGLangRelease) -> None:
+    file = _file(tmp_path, '''
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+        from sglang.srt.layers.attention.deepseek_v4_backend import DeepseekV4AttnBackend
+
+        def test_it(key):
+            ATTENTION_BACKENDS[key](runner)
+            get_attention_backend(runner)
+    ''')
+    routes = Routes(installed_sglang)
+    scope = _scope(file, "test_it")
+    both = (*routes.from_choices(routes.registry["dsa"]), *routes.from_choices(routes.registry["dsv4"]))
+    assert [routes.of(c, scope) for c in _calls(scope)] == [
+        ("ATTENTION_BACKENDS[key] (key not a literal; taken as 'dsa' / 'dsv4' from the file's imports)", both),
+        ("get_attention_backend (key from the runner's server args; taken as 'dsa' / 'dsv4' from the file's imports)",
+         both)]
