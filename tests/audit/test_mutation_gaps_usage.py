@@ -167,6 +167,8 @@ def test_which_classes_and_handlers_stand_for_a_skip(tmp_path: Path) -> None:
             """Raised to skip the test when the kernel is missing."""
         class DocUnavailable(Unavailable):
             """skip: no device"""
+        class DocException(Exception):
+            """Skip marker."""
         class NotASkip(RuntimeError):
             """Raised when the kernel fails."""
         class SkipWordOtherBase(Base):
@@ -174,7 +176,7 @@ def test_which_classes_and_handlers_stand_for_a_skip(tmp_path: Path) -> None:
         class Bare:
             """skip"""
     ''')
-    assert _skip_classes(file) == {"Skipped", "DocSkip", "DocUnavailable"}
+    assert _skip_classes(file) == {"Skipped", "DocSkip", "DocUnavailable", "DocException"}
     handlers = [h for n in ast.walk(ast.parse(textwrap.dedent('''
         try: pass
         except AttributeError: self.skipTest("x")
@@ -229,6 +231,19 @@ def test_the_context_of_a_call(tmp_path: Path) -> None:
             def test_other(self):
                 with self.assertRaisesRegex(AttributeError, "x"), open("y"):
                     build(runner)
+
+            def test_bare(self):
+                try:
+                    build(runner)
+                except:
+                    pytest.skip("x")
+
+            def test_retries_itself(self):
+                try:
+                    self.test_retries_itself()
+                except AttributeError:
+                    self.skipTest("x")
+                build(runner)
     ''')
     def context(function: str) -> dict[str, tuple[str, str]]:
         scope = _scope(file, function)
@@ -242,6 +257,8 @@ def test_the_context_of_a_call(tmp_path: Path) -> None:
     assert context("test_skips") == {"build(runner)": ("", "except AttributeError at test_u.py:14")}
     assert context("helper") == {"build(runner)": ("", "except Exception at test_u.py:25 (around self.helper())")}
     assert context("test_other") == {"build(runner)": ("self.assertRaisesRegex at test_u.py:29", "")}
+    assert context("test_bare") == {"build(runner)": ("", "except (bare) at test_u.py:35")}
+    assert context("test_retries_itself") == {"build(runner)": ("", "")}  # its own call is no wrapper
 
 
 @pytest.mark.parametrize("handler", ["except:", "except (AttributeError, KeyError):"])
