@@ -216,3 +216,63 @@ def test_the_boundary_score_is_the_kth_largest_valid_one_or_none() -> None:
     assert _kth_largest(torch.tensor([3.0, NAN]), 5) == 3.0  # fewer valid scores than k: the smallest
     assert _kth_largest(torch.tensor([NAN]), 1) is None and _kth_largest(torch.tensor([5.0]), 1) == 5.0
     assert _kth_largest(torch.tensor([3.0, 2.0]), 0) is None and _kth_largest(torch.tensor([3.0, 2.0]), 1) == 3.0
+
+
+def test_a_wrong_column_count_is_one_shape_problem() -> None:
+    report = check_topk(_i([[0, 1, 2]]), _f([[3.0, 2, 1]]), _i([3]), 2)
+    assert [(p.row, p.code, p.message) for p in report.problems] == [
+        (-1, "shape", "indices have 3 columns, expected k=2")]
+    assert report.format("T") == "T: 1 of 1 rows fail (k=2)\n  row -1 [shape] (length 0): indices have 3 columns, expected k=2"
+
+
+def test_the_report_lists_twelve_problems_then_counts_the_rest() -> None:
+    rows = 13
+    report = check_topk(_i([[5]] * rows), _f([[1.0, 2]] * rows), _i([2] * rows), 1)
+    lines = report.format("T").split("\n")
+    assert len(report.problems) == 13 and len(lines) == 1 + 12 + 1
+    assert lines[0] == "T: 13 of 13 rows fail (k=1)" and lines[-1] == "  ... and 1 more problems"
+    twelve = check_topk(_i([[5]] * 12), _f([[1.0, 2]] * 12), _i([2] * 12), 1).format("T").split("\n")
+    assert len(twelve) == 13 and "more problems" not in twelve[-1]
+
+
+def test_an_entry_equal_to_the_length_is_out_of_range_and_later_rows_are_still_checked() -> None:
+    report = check_topk(_i([[3, 0], [0, -1], [0, 1]]), _f([[1.0, 2, 3, 4], [1.0, 2, 3, 4], [1.0, 2, 3, 4]]),
+                        _i([3, 0, 4]), 2)
+    assert [(p.row, p.code, p.message) for p in report.problems[:2]] == [
+        (0, "out-of-range", "entries [3] are neither -1 nor in [0, 3)"),
+        (1, "out-of-range", "entries [0] are neither -1 nor in [0, 0)")]
+    assert [p.code for p in report.problems[2:]] == ["order"]  # row 2: 0, 1 instead of 3, 2
+
+
+def test_float64_scores_are_compared_without_a_float32_cast() -> None:
+    scores = torch.tensor([[1.0, 1.0 + 1e-12]], dtype=torch.float64)  # one float32 value, two float64 ones
+    assert not check_topk(_i([[0]]), scores, _i([2]), 1).ok
+    assert check_topk(_i([[1]]), scores, _i([2]), 1).ok
+
+
+def test_nine_negative_lengths_show_eight_and_count_one() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import validate_lengths
+
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 9)
+    shown = ", ".join(f"row {r} = -1" for r in range(8))
+    assert str(raised.value).startswith(f"negative top-k lengths: {shown} (and 1 more). Padded rows")
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 8, what="row lengths")
+    assert str(raised.value).startswith(f"negative top-k row lengths: {shown}. Padded rows")
+
+
+def test_missing_positions_are_listed_best_first_and_extra_ones_worst_first_ties_in_position_order() -> None:
+    w = [[1.0, 9, 5, 9, 8, 0, 0, 0]]
+    report = check_topk(_i([[0, 5, 6, 7]]), _f(w), _i([8]), 4)
+    [problem] = report.problems
+    assert problem.missing == ((1, 9.0, 1), (3, 9.0, 1), (4, 8.0, 3), (2, 5.0, 4))
+    assert problem.extra == ((5, 0.0, 6), (6, 0.0, 6), (7, 0.0, 6), (0, 1.0, 5))
+
+
+def test_fillers_tied_with_the_best_unselected_are_in_order() -> None:
+    scores = _f([[NAN, 5.0, 5.0, 5.0, 9.0]])
+    assert check_topk(_i([[4, 1, 2]]), scores, _i([5]), 3, nan_slot_filler=True).ok
+    low = _f([[NAN, 4.0, 4.0, 5.0, 9.0]])  # two fillers below the best unselected, one NaN
+    assert [p.code for p in check_topk(_i([[4, 1, 2]]), low, _i([5]), 3, nan_slot_filler=True).problems] == ["nan-filler"]
