@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.mock_finder import (
     MockValue,
     RunnerAttributes,
@@ -372,3 +373,19 @@ def test_a_latin1_cookie_is_honoured_and_imports_are_recorded(tmp_path: Path) ->
     file = parse_file(path, "ok.py")
     assert (file.display, file.imports, file.modules) == ("ok.py", {"D": "C", "E": "E", "F": "F"},
                                                           {"D": "a.b", "E": "a.b", "F": ".."})
+
+
+def test_constants_and_opaque_values_are_no_mocks() -> None:
+    assert [MockValue(kind, "", "t.py:1", AttrTree()).is_mock for kind in ("constant", "opaque", "class", "MagicMock")] == [
+        False, False, True, True]
+
+
+def test_a_fixture_of_the_tests_own_file_wins_over_a_conftest_one(tmp_path: Path) -> None:
+    files = _files(tmp_path, {
+        "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef runner():\n    return SimpleNamespace(from_conftest=1)\n",
+        "test_own.py": "import pytest\n\n\n@pytest.fixture\ndef runner():\n    return SimpleNamespace(own=1)\n\n\n"
+                       "def test_it(runner):\n    pass\n"})
+    index = SuiteIndex(files, RUNNER)
+    node, cls = next((n, c) for n, c in _functions(files[1]) if n.name == "test_it")
+    value = index.value(ast.parse("runner", mode="eval").body, Scope(files[1], node, cls))
+    assert value.tree.names() == ["own"]
