@@ -120,20 +120,34 @@ def test_display_is_relative_to_the_working_directory(tmp_path: Path, monkeypatc
     assert _site_order("c:\\x.py:3") == ("c:\\x.py", 3)
 
 
-def test_a_downstream_backends_reads_join_sglangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 installed_sglang: SGLangRelease) -> None:
+def _small_tree(root: Path) -> SGLangRelease:
+    """A small tree in SGLang's layout (parsed, never imported): its scan is instant."""
+    from dsakit.sglang_release import DSA_BACKEND_FILE, MODEL_RUNNER_FILE
+
+    tree = root / "sglang"
+    for relative, text in ((MODEL_RUNNER_FILE, "class ModelRunner:\n    def __init__(self):\n        self.page_size = 1\n"),
+                           (DSA_BACKEND_FILE, "class DeepseekSparseAttnBackend:\n    def __init__(self, model_runner):\n"
+                                              "        self.p = model_runner.page_size\n")):
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tree / relative).write_text(text, encoding="utf-8")
+    return SGLangRelease(tree, "0.0.small")
+
+
+def test_a_downstream_backends_reads_join_sglangs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = _small_tree(tmp_path / "tree")
     (tmp_path / "own").mkdir()
     (tmp_path / "own" / "backend.py").write_text(
         "class MyBackend:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n", encoding="utf-8")
     (tmp_path / "test_own.py").write_text(
-        "from own.backend import MyBackend\nfrom types import SimpleNamespace\n\n\ndef test_it():\n"
-        "    MyBackend(SimpleNamespace(device='cuda'))\n", encoding="utf-8")
+        "from own.backend import MyBackend\nfrom sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend\n"
+        "from types import SimpleNamespace\n\n\ndef test_it():\n    MyBackend(SimpleNamespace(device='cuda'))\n"
+        "    DeepseekSparseAttnBackend(SimpleNamespace(device='cuda'))\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    result = audit(["test_own.py"], select_devices("sm90"), installed_sglang, backend_src="own")
-    (mock,) = result.mocks
-    assert [c.name for c in mock.calls] == ["MyBackend"]
-    assert [(e.path, e.fails_on, e.contract_entry) for e in mock.missing] == [("own_thing", ("sm90",), None)]
-    assert str(mock.missing[0].reads[0].read.site) == f"{tmp_path / 'own' / 'backend.py'}:3"
+    result = audit(["test_own.py"], select_devices("sm90"), release, backend_src="own")
+    assert [([c.name for c in m.calls], [(e.path, e.fails_on, e.contract_entry) for e in m.missing])
+            for m in result.mocks] == [(["MyBackend"], [("own_thing", ("sm90",), None)]),
+                                       (["DeepseekSparseAttnBackend"], [("page_size", ("sm90",), "page_size")])]
+    assert str(result.mocks[0].missing[0].reads[0].read.site) == f"{tmp_path / 'own' / 'backend.py'}:3"
 
 
 def test_python_files_takes_a_file_then_a_folder_and_skips_tool_dirs_at_any_depth(tmp_path: Path) -> None:
@@ -145,25 +159,19 @@ def test_python_files_takes_a_file_then_a_folder_and_skips_tool_dirs_at_any_dept
 
 
 def test_the_flow_adds_the_hip_backend_and_a_downstream_backend_once_each(tmp_path: Path) -> None:
-    """On a small tree in SGLang's layout (parsed, never imported): fast to scan."""
     from dsakit.audit.command import _flow
-    from dsakit.sglang_release import DSA_BACKEND_FILE, HIP_RADIX_FILE, MODEL_RUNNER_FILE
+    from dsakit.sglang_release import DSA_BACKEND_FILE, HIP_RADIX_FILE
 
-    tree = tmp_path / "sglang"
-    for relative, text in ((MODEL_RUNNER_FILE, "class ModelRunner:\n    def __init__(self):\n        self.page_size = 1\n"),
-                           (DSA_BACKEND_FILE, "class DeepseekSparseAttnBackend:\n    def __init__(self, model_runner):\n"
-                                              "        self.p = model_runner.page_size\n")):
-        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tree / relative).write_text(text, encoding="utf-8")
-    release = SGLangRelease(tree, "0.0.flow")
+    release = _small_tree(tmp_path)
     own = tmp_path / "own.py"
     own.write_text("class Own:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n",
                    encoding="utf-8")
     assert [(r.path, r.site.file) for r in _flow(release, []).reads] == [("page_size", f"sglang/{DSA_BACKEND_FILE}")]
     assert [(r.path, r.site.file) for r in _flow(release, [own, own]).reads] == [
         ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("own_thing", "own.py")]  # below the tree: relative to it
-    (tree / HIP_RADIX_FILE).write_text("class DeepseekV4HipRadixBackend:\n    def __init__(self, model_runner):\n"
-                                       "        self.m = model_runner.model\n", encoding="utf-8")
-    with_hip = SGLangRelease(tree, "0.0.flow-hip")
+    (release.package_dir / HIP_RADIX_FILE).write_text(
+        "class DeepseekV4HipRadixBackend:\n    def __init__(self, model_runner):\n        self.m = model_runner.model\n",
+        encoding="utf-8")
+    with_hip = SGLangRelease(release.package_dir, "0.0.small-hip")
     assert [(r.path, r.site.file) for r in _flow(with_hip, []).reads] == [
         ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("model", f"sglang/{HIP_RADIX_FILE}")]
