@@ -276,3 +276,12 @@ def test_fillers_tied_with_the_best_unselected_are_in_order() -> None:
     assert check_topk(_i([[4, 1, 2]]), scores, _i([5]), 3, nan_slot_filler=True).ok
     low = _f([[NAN, 4.0, 4.0, 5.0, 9.0]])  # two fillers below the best unselected, one NaN
     assert [p.code for p in check_topk(_i([[4, 1, 2]]), low, _i([5]), 3, nan_slot_filler=True).problems] == ["nan-filler"]
+
+
+def test_many_tied_missing_and_extra_positions_are_listed_in_position_order() -> None:
+    # 19 unselected at 5.0 above the boundary 3.0, 20 selected at 0.0 below it: long tie runs, where an
+    # unstable sort would list them out of position order
+    scores = _f([[5.0] * 19 + [3.0] * 21 + [0.0] * 20])
+    [problem] = check_topk(_i([list(range(40, 60))]), scores, _i([60]), 20).problems
+    assert [p for p, _, _ in problem.missing] == list(range(8))
+    assert [p for p, _, _ in problem.extra] == list(range(40, 48))
