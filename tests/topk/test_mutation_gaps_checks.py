@@ -285,3 +285,68 @@ def test_many_tied_missing_and_extra_positions_are_listed_in_position_order() ->
     [problem] = check_topk(_i([list(range(40, 60))]), scores, _i([60]), 20).problems
     assert [p for p, _, _ in problem.missing] == list(range(8))
     assert [p for p, _, _ in problem.extra] == list(range(40, 48))
+
+
+def test_k_must_be_a_non_negative_integer_and_zero_selects_nothing() -> None:
+    from dsakit.errors import UsageError
+
+    assert check_topk(torch.zeros((1, 0), dtype=torch.int64), _f([[1.0, 2]]), _i([2]), 0).ok
+    for bad in (-1, True, 1.5, "2"):
+        with pytest.raises(UsageError) as raised:
+            check_topk(_i([[0]]), _f([[1.0]]), _i([1]), bad)  # type: ignore[arg-type]
+        assert str(raised.value) == ("top-k k must be a non-negative integer (the number of positions each row "
+                                     f"selects), got {bad!r}")
+
+
+def test_the_count_problem_says_what_was_expected() -> None:
+    [short] = check_topk(_i([[0, -1]]), _f([[2.0, 1, 0]]), _i([3]), 2).problems
+    assert (short.code, short.message) == ("count", "selected 1 positions, expected 2")
+    padded = check_topk(_i([[-1, -1, -1]]), _f([[float("-inf"), 1.0, float("-inf")]]), _i([3]), 3).problems
+    assert [(p.code, p.message) for p in padded if p.code == "count"] == [
+        ("count", "selected 0 positions, expected 1..3 (-inf/NaN may be padded)")]
+
+
+def test_a_comparison_of_different_row_counts_is_one_shape_problem() -> None:
+    report = compare_topk(_i([[0], [1]]), _i([[0]]), _f([[1.0, 2], [1.0, 2]]), _i([2, 2]))
+    assert [(p.row, p.code, p.message) for p in report.problems] == [(-1, "shape", "actual has 2 rows, expected 1")]
+
+
+def test_a_comparison_checks_every_row_after_an_equal_one() -> None:
+    scores = _f([[3.0, 2, 1], [3.0, 2, 1], [3.0, 2, 1]])
+    report = compare_topk(_i([[0], [0], [1]]), _i([[0], [0], [0]]), scores, _i([3, 0, 3]))
+    assert [(p.row, p.code) for p in report.problems] == [(2, "mismatch")]
+    assert compare_topk(_i([[-1]]), _i([[-1]]), _f([[1.0]]), _i([0])).ok  # a zero-length row
+
+
+def test_an_unexplained_missing_position_fails_even_when_the_extra_one_is_tied() -> None:
+    # expected [0, 1] (3, 2); actual [0, 2]: 2 is tied with the boundary 2.0, 1 is missing
+    scores = _f([[3.0, 2, 2, 0]])
+    report = compare_topk(_i([[0, 3]]), _i([[0, 1]]), scores, _i([4]))
+    assert [p.code for p in report.problems] == ["mismatch"]
+    assert report.problems[0].message.endswith("; not explained by ties at the boundary")
+
+
+def test_failing_asserts_say_which_check_failed_and_hide_their_own_frame() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import assert_topk_equal, assert_topk_valid
+
+    with pytest.raises(AssertionError) as invalid:
+        assert_topk_valid(_i([[1]]), _f([[2.0, 1]]), _i([2]), 1)
+    assert str(invalid.value).startswith("invalid top-k selection: 1 of 1 rows fail (k=1)\n")
+    with pytest.raises(AssertionError) as differ:
+        assert_topk_equal(_i([[0]]), _i([[1]]), _f([[2.0, 1]]), _i([2]))
+    assert str(differ.value).startswith("top-k selections differ: 1 of 1 rows fail (k=1)\n")
+    for raised in (invalid, differ):
+        hidden = [entry.name for entry in raised.traceback if entry.ishidden(raised)]
+        assert hidden and hidden[0] in ("assert_topk_valid", "assert_topk_equal")
+    with pytest.raises(UsageError, match="actual"):
+        assert_topk_equal("not a tensor", _i([[1]]), _f([[2.0, 1]]), _i([2]))
+
+
+def test_candidate_overflow_checks_rows_after_a_short_one() -> None:
+    from dsakit.topk.checks import CandidateBuffer, candidate_overflow
+
+    buffer = CandidateBuffer("k", 8, 2, "k", "test")
+    row = [1.0 + i * 1e-4 for i in range(8)]  # one coarse bin, eight distinct scores
+    found = candidate_overflow(buffer, _f([[0.0] * 8, row]), _i([2, 8]), 4)
+    assert [(o.row, o.population, o.distinct) for o in found] == [(1, 8, 8)]
