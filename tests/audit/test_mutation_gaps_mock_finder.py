@@ -346,6 +346,7 @@ def test_candidates_are_runner_classes_subclasses_and_runner_named_values(tmp_pa
             class_runner = MockModelRunner
     '''})
     found = candidates(SuiteIndex(files, RUNNER))
+    assert [v.name for v in found][:2] == ["MockModelRunner", "Derived"]
     assert [(v.kind, v.label, v.site) for v in found] == [
         ("class", "MockModelRunner", "test_c.py:1"), ("class", "Derived", "test_c.py:5"),
         ("SimpleNamespace", "SimpleNamespace", "test_c.py:14"), ("SimpleNamespace", "SimpleNamespace", "test_c.py:26")]
@@ -389,3 +390,96 @@ def test_a_fixture_of_the_tests_own_file_wins_over_a_conftest_one(tmp_path: Path
     node, cls = next((n, c) for n, c in _functions(files[1]) if n.name == "test_it")
     value = index.value(ast.parse("runner", mode="eval").body, Scope(files[1], node, cls))
     assert value.tree.names() == ["own"]
+
+
+def test_twelve_indirections_are_followed_and_a_thirteenth_is_too_many(tmp_path: Path) -> None:
+    chain = "\n".join(f"    r{n} = r{n - 1}" for n in range(1, 13))
+    source = f"def test_it():\n    r0 = SimpleNamespace(a=1)\n{chain}\n"
+    assert _value(tmp_path, source, "r10").tree.names() == ["a"]
+    assert _value(tmp_path, source, "r11").tree.names() == ["a.*"]  # its keyword's value is one step too deep
+    too_deep = _value(tmp_path, source, "r12")
+    assert (too_deep.kind, too_deep.label, too_deep.tree.open) == ("opaque", "", "too many indirections")
+
+
+def test_labels_and_kinds_of_values_that_are_no_mock(tmp_path: Path) -> None:
+    source = "def test_it(cfg):\n    pass\n"
+    assert [(v.kind, v.label) for v in (_value(tmp_path, source, e) for e in ("a[0]", "3", "build()"))] == [
+        ("opaque", ""), ("constant", ""), ("opaque", "")]
+    assert _value(tmp_path, source, "build()").tree.open == "build(...) is not a literal mock"
+    assert _value(tmp_path, source, "type('R', (), cfg)()").tree.open == (
+        "type(...) with a namespace that is not a dict literal at test_m.py:1")
+
+
+def test_bases_plain_sglang_and_class_level_values(tmp_path: Path) -> None:
+    source = '''
+        from sglang.srt.model_executor.model_runner import ModelRunner
+        from sglang.srt.other import OtherBase
+
+        SHARED = SimpleNamespace(a=1)
+
+
+        class Plain(object):
+            x = 1
+
+
+        class FromOther(OtherBase):
+            pass
+
+
+        class Real(ModelRunner):
+            config = SHARED
+
+            class Inner:
+                y = 1
+
+                def __init__(self):
+                    self.only_on_instances = 1
+
+
+        def test_it():
+            pass
+    '''
+    assert _value(tmp_path, source, "Plain()").tree.open == ""
+    assert _value(tmp_path, source, "FromOther()").tree.open == (
+        "base class OtherBase (imported from sglang.srt.other) is not in the scanned paths, so its attributes are "
+        "unknown: add the file that defines it")
+    real = _value(tmp_path, source, "Real()").tree
+    assert "config.a" in real.names() and "Inner.y" in real.names() and "Inner.only_on_instances" not in real.names()
+    assert (real.children["page_size"].open, real.sites["page_size"]) == ("the real ModelRunner's", "sglang ModelRunner")
+
+
+def test_a_specd_mocks_children_and_a_spec_that_is_open(tmp_path: Path) -> None:
+    source = '''
+        class SpecModelRunner:
+            device = "cuda"
+
+
+        def test_it(cfg):
+            specced = MagicMock(spec=SpecModelRunner)
+            open_spec = MagicMock(spec=SimpleNamespace(a=1, **cfg))
+    '''
+    specced = _value(tmp_path, source, "specced").tree
+    assert (specced.children["device"].open, specced.sites["device"]) == (
+        "a spec'd MagicMock's attributes are MagicMocks", "spec=SpecModelRunner")
+    assert _value(tmp_path, source, "open_spec").tree.open == (
+        "spec=SimpleNamespace(a=1, **cfg) is not a class the audit can see")
+
+
+def test_fixtures_of_the_same_file_and_class_and_of_a_conftest(tmp_path: Path) -> None:
+    files = _files(tmp_path, {
+        "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef runner():\n    return SimpleNamespace(from_conftest=1)\n\n\n"
+                       "@pytest.fixture\ndef only_here():\n    return SimpleNamespace(shared=1)\n",
+        "test_own.py": "import pytest\n\n\n@pytest.fixture\ndef runner():\n    return SimpleNamespace(own=1)\n\n\n"
+                       "class TestX:\n    attribute = 1\n\n    @pytest.fixture\n    def in_class(self):\n"
+                       "        return SimpleNamespace(in_class=1)\n\n    def setUp(self):\n"
+                       "        self.member = SimpleNamespace(member=1)\n\n    def test_it(self, runner, only_here, in_class):\n"
+                       "        pass\n"})
+    index = SuiteIndex(files, RUNNER)
+    node, cls = next((n, c) for n, c in _functions(files[1]) if n.name == "test_it")
+    scope = Scope(files[1], node, cls)
+
+    def names(expression: str) -> list[str]:
+        return index.value(ast.parse(expression, mode="eval").body, scope).tree.names()
+
+    assert [names(e) for e in ("runner", "only_here", "in_class", "self.member")] == [
+        ["own"], ["shared"], ["in_class"], ["member"]]
