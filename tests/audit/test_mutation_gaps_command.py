@@ -164,11 +164,15 @@ def test_the_flow_adds_the_hip_backend_and_a_downstream_backend_once_each(tmp_pa
 
     release = _small_tree(tmp_path)
     own = tmp_path / "own.py"
-    own.write_text("class Own:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n",
+    own.write_text("class Own:\n    def __init__(self, model_runner):\n        self.x = model_runner.own_thing\n"
+                   "        setup(model_runner)\n\n\ndef setup(model_runner):\n    return model_runner.device\n",
                    encoding="utf-8")
     assert [(r.path, r.site.file) for r in _flow(release, []).reads] == [("page_size", f"sglang/{DSA_BACKEND_FILE}")]
+    # the runner handed from Own.__init__ to setup(): a call of the downstream file joins the flow
+    assert [(c.caller, c.callee) for c in _flow(release, [own]).calls if c.caller_file == "own.py"] == [
+        ("Own.__init__", "setup")]
     assert [(r.path, r.site.file) for r in _flow(release, [own, own]).reads] == [
-        ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("own_thing", "own.py")]  # below the tree: relative to it
+        ("page_size", f"sglang/{DSA_BACKEND_FILE}"), ("own_thing", "own.py"), ("device", "own.py")]
     (release.package_dir / HIP_RADIX_FILE).write_text(
         "class DeepseekV4HipRadixBackend:\n    def __init__(self, model_runner):\n        self.m = model_runner.model\n",
         encoding="utf-8")

@@ -296,3 +296,24 @@ def test_a_key_from_imports_of_both_kinds_names_both(tmp_path: Path, installed_s
         ("ATTENTION_BACKENDS[key] (key not a literal; taken as 'dsa' / 'dsv4' from the file's imports)", both),
         ("get_attention_backend (key from the runner's server args; taken as 'dsa' / 'dsv4' from the file's imports)",
          both)]
+
+
+def test_every_call_of_a_function_is_looked_at(tmp_path: Path, installed_sglang: SGLangRelease) -> None:
+    from dsakit.audit.mock_finder import RunnerAttributes, SuiteIndex
+    from dsakit.audit.usage import find_usage
+
+    file = _file(tmp_path, '''
+        from types import SimpleNamespace
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+        from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+        def test_it(some_fixture):
+            DeepseekSparseAttnBackend()
+            ATTENTION_BACKENDS["torch_native"](SimpleNamespace(a=1))
+            DeepseekSparseAttnBackend(some_fixture)
+            DeepseekSparseAttnBackend(SimpleNamespace(b=2))
+    ''')
+    usage = find_usage(SuiteIndex([file], RunnerAttributes(frozenset(), frozenset())), Routes(installed_sglang))
+    assert [c.site for c in usage.not_dsa] == ["test_u.py:8"]
+    assert [c.site for c in usage.untraced] == ["test_u.py:9"]
+    assert [[c.site for c in calls] for _, calls in usage.used.values()] == [["test_u.py:8"], ["test_u.py:10"]]
