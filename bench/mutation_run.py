@@ -390,6 +390,10 @@ class Driver:
 
     def pytest_runtestloop(self, session: Any) -> bool:
         self.profile.stop()
+        # create the session's basetemp here, once: pytest makes it lazily, with rm -rf + mkdir, and
+        # every forked child would otherwise do that itself, deleting the tmp_path of the child
+        # running beside it (or failing on its mkdir): a test error, counted as a kill
+        session.config._tmp_path_factory.getbasetemp()
         started = time.monotonic()
         items = list(session.items)
         by_id = {item.nodeid: item for item in items}
