@@ -339,7 +339,7 @@ def test_failing_asserts_say_which_check_failed_and_hide_their_own_frame() -> No
     for raised in (invalid, differ):
         hidden = [entry.name for entry in raised.traceback if entry.ishidden(raised)]
         assert hidden and hidden[0] in ("assert_topk_valid", "assert_topk_equal")
-    with pytest.raises(UsageError, match="actual"):
+    with pytest.raises(UsageError, match=r"^top-k actual is not a tensor of numbers \("):
         assert_topk_equal("not a tensor", _i([[1]]), _f([[2.0, 1]]), _i([2]))
 
 
@@ -350,3 +350,17 @@ def test_candidate_overflow_checks_rows_after_a_short_one() -> None:
     row = [1.0 + i * 1e-4 for i in range(8)]  # one coarse bin, eight distinct scores
     found = candidate_overflow(buffer, _f([[0.0] * 8, row]), _i([2, 8]), 4)
     assert [(o.row, o.population, o.distinct) for o in found] == [(1, 8, 8)]
+
+
+def test_a_comparison_goes_on_after_a_nan_row_and_judges_zero_length_rows() -> None:
+    scores = _f([[NAN, 1.0, 2.0], [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+    report = compare_topk(_i([[1], [1], [0]]), _i([[2], [0], [-1]]), scores, _i([3, 3, 0]))
+    assert report.tie_swaps[0] == ([2], [1])  # a NaN row: no verdict on equality
+    assert [(p.row, p.code) for p in report.problems] == [(1, "mismatch"), (2, "mismatch")]
+
+
+def test_a_missing_position_above_the_boundary_fails_with_nothing_extra() -> None:
+    report = compare_topk(_i([[1, -1]]), _i([[0, 1]]), _f([[3.0, 2, 1]]), _i([3]))
+    assert [p.code for p in report.problems] == ["mismatch"]
+    assert report.problems[0].message == ("1 expected positions not selected, 0 selected positions not expected; "
+                                          "not explained by ties at the boundary")
