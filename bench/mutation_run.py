@@ -66,7 +66,11 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
         "explain", "attr_tree", "guard_eval", "release_match", "command", "registry", "findings",
         "suite_device", "device_guards", "report", "usage", "mock_finder")],
               ["tests/audit/test_audit.py", "tests/audit/test_mutation_gaps_audit.py", "tests/audit/test_audit_guard_eval.py",
-               "tests/audit/test_audit_explain.py",
+               "tests/audit/test_audit_explain.py", "tests/audit/test_mutation_gaps_report.py",
+               "tests/audit/test_mutation_gaps_release_match.py", "tests/audit/test_mutation_gaps_registry.py",
+               "tests/audit/test_mutation_gaps_suite_device.py", "tests/audit/test_mutation_gaps_command.py",
+               "tests/audit/test_mutation_gaps_usage.py", "tests/audit/test_mutation_gaps_mock_finder.py",
+               "tests/audit/test_mutation_gaps_findings.py", "tests/audit/test_mutation_gaps_device_guards.py",
                "tests/audit/test_audit_suites.py", "tests/audit/test_audit_precision.py"]),
 }
 
@@ -379,12 +383,17 @@ class Driver:
         self.profile = _Profile(self.targets)
         self.table: list[dict[str, Any]] = []
         self.mutants: list[Mutant] = []
+        self.durations: dict[str, float] = {}
 
     def pytest_configure(self, config: Any) -> None:
         self.profile.start()  # calls made while importing and collecting: "<import>"
 
     def pytest_runtestloop(self, session: Any) -> bool:
         self.profile.stop()
+        # create the session's basetemp here, once: pytest makes it lazily, with rm -rf + mkdir, and
+        # every forked child would otherwise do that itself, deleting the tmp_path of the child
+        # running beside it (or failing on its mkdir): a test error, counted as a kill
+        session.config._tmp_path_factory.getbasetemp()
         started = time.monotonic()
         items = list(session.items)
         by_id = {item.nodeid: item for item in items}
@@ -402,6 +411,7 @@ class Driver:
         calls = {t: {(m, line) for m, line in c} for t, c in base["calls"].items()}
         imported = {(m, line) for m, line in self.profile.calls.get("<import>", set())}
         durations = {t: o["seconds"] for t, o in base["outcomes"].items()}
+        self.durations = durations
         gc.collect()
         gc.freeze()  # children's collections skip what the parent loaded (and copy less of it)
 
@@ -480,7 +490,9 @@ class Driver:
         if not holders:
             return "fresh", usable, None
         key = (mutant.module, holders[0])
-        tests = [t for t in usable if key in calls.get(t, set())]
+        # fastest first: a child stops at the first failure, so a killed mutant mostly costs its
+        # fastest test; a survivor runs them all either way
+        tests = sorted((t for t in usable if key in calls.get(t, set())), key=lambda t: self.durations.get(t, 1.0))
         if not tests:
             return ("fresh", usable, None) if key in imported else ("none", [], None)
         same_lines = mutant.source.count("\n") == (ROOT / mutant.module).read_text(encoding="utf-8").count("\n")

@@ -81,6 +81,66 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('mocks/runner_scope.py', '_BY_PATH[path] = module',
      '_BY_PATH[path] = None',
      'the module-by-path cache only saves time: without it the same module is found by the scan'),
+    ('dsakit/audit/suite_device.py', 'name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")',
+     'name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "XXXX")',
+     "the default names a callee that is no name or attribute: '' and 'XXXX' are both no registration"),
+    ('dsakit/audit/suite_device.py', 'name = decorator.func.id if isinstance(decorator.func, ast.Name) else getattr(decorator.func, "attr", "")',
+     'name = decorator.func.id if isinstance(decorator.func, ast.Name) else getattr(decorator.func, "attr", "XXXX")',
+     "the default names a callee that is no name or attribute: '' and 'XXXX' are both no skip decorator"),
+    ('dsakit/audit/suite_device.py', 'return value.split(":", 1)[0] if isinstance(value, str) else None',
+     'return value.split(":", 2)[0] if isinstance(value, str) else None',
+     "the first part of a split is the same whatever the split count"),
+    ('dsakit/audit/suite_device.py', 'kinds: set[str] | None = None', 'kinds: set[str] & None = None',
+     "the annotation of a local variable is never evaluated"),
+    ('dsakit/audit/mock_finder.py', 'self.functions: dict[str, list[tuple[SourceFile, _FunctionNode, ast.ClassDef | None]]] = {}',
+     'self.functions: dict[str, list[tuple[SourceFile, _FunctionNode, ast.ClassDef & None]]] = {}',
+     "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
+    ('dsakit/audit/mock_finder.py', "return f\"{file.display}:{getattr(node, 'lineno', 0)}\"",
+     "return f\"{file.display}:{getattr(node, 'lineno', 1)}\"",
+     "every node _site gets is a parsed statement or expression, which has a lineno: the default is never used"),
+    ('dsakit/audit/mock_finder.py', 'module = file.modules.get(name, "").lstrip(".").split(".")[-1]',
+     'module = file.modules.get(name, "XXXX").lstrip(".").split(".")[-1]',
+     "find_class returned already when `name` is not in file.imports, and parse_file fills imports and modules "
+     "with the same keys: the default is never used"),
+    ('dsakit/audit/mock_finder.py', 'if isinstance(spec, (ast.Name, ast.Attribute)) and name is not None:',
+     'if isinstance(spec, (ast.Name, ast.Attribute)) or name is not None:',
+     "name = _last_name(spec) is not None exactly when spec is a Name or an Attribute: `and` and `or` agree"),
+    ('dsakit/audit/mock_finder.py', 'if function is not None and value.is_mock:', 'if function is not None or value.is_mock:',
+     "with no function _apply_additions adds nothing and opens nothing, so _with_additions returns the value"),
+    ('dsakit/audit/mock_finder.py', 'spec: ast.expr | None = None', 'spec: ast.expr & None = None',
+     "the annotation of a local variable is never evaluated"),
+    ('dsakit/audit/mock_finder.py', 'names: set[str] | None = None', 'names: set[str] & None = None',
+     "the annotation of a local variable is never evaluated"),
+    ('dsakit/topk/checks.py', 'hist = torch.bincount(bins, minlength=1 << bits)',
+     'hist = torch.bincount(bins, minlength=2 << bits)',
+     "the extra top bins hold 0 (above[b] = 0 < rank there): the same threshold bin and the same bin above it"),
+    ('dsakit/topk/checks.py', 'hist = torch.bincount(bins, minlength=1 << bits)',
+     'hist = torch.bincount(bins, minlength=1 >> bits)',
+     "bincount then stops at the highest bin present: above[b] is the same for every bin up to it"),
+    ('dsakit/topk/checks.py', 'prep = _prepare(torch.zeros((len(torch.as_tensor(lengths).flatten()), 1), dtype=torch.int64), scores, lengths,',
+     'prep = _prepare(torch.zeros((len(torch.as_tensor(lengths).flatten()), 2), dtype=torch.int64), scores, lengths,',
+     "candidate_overflow never reads the placeholder indices: any column count passes _prepare the same"),
+    ('dsakit/topk/checks.py', 'if short > 0:', 'if short >= 0:',
+     "at short == 0 the branch appends tied[:0], an empty tensor: the same missing list"),
+    ('dsakit/topk/checks.py', 'return 0', 'return 1',
+     "_fillers_out_of_order's early return feeds `low > n_nan`, and fillers exist only in rows with n_nan >= 1"),
+    ('dsakit/audit/usage.py', 'if isinstance(call, ast.Call) and _RAISES.match(_last(call.func) or ""):',
+     'if isinstance(call, ast.Call) and _RAISES.match(_last(call.func) or "XXXX"):',
+     "the default feeds a match of ^(assertRaises\\w*|raises)$: neither '' nor 'XXXX' matches"),
+    ('dsakit/audit/usage.py', '(_last(b) or "").endswith(("Error", "Exception", "Unavailable")) for b in node.bases)):',
+     '(_last(b) or "XXXX").endswith(("Error", "Exception", "Unavailable")) for b in node.bases)):',
+     "the default stands for a base that is no name: neither '' nor 'XXXX' ends with Error / Exception / Unavailable"),
+    ('dsakit/audit/usage.py', 'contexts: tuple[dict[int, str], dict[int, str], str] | None = None',
+     'contexts: tuple[dict[int, str], dict[int, str], str] & None = None',
+     "the annotation of a local variable is never evaluated"),
+    ('dsakit/audit/report.py', "return f\"{text}, via {short_site(read.read.via[0].split(' ', 1)[0])}\"",
+     "return f\"{text}, via {short_site(read.read.via[0].split(' ', 2)[0])}\"",
+     "the first part of a split is the same whatever the split count"),
+    ('dsakit/audit/findings.py', 'result.devices.setdefault(key, "")', 'result.devices.setdefault(key, "XXXX")',
+     "nothing reads the values of MockFinding.devices: the text, the JSON and not_simulated use its keys"),
+    ('dsakit/audit/registry.py', 'self.modules: dict[str, _Module | None] = {}',
+     'self.modules: dict[str, _Module & None] = {}',
+     "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
     ('dsakit/gates/table.py', 'return str(Path(home) / "bin" / "nvcc")',
      'return str(Path(home) / "XXbinXX" / "nvcc")',
      "_nvcc()'s path is only tested against None by its callers (the jit gate): any non-None path is the same"),
@@ -90,6 +150,14 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('dsakit/gates/table.py', 'return code.startswith(("sm", "gfx")) and not code.startswith("sglang")',
      'return code.startswith(("sm", "gfx")) and not code.startswith("XXsglangXX")',
      "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
+]
+
+# (module, line number, the line before, the line after, why): where the same change on another line
+# of the module is not equivalent; the line number is the module's as measured (re-check it after edits)
+EQUIVALENT_AT: list[tuple[str, int, str, str, str]] = [
+    ("dsakit/audit/suite_device.py", 134, "continue", "break",
+     "the `except SyntaxError` of decided(): it parses ast.unparse of a parsed expression (probe calls swapped "
+     "for names), which always parses, so the branch is never taken"),
 ]
 
 # (module, the line before): string literals on these lines are data, not wording
@@ -107,6 +175,9 @@ def label(mutant: Any) -> tuple[str, str]:
     before, after = _changed(mutant.diff)
     for module, old, new, reason in EQUIVALENT:
         if module == mutant.module and old == before and new == after:
+            return "equivalent", reason
+    for module, line, old, new, reason in EQUIVALENT_AT:
+        if module == mutant.module and line == mutant.line and old == before and new == after:
             return "equivalent", reason
     if mutant.verdict == "no test":
         return "real", "no focused test calls this code"

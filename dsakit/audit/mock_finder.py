@@ -490,7 +490,7 @@ def _with_additions(index: SuiteIndex, value: MockValue, root: list[str], scope:
     """`value` plus what `scope`'s function sets on it after construction (a new MockValue if any)."""
     tree = _copy(value.tree)
     added = _apply_additions(index, tree, root, scope, own=True)
-    if not added:
+    if not added and tree.open == value.tree.open:  # a computed setattr / update(**...) alone opens it
         return value
     label = value.label if value.kind != "class" else f"{value.label} instance"
     where = _site(scope.file, scope.function) if scope.function is not None else value.site

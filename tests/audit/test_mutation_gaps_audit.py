@@ -1,17 +1,22 @@
 """Gaps in the audit's tests found by mutation testing (bench/mutation_run.py --group audit): the
-value tree of a mock (dsakit/audit/attr_tree.py) and the command's inputs (dsakit/audit/command.py),
-tested directly and fast; the end-to-end audits of suites are in test_audit*.py."""
+value tree of a mock (dsakit/audit/attr_tree.py), the command's inputs (dsakit/audit/command.py) and
+the wording of one read (dsakit/audit/explain.py), tested directly and fast; the end-to-end audits of
+suites are in test_audit*.py."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.command import own_backends, python_files, select_devices
+from dsakit.audit.explain import explain_read
+from dsakit.audit.guard_eval import verdict
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
+from dsakit.sglang_release import DSA_BACKEND_FILE, MODEL_RUNNER_FILE, SGLangRelease
 
 
 def test_constants_keep_literal_values_only_and_take_no_attributes() -> None:
@@ -114,3 +119,70 @@ def test_own_backends_are_the_classes_of_the_backend_files(tmp_path: Path) -> No
     (tmp_path / "broken.py").write_text("def (:\n", encoding="utf-8")
     with pytest.raises(UsageError, match=r"^--backend-src: .*broken\.py "):
         own_backends(str(tmp_path))
+
+
+def test_site_of_stops_at_the_first_part_the_mock_lacks() -> None:
+    tree = AttrTree()
+    tree.set("page_size", AttrTree.constant(1), "conftest.py:11")
+    assert tree.site_of("absent.page_size") == ""  # not the site of a later part found at the top
+
+
+def _line_reading(path: Path, dotted: str) -> int:
+    lines = [n for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if f"model_runner.{dotted}" in text]
+    assert lines, f"no model_runner.{dotted} in {path}"
+    return lines[0]
+
+
+def test_explain_matches_a_dotted_tail_and_only_a_tail(installed_sglang: SGLangRelease) -> None:
+    path = installed_sglang.file(DSA_BACKEND_FILE)
+    line = _line_reading(path, "model_config.hf_config.architectures")
+    for attribute in ("model_config.hf_config.architectures", "hf_config.architectures", "architectures",
+                      ".architectures."):
+        found = explain_read(path, line, attribute)
+        assert found is not None and found.attribute == "model_config.hf_config.architectures", attribute
+    for attribute in ("hf_config", "model_config", "Xarchitectures", "config.architectures"):
+        assert explain_read(path, line, attribute) is None, attribute
+
+
+def test_explain_names_the_devices_a_read_fires_on_none_of(installed_sglang: SGLangRelease) -> None:
+    path = installed_sglang.file(DSA_BACKEND_FILE)
+    line = _line_reading(path, "max_running_requests")
+    found = explain_read(path, line, "max_running_requests", devices=["gfx942", "cpu"])
+    assert found is not None and (found.fires_on, found.only_with) == ((), ())
+    assert found.text.endswith(" -> fires on none of gfx942, cpu")
+
+
+def test_explain_needs_a_package_named_sglang(installed_sglang: SGLangRelease, tmp_path: Path) -> None:
+    tree = tmp_path / "vendored"  # a copy of SGLang's files under another package name
+    for relative in (MODEL_RUNNER_FILE, DSA_BACKEND_FILE):
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(installed_sglang.file(relative), tree / relative)
+    copy = tree / DSA_BACKEND_FILE
+    assert explain_read(copy, _line_reading(copy, "max_running_requests"), "max_running_requests") is None
+
+
+def test_a_read_needing_two_configuration_flags_names_both() -> None:
+    sm90 = SIMULATED["sm90"]
+    assert verdict("_is_cuda and self.a and self.b", "sm90", sm90).condition == "self.a and self.b"
+    assert verdict("self.a and self.b is None and self.c", "sm90", sm90).condition == "self.a and self.c"
+    assert verdict("self.a and self.b is None", "sm90", sm90).condition == "self.a"
+
+
+def test_a_subscript_of_configuration_is_left_to_configuration() -> None:
+    found = verdict("_is_cuda and flags[0]", "sm90", SIMULATED["sm90"])
+    assert (found.fires, found.condition) == (False, "flags[0]")
+    assert verdict("_is_cuda and flags[0]", "gfx942", SIMULATED["gfx942"]).condition == ""
+
+
+def test_explain_picks_the_least_guarded_of_the_reads_a_name_matches(
+        installed_sglang: SGLangRelease, tmp_path: Path) -> None:
+    tree = tmp_path / "sglang"
+    (tree / MODEL_RUNNER_FILE).parent.mkdir(parents=True)
+    shutil.copy(installed_sglang.file(MODEL_RUNNER_FILE), tree / MODEL_RUNNER_FILE)
+    backend = tree / "srt/layers/attention/own_backend.py"
+    backend.parent.mkdir(parents=True)
+    backend.write_text("class OwnBackend:\n    def __init__(self, model_runner, c, d):\n"
+                       "        self.x = (model_runner.a.x if d else 0) if c else model_runner.b.x\n", encoding="utf-8")
+    found = explain_read(backend, 3, "x")
+    assert found is not None and (found.attribute, found.guard) == ("b.x", "not c")

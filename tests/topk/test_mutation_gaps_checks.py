@@ -216,3 +216,151 @@ def test_the_boundary_score_is_the_kth_largest_valid_one_or_none() -> None:
     assert _kth_largest(torch.tensor([3.0, NAN]), 5) == 3.0  # fewer valid scores than k: the smallest
     assert _kth_largest(torch.tensor([NAN]), 1) is None and _kth_largest(torch.tensor([5.0]), 1) == 5.0
     assert _kth_largest(torch.tensor([3.0, 2.0]), 0) is None and _kth_largest(torch.tensor([3.0, 2.0]), 1) == 3.0
+
+
+def test_a_wrong_column_count_is_one_shape_problem() -> None:
+    report = check_topk(_i([[0, 1, 2]]), _f([[3.0, 2, 1]]), _i([3]), 2)
+    assert [(p.row, p.code, p.message) for p in report.problems] == [
+        (-1, "shape", "indices have 3 columns, expected k=2")]
+    assert report.format("T") == "T: 1 of 1 rows fail (k=2)\n  row -1 [shape] (length 0): indices have 3 columns, expected k=2"
+
+
+def test_the_report_lists_twelve_problems_then_counts_the_rest() -> None:
+    rows = 13
+    report = check_topk(_i([[5]] * rows), _f([[1.0, 2]] * rows), _i([2] * rows), 1)
+    lines = report.format("T").split("\n")
+    assert len(report.problems) == 13 and len(lines) == 1 + 12 + 1
+    assert lines[0] == "T: 13 of 13 rows fail (k=1)" and lines[-1] == "  ... and 1 more problems"
+    twelve = check_topk(_i([[5]] * 12), _f([[1.0, 2]] * 12), _i([2] * 12), 1).format("T").split("\n")
+    assert len(twelve) == 13 and "more problems" not in twelve[-1]
+
+
+def test_an_entry_equal_to_the_length_is_out_of_range_and_later_rows_are_still_checked() -> None:
+    report = check_topk(_i([[3, 0], [0, -1], [0, 1]]), _f([[1.0, 2, 3, 4], [1.0, 2, 3, 4], [1.0, 2, 3, 4]]),
+                        _i([3, 0, 4]), 2)
+    assert [(p.row, p.code, p.message) for p in report.problems[:2]] == [
+        (0, "out-of-range", "entries [3] are neither -1 nor in [0, 3)"),
+        (1, "out-of-range", "entries [0] are neither -1 nor in [0, 0)")]
+    assert [p.code for p in report.problems[2:]] == ["order"]  # row 2: 0, 1 instead of 3, 2
+
+
+def test_float64_scores_are_compared_without_a_float32_cast() -> None:
+    scores = torch.tensor([[1.0, 1.0 + 1e-12]], dtype=torch.float64)  # one float32 value, two float64 ones
+    assert not check_topk(_i([[0]]), scores, _i([2]), 1).ok
+    assert check_topk(_i([[1]]), scores, _i([2]), 1).ok
+
+
+def test_nine_negative_lengths_show_eight_and_count_one() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import validate_lengths
+
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 9)
+    shown = ", ".join(f"row {r} = -1" for r in range(8))
+    assert str(raised.value).startswith(f"negative top-k lengths: {shown} (and 1 more). Padded rows")
+    with pytest.raises(UsageError) as raised:
+        validate_lengths([-1] * 8, what="row lengths")
+    assert str(raised.value).startswith(f"negative top-k row lengths: {shown}. Padded rows")
+
+
+def test_missing_positions_are_listed_best_first_and_extra_ones_worst_first_ties_in_position_order() -> None:
+    w = [[1.0, 9, 5, 9, 8, 0, 0, 0]]
+    report = check_topk(_i([[0, 5, 6, 7]]), _f(w), _i([8]), 4)
+    [problem] = report.problems
+    assert problem.missing == ((1, 9.0, 1), (3, 9.0, 1), (4, 8.0, 3), (2, 5.0, 4))
+    assert problem.extra == ((5, 0.0, 6), (6, 0.0, 6), (7, 0.0, 6), (0, 1.0, 5))
+
+
+def test_fillers_tied_with_the_best_unselected_are_in_order() -> None:
+    scores = _f([[NAN, 5.0, 5.0, 5.0, 9.0]])
+    assert check_topk(_i([[4, 1, 2]]), scores, _i([5]), 3, nan_slot_filler=True).ok
+    low = _f([[NAN, 4.0, 4.0, 5.0, 9.0]])  # two fillers below the best unselected, one NaN
+    assert [p.code for p in check_topk(_i([[4, 1, 2]]), low, _i([5]), 3, nan_slot_filler=True).problems] == ["nan-filler"]
+
+
+def test_many_tied_missing_and_extra_positions_are_listed_in_position_order() -> None:
+    # 19 unselected at 5.0 above the boundary 3.0, 20 selected at 0.0 below it: long tie runs, where an
+    # unstable sort would list them out of position order
+    scores = _f([[5.0] * 19 + [3.0] * 21 + [0.0] * 20])
+    [problem] = check_topk(_i([list(range(40, 60))]), scores, _i([60]), 20).problems
+    assert [p for p, _, _ in problem.missing] == list(range(8))
+    assert [p for p, _, _ in problem.extra] == list(range(40, 48))
+
+
+def test_k_must_be_a_non_negative_integer_and_zero_selects_nothing() -> None:
+    from dsakit.errors import UsageError
+
+    assert check_topk(torch.zeros((1, 0), dtype=torch.int64), _f([[1.0, 2]]), _i([2]), 0).ok
+    for bad in (-1, True, 1.5, "2"):
+        with pytest.raises(UsageError) as raised:
+            check_topk(_i([[0]]), _f([[1.0]]), _i([1]), bad)  # type: ignore[arg-type]
+        assert str(raised.value) == ("top-k k must be a non-negative integer (the number of positions each row "
+                                     f"selects), got {bad!r}")
+
+
+def test_the_count_problem_says_what_was_expected() -> None:
+    [short] = check_topk(_i([[0, -1]]), _f([[2.0, 1, 0]]), _i([3]), 2).problems
+    assert (short.code, short.message) == ("count", "selected 1 positions, expected 2")
+    padded = check_topk(_i([[-1, -1, -1]]), _f([[float("-inf"), 1.0, float("-inf")]]), _i([3]), 3).problems
+    assert [(p.code, p.message) for p in padded if p.code == "count"] == [
+        ("count", "selected 0 positions, expected 1..3 (-inf/NaN may be padded)")]
+
+
+def test_a_comparison_of_different_row_counts_is_one_shape_problem() -> None:
+    report = compare_topk(_i([[0], [1]]), _i([[0]]), _f([[1.0, 2], [1.0, 2]]), _i([2, 2]))
+    assert [(p.row, p.code, p.message) for p in report.problems] == [(-1, "shape", "actual has 2 rows, expected 1")]
+
+
+def test_a_comparison_checks_every_row_after_an_equal_one() -> None:
+    scores = _f([[3.0, 2, 1], [3.0, 2, 1], [3.0, 2, 1]])
+    report = compare_topk(_i([[0], [0], [1]]), _i([[0], [0], [0]]), scores, _i([3, 0, 3]))
+    assert [(p.row, p.code) for p in report.problems] == [(2, "mismatch")]
+    assert compare_topk(_i([[-1]]), _i([[-1]]), _f([[1.0]]), _i([0])).ok  # a zero-length row
+
+
+def test_an_unexplained_missing_position_fails_even_when_the_extra_one_is_tied() -> None:
+    # expected [0, 1] (3, 2); actual [0, 2]: 2 is tied with the boundary 2.0, 1 is missing
+    scores = _f([[3.0, 2, 2, 0]])
+    report = compare_topk(_i([[0, 3]]), _i([[0, 1]]), scores, _i([4]))
+    assert [p.code for p in report.problems] == ["mismatch"]
+    assert report.problems[0].message.endswith("; not explained by ties at the boundary")
+
+
+def test_failing_asserts_say_which_check_failed_and_hide_their_own_frame() -> None:
+    from dsakit.errors import UsageError
+    from dsakit.topk.checks import assert_topk_equal, assert_topk_valid
+
+    with pytest.raises(AssertionError) as invalid:
+        assert_topk_valid(_i([[1]]), _f([[2.0, 1]]), _i([2]), 1)
+    assert str(invalid.value).startswith("invalid top-k selection: 1 of 1 rows fail (k=1)\n")
+    with pytest.raises(AssertionError) as differ:
+        assert_topk_equal(_i([[0]]), _i([[1]]), _f([[2.0, 1]]), _i([2]))
+    assert str(differ.value).startswith("top-k selections differ: 1 of 1 rows fail (k=1)\n")
+    for raised in (invalid, differ):
+        hidden = [entry.name for entry in raised.traceback if entry.ishidden(raised)]
+        assert hidden and hidden[0] in ("assert_topk_valid", "assert_topk_equal")
+    with pytest.raises(UsageError, match=r"^top-k actual is not a tensor of numbers \("):
+        assert_topk_equal("not a tensor", _i([[1]]), _f([[2.0, 1]]), _i([2]))
+
+
+def test_candidate_overflow_checks_rows_after_a_short_one() -> None:
+    from dsakit.topk.checks import CandidateBuffer, candidate_overflow
+
+    buffer = CandidateBuffer("k", 8, 2, "k", "test")
+    row = [1.0 + i * 1e-4 for i in range(8)]  # one coarse bin, eight distinct scores
+    found = candidate_overflow(buffer, _f([[0.0] * 8, row]), _i([2, 8]), 4)
+    assert [(o.row, o.population, o.distinct) for o in found] == [(1, 8, 8)]
+
+
+def test_a_comparison_goes_on_after_a_nan_row_and_judges_zero_length_rows() -> None:
+    scores = _f([[NAN, 1.0, 2.0], [3.0, 2.0, 1.0], [1.0, 1.0, 1.0]])
+    report = compare_topk(_i([[1], [1], [0]]), _i([[2], [0], [-1]]), scores, _i([3, 3, 0]))
+    assert report.tie_swaps[0] == ([2], [1])  # a NaN row: no verdict on equality
+    assert [(p.row, p.code) for p in report.problems] == [(1, "mismatch"), (2, "mismatch")]
+
+
+def test_a_missing_position_above_the_boundary_fails_with_nothing_extra() -> None:
+    report = compare_topk(_i([[1, -1]]), _i([[0, 1]]), _f([[3.0, 2, 1]]), _i([3]))
+    assert [p.code for p in report.problems] == ["mismatch"]
+    assert report.problems[0].message == ("1 expected positions not selected, 0 selected positions not expected; "
+                                          "not explained by ties at the boundary")
