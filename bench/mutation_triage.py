@@ -16,7 +16,7 @@ _CC = "dsakit/upstream/contract_check.py"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
     (_SN, "frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame",
      "frame: Any = sys._getframe(2)  # FrameType | None once it walks past the outermost frame",
-     "_reading_frame's caller is always a StrictNode method in mocks/, which the walk skips anyway"),
+     "_reading_frame's caller is always a StrictNamespace method in mocks/, which the walk skips anyway"),
     (_SN, "return False", "return True",
      "_is_soft_read gets None only when every frame on the stack is in mocks/: some code outside read it"),
     (_SN, _SET_BY, _SET_BY.replace('real.split(" (", 1)', 'real.split(" (", 2)'),
