@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -204,3 +208,81 @@ def sglang_release_tree(request: pytest.FixtureRequest,
         return unpacked
 
     return tree
+
+
+# ---------------------------------------------------------------- a command interrupted while its test runs
+
+SLEEPER = """
+import os
+import time
+
+
+def test_sleeps():
+    with open(os.environ["SLEEPER_PIDS"], "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()}\\n")
+    time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class Interrupted:
+    returncode: int
+    output: str
+    started: list[int]  # the sleeping tests' pids
+    alive: list[int]  # of those, still running afterwards (killed by the fixture then)
+
+
+@dataclass
+class Sleepers:
+    """`suite`: a test file whose one test sleeps 300 s after writing its pid; `scratch`: the
+    command's TMPDIR. `interrupt(command, cwd, sig)` starts the command in its own session, waits
+    until `runs` sleeping tests run (`while_running()` is called then), sends `sig` to the command
+    alone (a CI cancel, `kill PID`) and returns what happened; whatever it left running is killed."""
+
+    suite: Path
+    scratch: Path
+    pids: Path
+
+    def interrupt(self, command: list[str], *, cwd: Path, sig: signal.Signals, runs: int = 2,
+                  while_running: Callable[[], None] | None = None, timeout: float = 90) -> Interrupted:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+        env.update(TMPDIR=str(self.scratch), SLEEPER_PIDS=str(self.pids))
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        started: list[int] = []
+        try:
+            deadline = time.monotonic() + 300
+            while len(started) < runs and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                started = [int(p) for p in self.pids.read_text().split()] if self.pids.is_file() else []
+            assert len(started) == runs, proc.communicate(timeout=60)[0] if proc.poll() is not None else "no run started"
+            if while_running is not None:
+                while_running()
+            proc.send_signal(sig)
+            output, _ = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            alive = [pid for pid in started if _alive(pid)]
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # the test's own cleanup where the command left them
+        return Interrupted(proc.returncode, output, started, alive)
+
+
+@pytest.fixture
+def sleepers(tmp_path: Path) -> Sleepers:
+    suite = tmp_path / "suite" / "test_sleeper.py"
+    suite.parent.mkdir()
+    suite.write_text(SLEEPER, encoding="utf-8")
+    (tmp_path / "tmp").mkdir()
+    return Sleepers(suite, tmp_path / "tmp", tmp_path / "pids.txt")

@@ -8,14 +8,12 @@ links, so nothing is copied but that file): `DeepseekSparseAttnBackend.__init__`
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -255,59 +253,19 @@ def test_a_failure_section_counts_test_x_device_beside_its_rows() -> None:
 
 # ---------------------------------------------------------------- interrupted: nothing left behind
 
-SLEEPER = """
-import os
-import time
-
-
-def test_sleeps():
-    with open(os.environ["SLEEPER_PIDS"], "a", encoding="utf-8") as out:
-        out.write(f"{os.getpid()}\\n")
-    time.sleep(300)
-"""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_an_interrupted_pr_check_ends_its_runs_and_removes_its_workdir(tmp_path: Path, sig: signal.Signals) -> None:
+def test_an_interrupted_pr_check_ends_its_runs_and_removes_its_workdir(sleepers: Any, sig: signal.Signals) -> None:
     """The signal goes to the pr-check process alone (a CI cancel, `kill PID`), not to its runs: it
     ends both runs (and what they started), removes its workdir and exits 143 / 130. Before, SIGTERM
     killed it and left the workdir and both runs behind; SIGINT waited for the runs to finish."""
     base = _installed_package().parent
-    suite = tmp_path / "suite" / "test_sleeper.py"
-    suite.parent.mkdir()
-    suite.write_text(SLEEPER, encoding="utf-8")
-    scratch, pids = tmp_path / "tmp", tmp_path / "pids.txt"
-    scratch.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    env.update(TMPDIR=str(scratch), SLEEPER_PIDS=str(pids))
-    proc = subprocess.Popen([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
-                             "--devices", "sm90", "--", str(suite)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    started: list[int] = []
-    try:
-        deadline = time.monotonic() + 300
-        while len(started) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            started = [int(p) for p in pids.read_text().split()] if pids.is_file() else []
-        assert len(started) == 2, proc.communicate(timeout=60)[0] if proc.poll() is not None else "no run started"
-        assert list(scratch.glob("dsakit-pr-check-*")), "the workdir should exist while the runs go"
-        proc.send_signal(sig)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)  # the test's own cleanup when pr-check left them
-    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), output
-    assert list(scratch.iterdir()) == [], output
-    assert [pid for pid in started if _alive(pid)] == [], output
+
+    def workdir_exists() -> None:
+        assert list(sleepers.scratch.glob("dsakit-pr-check-*")), "the workdir should exist while the runs go"
+
+    done = sleepers.interrupt([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
+                               "--devices", "sm90", "--", str(sleepers.suite)],
+                              cwd=sleepers.suite.parent.parent, sig=sig, while_running=workdir_exists, timeout=60)
+    assert done.returncode == (143 if sig == signal.SIGTERM else 130), done.output
+    assert list(sleepers.scratch.iterdir()) == [], done.output
+    assert done.alive == [], done.output

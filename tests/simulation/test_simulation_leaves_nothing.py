@@ -6,14 +6,13 @@ fails and left a `tvm-ffi-torch-c-dlpack-*` folder (its addon.cc) in $TMPDIR in 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,55 +75,14 @@ def test_the_simulation_sets_the_variable_only_while_it_lasts(tmp_path: Path) ->
     assert done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
-SLEEPER = '''
-import os
-import time
-
-
-def test_sleeps():
-    with open(os.environ["SLEEPER_PIDS"], "a", encoding="utf-8") as out:
-        out.write(f"{os.getpid()}\\n")
-    time.sleep(300)
-'''
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def test_a_fleet_stopped_by_sigterm_ends_its_device_runs_and_removes_its_folder(tmp_path: Path) -> None:
+def test_a_fleet_stopped_by_sigterm_ends_its_device_runs_and_removes_its_folder(sleepers: Any) -> None:
     """`--dsakit-device sm90,sm103` runs one child pytest per device, each in its own session. A
     SIGTERM to the fleet (a CI cancel) killed the fleet alone: both device runs went on running and
     its dsakit-fleet-* report folder stayed in $TMPDIR."""
     _needs("torch")
-    (tmp_path / "test_sleeper.py").write_text(SLEEPER, encoding="utf-8")
-    scratch, pids = tmp_path / "tmp", tmp_path / "pids.txt"
-    scratch.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    env.update(TMPDIR=str(scratch), SLEEPER_PIDS=str(pids))
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-q",
-                             "--dsakit-device=sm90,sm103", "test_sleeper.py"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    started: list[int] = []
-    try:
-        deadline = time.monotonic() + 300
-        while len(started) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            started = [int(p) for p in pids.read_text().split()] if pids.is_file() else []
-        assert len(started) == 2, "the device runs never started"
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)  # this test's own cleanup where the fleet left them
-    assert proc.returncode == 143, output
-    assert [pid for pid in started if _alive(pid)] == [], output
-    assert sorted(p.name for p in scratch.iterdir()) == [], output
+    done = sleepers.interrupt([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-q",
+                               "--dsakit-device=sm90,sm103", sleepers.suite.name],
+                              cwd=sleepers.suite.parent, sig=signal.SIGTERM)
+    assert done.returncode == 143, done.output
+    assert done.alive == [], done.output
+    assert sorted(p.name for p in sleepers.scratch.iterdir()) == [], done.output
