@@ -139,9 +139,13 @@ def parse_file(path: Path, display: str) -> SourceFile:
         if "unknown encoding" in message:
             raise UnparsableFile(f"declares an encoding Python does not know ({message}); use a codec "
                                  "name such as utf-8 or latin-1 in its coding cookie") from None
-        if "utf-8" in message.lower() or "encoding" in message.lower() or "unicode" in message.lower():
+        encoding = _undecodable_as(data)
+        if encoding in ("utf-8", "utf-8-sig"):
             raise UnparsableFile(f"is not UTF-8 and declares no other encoding ({message}); save it as "
                                  "UTF-8 or add a coding cookie such as '# -*- coding: latin-1 -*-'") from None
+        if encoding is not None:
+            raise UnparsableFile(f"is not {encoding}, the encoding its coding cookie declares ({message}); "
+                                 "save it in that encoding or declare the one it is in") from None
         raise UnparsableFile(f"has a syntax error at line {error.lineno}: {message}") from None
     except (ValueError, LookupError) as error:  # an unknown codec in the cookie, NUL bytes (3.11)
         raise UnparsableFile(f"cannot be decoded as Python source ({error})") from None
@@ -153,6 +157,23 @@ def parse_file(path: Path, display: str) -> SourceFile:
                 imports[alias.asname or alias.name] = alias.name
                 modules[alias.asname or alias.name] = "." * node.level + (node.module or "")
     return SourceFile(path, display, tree, imports, modules)
+
+
+def _undecodable_as(data: bytes) -> str | None:
+    """The encoding Python reads `data` in (its coding cookie, else UTF-8) when the bytes are not
+    valid in it; None when they decode (a syntax error is then the source's own, e.g. a bad escape)."""
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:  # its first two lines are not UTF-8 and name no encoding (an unknown one is caught before)
+        return "utf-8"
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError:
+        return encoding
+    return None
 
 
 class SuiteIndex:

@@ -357,6 +357,9 @@ def test_candidates_are_runner_classes_subclasses_and_runner_named_values(tmp_pa
     (b"def f(:\n", "has a syntax error at line 1: invalid syntax"),
     (b"x = '\xe9'\n", "is not UTF-8 and declares no other encoding ("),
     (b"# -*- coding: no-such-codec -*-\nx = 1\n", "declares an encoding Python does not know ("),
+    # a bad escape in valid UTF-8 is a syntax error of the source (was called "not UTF-8")
+    (b"x = '\\N{NO SUCH NAME}'\n", "has a syntax error at line 1: (unicode error) 'unicodeescape' codec"),
+    (b"# -*- coding: ascii -*-\nx = '\xe9'\n", "is not ascii, the encoding its coding cookie declares ("),
 ])
 def test_what_cannot_be_parsed_says_why(tmp_path: Path, data: bytes, message: str) -> None:
     path = tmp_path / "bad.py"
