@@ -96,7 +96,10 @@ def explain_read(path: str | Path, line: int, attribute: str,
     here = [r for r in reads if r.site.line == line and Path(release.package_dir.parent, r.site.file) == file]
     wanted = attribute.strip(".")
     matching = ([r for r in here if r.path == wanted]
-                or [r for r in here if r.path.endswith("." + wanted) or r.path.split(".")[-1] == wanted])
+                or [r for r in here if r.path.endswith("." + wanted) or r.path.split(".")[-1] == wanted]
+                # the missing name is a namespace the read goes through (model_runner.model_config.x
+                # on a runner without model_config, or a model_config without hf_config): that read
+                or [r for r in here if f".{wanted}." in f".{r.path}."])
     if not matching:
         return None
     read = min(matching, key=lambda r: (r.soft, len(r.guards), len(r.via)))

@@ -52,6 +52,22 @@ def test_guarded_read_is_worded_as_the_audit_words_it() -> None:
     assert h200 is not None and h200.fires_on == () and "only with self.dsa_decode_impl == 'trtllm' on sm90" in h200.text
 
 
+def test_a_missing_namespace_is_explained_by_the_read_through_it() -> None:
+    """A runner without model_config fails at `model_runner.model_config.context_len` with an
+    AttributeError naming model_config: the explanation is that read's."""
+    release = _installed()
+    path = release.file(DSA_BACKEND_FILE)
+    lines = sorted(node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+                   and node.value.attr == "model_config" and isinstance(node.value.value, ast.Name)
+                   and node.value.value.id == "model_runner")
+    assert lines, f"no model_runner.model_config.<x> in {path}"
+    found = explain_read(path, lines[0], "model_config")
+    assert found is not None and found.attribute.startswith("model_config."), found
+    assert found.site == f"sglang/{DSA_BACKEND_FILE}:{lines[0]}"
+    assert explain_read(path, lines[0], "model_conf") is None  # a prefix of a name is not its namespace
+
+
 def test_unconditional_read_and_what_is_not_a_read() -> None:
     release = _installed()
     if not release.has("topk-role-split"):

@@ -134,14 +134,17 @@ def _line_reading(path: Path, dotted: str) -> int:
     return lines[0]
 
 
-def test_explain_matches_a_dotted_tail_and_only_a_tail(installed_sglang: SGLangRelease) -> None:
+def test_explain_matches_a_dotted_tail_or_a_namespace_read_through_and_nothing_else(installed_sglang: SGLangRelease) -> None:
     path = installed_sglang.file(DSA_BACKEND_FILE)
     line = _line_reading(path, "model_config.hf_config.architectures")
     for attribute in ("model_config.hf_config.architectures", "hf_config.architectures", "architectures",
                       ".architectures."):
         found = explain_read(path, line, attribute)
         assert found is not None and found.attribute == "model_config.hf_config.architectures", attribute
-    for attribute in ("hf_config", "model_config", "Xarchitectures", "config.architectures"):
+    for attribute in ("hf_config", "model_config", "model_config.hf_config"):  # a namespace it reads through
+        found = explain_read(path, line, attribute)
+        assert found is not None and found.attribute == "model_config.hf_config.architectures", attribute
+    for attribute in ("Xarchitectures", "config.architectures", "model_conf", "hf_config.arch"):
         assert explain_read(path, line, attribute) is None, attribute
 
 
