@@ -286,3 +286,26 @@ def sleepers(tmp_path: Path) -> Sleepers:
     suite.write_text(SLEEPER, encoding="utf-8")
     (tmp_path / "tmp").mkdir()
     return Sleepers(suite, tmp_path / "tmp", tmp_path / "pids.txt")
+
+
+# ---------------------------------------------------------------- a golden written by --snapshot-update
+
+
+@pytest.fixture(scope="session")
+def snapshot_update_golden(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
+    """`golden(module, suite)`: the `.topksel` golden that one complete `--snapshot-update` run of
+    `suite` (saved as `<module>.py` in a new folder, simulated cpu) writes."""
+    from dsakit.pytest_invocation import plugin_args
+
+    def run(module: str, suite: str) -> Path:
+        project = tmp_path_factory.mktemp(module)
+        (project / f"{module}.py").write_text(suite, encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+        done = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider",
+                               "--dsakit-device=cpu", "--snapshot-update"],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (golden,) = (project / "__snapshots__" / module).glob("*.topksel")
+        return golden
+
+    return run

@@ -5,9 +5,8 @@ and --dsakit-report survive (syrupy's own reader used to raise inside the sessio
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -32,16 +31,10 @@ def test_sel(selection_snapshot):
 
 
 @pytest.fixture(scope="module")
-def updated_golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
+def updated_golden(snapshot_update_golden: Callable[[str, str], Path]) -> tuple[str, bytes]:
     """(name, bytes) of the golden one `--snapshot-update` run of SUITE writes, run once for both
     cases below (the bytes do not depend on the folder)."""
-    project = tmp_path_factory.mktemp("damage-golden")
-    (project / "test_sel.py").write_text(SUITE, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu",
-                           "--snapshot-update"], cwd=project, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (golden,) = (project / "__snapshots__" / "test_sel").glob("*.topksel")
+    golden = snapshot_update_golden("test_sel", SUITE)
     return golden.name, golden.read_bytes()
 
 

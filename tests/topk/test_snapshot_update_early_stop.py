@@ -7,10 +7,8 @@ cleanup off unless the update ran its whole selection with no failure, and says 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,16 +74,10 @@ def _update(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 @pytest.fixture(scope="module")
-def first_update(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
+def first_update(snapshot_update_golden: Callable[[str, str], Path]) -> tuple[str, bytes]:
     """(name, bytes) of the golden a first, complete `--snapshot-update` of SUITE writes: run once
     for the tests below (the bytes do not depend on the folder)."""
-    project = tmp_path_factory.mktemp("early-stop-goldens")
-    (project / "test_goldens.py").write_text(SUITE, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    first = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu",
-                            "--snapshot-update"], cwd=project, env=env, capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    (golden,) = (project / "__snapshots__" / "test_goldens").glob("*.topksel")
+    golden = snapshot_update_golden("test_goldens", SUITE)
     assert re.findall(r"^# name: (\S+)", golden.read_text(), re.M) == ALL
     return golden.name, golden.read_bytes()
 
