@@ -124,7 +124,12 @@ def runner_site(attribute: str, release: SGLangRelease | None = None,
     """Where the real ModelRunner of `release` (default: the SGLang imported here) sets `attribute`
     (its first dotted part; a ServerArgs field below server_args). Never raises: a missing SGLang or
     a release the table lacks becomes a phrase."""
-    table = table or load_table()
+    if table is None:
+        try:
+            table = load_table()
+        except (OSError, ValueError, UsageError) as error:  # a broken install: a phrase, not a traceback
+            return RunnerSite(f"unknown (cannot read dsakit's table of ModelRunner sites: {error}; "
+                              "reinstall dsakit)")
     known = ", ".join(releases(table))
     if release is None:
         try:
@@ -134,8 +139,9 @@ def runner_site(attribute: str, release: SGLangRelease | None = None,
                               f"has SGLang {known})")
     row = table["releases"].get(release.version)
     if row is None:
-        return RunnerSite(f"unknown: dsakit's table of ModelRunner sites has SGLang {known}, not "
-                          f"{release.version} (`dsakit contract check` reads this tree)")
+        which = "this tree's version is unknown" if release.version == "unknown" else f"not {release.version}"
+        return RunnerSite(f"unknown: dsakit's table of ModelRunner sites has SGLang {known}, {which} "
+                          "(`dsakit contract check` reads this tree)")
     name = attribute.split(".", 1)[0]
     answer = _runner_phrase(name, attribute, row, release.version)
     changed = _differing(release, row["runner_files"])

@@ -222,3 +222,15 @@ def test_the_wheel_and_the_sdist_carry_the_table(built_wheel: Path, built_sdist:
     assert json.loads(wheel.read("dsakit/contracts/runner_sites.json")) == runner_sites.load_table()
     with tarfile.open(built_sdist) as sdist:
         assert any(name.endswith("/contracts/runner_sites.json") for name in sdist.getnames())
+
+
+def test_an_unreadable_table_is_a_phrase_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of the mock stays an AttributeError (getattr defaults keep working) on a broken install."""
+    broken = tmp_path / "runner_sites.json"
+    broken.write_text('{"format": 0, "releases": {}}', encoding="utf-8")
+    read = runner_sites.load_table.__wrapped__  # uncached: the real loader on the broken file
+    monkeypatch.setattr(runner_sites, "load_table", lambda: read(broken))
+    message = _read(dsakit.MockModelRunner("target"), "mem_fraction_static")
+    assert (f"the real ModelRunner: unknown (cannot read dsakit's table of ModelRunner sites: {broken}: format 0, "
+            "expected 1: regenerate it with `python scripts/runner_sites.py --write`; reinstall dsakit). ") in message
+    assert getattr(dsakit.MockModelRunner("target"), "no_such_thing", "default") == "default"
