@@ -109,12 +109,13 @@ def _runner_phrase(name: str, attribute: str, row: dict[str, Any], version: str)
     return RunnerSite(f"{declared} (ServerArgs field {field}; ModelRunner sets server_args at {site})", declared)
 
 
-def _as_released(answer: RunnerSite, version: str, changed: list[str]) -> RunnerSite:
-    """The released answer, worded as no more than that: this tree's files differ from the release's."""
+def _as_released(answer: RunnerSite, name: str, attribute: str, row: dict[str, Any], version: str,
+                 changed: list[str]) -> RunnerSite:
+    """The released answer, worded as no more than that: this tree's files differ from the release's
+    (a PR tree may set what the release never does, so "never sets it" is not claimed of it)."""
     differs = f"this tree's {', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} ({_CHECK})"
-    never = "the real ModelRunner never sets "
-    if answer.phrase.startswith(never):
-        it = answer.phrase[len(never):].split(" (", 1)[0]
+    if not any(name in sites for sites in row["runner"].values()):
+        it = "it" if name == attribute else name
         return RunnerSite(f"SGLang {version}'s released ModelRunner never sets {it}; {differs}")
     return RunnerSite(f"{answer.phrase} in SGLang {version} as released; {differs}", answer.set_by)
 
@@ -147,4 +148,4 @@ def runner_site(attribute: str, release: SGLangRelease | None = None,
     changed = _differing(release, row["runner_files"])
     if name == "server_args" and name != attribute:
         changed += _differing(release, row["server_args_files"], server_args_files(release))
-    return _as_released(answer, release.version, changed) if changed else answer
+    return _as_released(answer, name, attribute, row, release.version, changed) if changed else answer

@@ -102,11 +102,34 @@ def test_an_attribute_the_runner_sets_is_worded_with_its_site_and_method(install
     message = _read(dsakit.MockModelRunner("target"), "mem_fraction_static")
     assert f"the real ModelRunner: {site} (ModelRunner sets it in ModelRunner.__init__). " in message
     assert f'set_by = "{site}"  # or "backend"' in message
+    forward = runner_sites.runner_site("forward")  # a method: the class defines it
+    assert forward == runner_sites.RunnerSite(
+        f"{runner_assignments(installed_sglang)['forward']} (ModelRunner defines it: ModelRunner.forward)",
+        str(runner_assignments(installed_sglang)["forward"]))
 
 
 def test_an_attribute_the_runner_never_sets_says_so_naming_the_release(installed_sglang: SGLangRelease) -> None:
     message = _read(dsakit.MockModelRunner("target"), "no_such_thing")
     assert f"the real ModelRunner: the real ModelRunner never sets it (SGLang {installed_sglang.version}). " in message
+
+
+def test_a_dotted_attribute_is_worded_by_its_parent_or_its_serverargs_field(installed_sglang: SGLangRelease) -> None:
+    from dsakit.upstream.source_scan import runner_assignments, server_args_fields
+
+    sets = runner_assignments(installed_sglang)
+    field = server_args_fields(installed_sglang)["dsa_decode_backend"]
+    declared = runner_sites.runner_site("server_args.dsa_decode_backend")
+    assert declared == runner_sites.RunnerSite(
+        f"{field} (ServerArgs field dsa_decode_backend; ModelRunner sets server_args at {sets['server_args']})",
+        str(field))
+    assert runner_sites.runner_site("server_args.bogus_arg.x") == runner_sites.RunnerSite(
+        f"not a ServerArgs field: SGLang {installed_sglang.version} declares no server_args.bogus_arg "
+        f"(ModelRunner sets server_args itself at {sets['server_args']})")
+    assert runner_sites.runner_site("model_config.context_len") == runner_sites.RunnerSite(
+        f"ModelRunner sets model_config at {sets['model_config']} (in ModelRunner.__init__); where "
+        "model_config.context_len is set is not in dsakit's table")
+    assert runner_sites.runner_site("no_such.child").phrase == (
+        f"the real ModelRunner never sets no_such (SGLang {installed_sglang.version})")
 
 
 def test_an_unchanged_copy_of_the_release_is_worded_as_the_release(
@@ -234,3 +257,32 @@ def test_an_unreadable_table_is_a_phrase_not_a_traceback(tmp_path: Path, monkeyp
     assert (f"the real ModelRunner: unknown (cannot read dsakit's table of ModelRunner sites: {broken}: format 0, "
             "expected 1: regenerate it with `python scripts/runner_sites.py --write`; reinstall dsakit). ") in message
     assert getattr(dsakit.MockModelRunner("target"), "no_such_thing", "default") == "default"
+
+
+_READ = """
+import dsakit
+try:
+    dsakit.MockModelRunner("target").prefill_shared_read_stager
+except dsakit.ContractViolation as error:
+    print("MESSAGE", str(error).split(". If your backend", 1)[0])
+"""
+
+
+def test_the_site_is_the_imported_releases(sglang_release_tree: Tree, installed_sglang: SGLangRelease) -> None:
+    """0.5.21 on PYTHONPATH over the venv's SGLang: its ModelRunner sets prefill_shared_read_stager,
+    0.5.23's does not; the mock words the release that is imported (nothing of it is imported)."""
+    import os
+
+    tree = sglang_release_tree("0.5.21")
+    site = next(f"{file}:{sites['prefill_shared_read_stager'][0]}"
+                for file, sites in runner_sites.load_table()["releases"]["0.5.21"]["runner"].items()
+                if "prefill_shared_read_stager" in sites)
+    here = runner_sites.runner_site("prefill_shared_read_stager", installed_sglang).phrase
+    assert here == f"the real ModelRunner never sets it (SGLang {installed_sglang.version})"
+    over = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tree)])}
+    for env, expected in ((over, f"the real ModelRunner: {site} (ModelRunner sets it in "),
+                          (None, f"the real ModelRunner: {here}\n")):
+        done = subprocess.run([sys.executable, "-c", _READ], capture_output=True, text=True, timeout=120,
+                              env=env, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert expected in done.stdout, done.stdout
