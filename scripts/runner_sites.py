@@ -92,7 +92,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="dsakit-runner-sites-") as temp:
         fresh = table(rows(SUPPORTED_RELEASES, trees, args.downloads or Path(temp)))
     if args.write:
-        TABLE.write_text(render(fresh), encoding="utf-8")
+        from dsakit.output_paths import output_file
+
+        output_file(TABLE, "the runner-site table").write_text(render(fresh))  # atomic: whole or the old one
         print(f"wrote {TABLE.relative_to(ROOT)}: SGLang {', '.join(fresh['releases'])}")
         return 0
     current = json.loads(TABLE.read_text(encoding="utf-8"))["releases"]
