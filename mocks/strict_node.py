@@ -1,7 +1,8 @@
 """A strict namespace: exposes exactly the contract entries below one path, nothing else.
 
 Undeclared reads raise `ContractViolation` (an AttributeError) naming the attribute, the reading
-site and where the real ModelRunner sets it; soft getattr/hasattr reads are logged. Writes are
+site and where the real ModelRunner sets it (the declared table, `dsakit.contracts.runner_sites`;
+never a scan of SGLang source); soft getattr/hasattr reads are logged. Writes are
 type-checked, undeclared writes refused. Defaults and nested namespaces are built on first read.
 (`StrictNamespace`: "node" means a GPU node; the file keeps its name while mutation runs use it.)
 """
@@ -13,12 +14,15 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory, Role, type_matches
 from dsakit.errors import ContractViolation, UsageError
 from dsakit.call_site import call_site
 from dsakit.mocks import read_log
+
+if TYPE_CHECKING:
+    from dsakit.contracts.runner_sites import RunnerSite
 
 _MOCKS_DIR = str(Path(__file__).parent) + "/"  # where dsakit.mocks' code runs from: frames to skip
 _SOFT_READ = r"""\b(getattr|hasattr)\s*\([^()]*?,\s*['"]{name}['"]"""
@@ -39,11 +43,11 @@ def _is_soft_read(frame: Any, name: str) -> bool:
     return re.search(_SOFT_READ.format(name=re.escape(name)), line) is not None
 
 
-def _how_to_declare(path: str, real: str, site: str, written: bool) -> str:
+def _how_to_declare(path: str, real: RunnerSite, site: str, written: bool) -> str:
     from dsakit.contract_extension import SET_BY_BACKEND, declaration_example
 
-    set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"
-    if written and ":" not in real.split(" ", 1)[0]:
+    set_by = real.set_by or "<file:line where the real ModelRunner sets it>"
+    if written and real.set_by is None:
         set_by = SET_BY_BACKEND  # the code writing it is what sets it: the real runner never does
     reader = site.rsplit(" in ", 1)[1] if " in " in site else "MyBackend.__init__"
     return (
@@ -209,8 +213,8 @@ class StrictNamespace:
         _check_type(entry, self._dsakit_role, value, what)
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
+        from dsakit.contracts.runner_sites import runner_site
         from dsakit.upstream.device_simulation import active_simulation
-        from dsakit.upstream.source_scan import runner_site
 
         path = self._full(name)
         site = call_site(frame)
@@ -220,7 +224,8 @@ class StrictNamespace:
         on = f" on simulated {device} ({simulated.name})" if simulated is not None else ""
         role = self._dsakit_role.value
         read_log.record(read_log.ContractRead(kind, role, path, site))
-        real = runner_site(path)
+        found = runner_site(path)  # the declared table (contracts/runner_sites.json): no SGLang source is parsed
+        real = found.phrase
         if kind == read_log.OMITTED:
             entry = self._dsakit_contract.get(path)
             readers = "; ".join(entry.readers) if entry and entry.readers else "see the contract"
@@ -232,13 +237,13 @@ class StrictNamespace:
         elif kind == read_log.WRITE:
             message = (
                 f"cannot set model_runner.{path} (role={role}) at {site}{on}: not in the dsakit role contract "
-                f"(the real ModelRunner: {real}). {_how_to_declare(path, real, site, written=True)}"
+                f"(the real ModelRunner: {real}). {_how_to_declare(path, found, site, written=True)}"
             )
             code = "contract-undeclared-write"
         else:
             message = (
                 f"model_runner.{path} is not in the dsakit role contract (role={role}): read at {site}{on}; "
-                f"the real ModelRunner: {real}. {_how_to_declare(path, real, site, written=False)}"
+                f"the real ModelRunner: {real}. {_how_to_declare(path, found, site, written=False)}"
             )
             code = "contract-undeclared-read"
         return ContractViolation(message, attribute=path, code=code, reading_site=site, device=device)

@@ -211,6 +211,31 @@ def runner_assignments(release: SGLangRelease, *, on_self: bool = True) -> dict[
     return sites
 
 
+def _owner(cls: ast.ClassDef, line: int) -> str:
+    """`Class.method` whose body holds `line` (a method's own `def` line included), else `Class`."""
+    for item in cls.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                item.lineno <= line <= (item.end_lineno or item.lineno):
+            return f"{cls.name}.{item.name}"
+    return cls.name
+
+
+@functools.lru_cache(maxsize=16)
+def runner_owners(release: SGLangRelease) -> dict[str, str]:
+    """For each name `runner_assignments` finds: the method (`ModelRunner.__init__`) or class body
+    (`ModelRunner`) of its first site, in the same class order."""
+    owners: dict[str, str] = {}
+    for _, cls in _runner_classes(release):
+        for name, line in _class_assignments(cls).items():
+            owners.setdefault(name, _owner(cls, line))
+    return owners
+
+
+def runner_files(release: SGLangRelease) -> tuple[str, ...]:
+    """The files `runner_assignments` reads: model_runner.py and those of its bases and mixins."""
+    return tuple(dict.fromkeys(file.relative for file, _ in _runner_classes(release)))
+
+
 @functools.lru_cache(maxsize=8)
 def server_args_fields(release: SGLangRelease) -> dict[str, SourceSite]:
     """ServerArgs fields (annotated class-body names) with their declaring line: the `ServerArgs`

@@ -86,7 +86,7 @@ _UNKNOWN_SET_BY = 'set_by = "<file:line where the real ModelRunner sets it>"  # 
 
 
 def test_an_undeclared_read_says_where_it_was_read_where_the_runner_sets_it_and_how_to_declare_it() -> None:
-    from dsakit.upstream.source_scan import runner_site
+    from dsakit.contracts.runner_sites import runner_site  # the declared table the mock words
 
     runner = dsakit.MockModelRunner("target")
     with pytest.raises(dsakit.ContractViolation) as raised:
@@ -96,12 +96,12 @@ def test_an_undeclared_read_says_where_it_was_read_where_the_runner_sets_it_and_
     assert __name__.rpartition(".")[2] + ".py:" in site
     assert str(raised.value) == (
         f"model_runner.no_such_thing is not in the dsakit role contract (role=target): read at {site}; "
-        f"the real ModelRunner: {runner_site('no_such_thing')}. "
+        f"the real ModelRunner: {runner_site('no_such_thing').phrase}. "
         + _declaration("no_such_thing", site.rsplit(" in ", 1)[1], _UNKNOWN_SET_BY))
 
 
 def test_an_undeclared_write_of_what_no_runner_sets_is_declared_as_set_by_the_backend() -> None:
-    from dsakit.upstream.source_scan import runner_site
+    from dsakit.contracts.runner_sites import runner_site  # the declared table the mock words
 
     runner = dsakit.MockModelRunner("draft")
     with pytest.raises(dsakit.ContractViolation) as raised:
@@ -110,7 +110,7 @@ def test_an_undeclared_write_of_what_no_runner_sets_is_declared_as_set_by_the_ba
     assert (raised.value.code, raised.value.attribute) == ("contract-undeclared-write", "model_config.no_such")
     assert str(raised.value) == (
         f"cannot set model_runner.model_config.no_such (role=draft) at {site}: not in the dsakit role "
-        f"contract (the real ModelRunner: {runner_site('model_config.no_such')}). "
+        f"contract (the real ModelRunner: {runner_site('model_config.no_such').phrase}). "
         + _declaration("model_config.no_such", site.rsplit(" in ", 1)[1],
                        'set_by = "backend"             # your backend sets it itself'))
 
