@@ -64,13 +64,13 @@ def explain(read: MissingRead, devices: dict[str, Any]) -> str:
     """The failure's sentence: what is missing where, `dsakit audit`'s wording of the read (guard and
     devices it fires on), and where the real ModelRunner sets it."""
     from dsakit.audit.explain import explain_read
-    from dsakit.upstream.source_scan import runner_site
+    from dsakit.contracts.runner_sites import runner_site  # the mock's wording: one table per fact
 
     lines = [f"model_runner.{read.path} is missing on {read.holder}: read at {read.site}"]
     worded = explain_read(read.file, read.line, read.path, devices.values())
     lines.append(f"  {worded.text}" if worded is not None
                  else "  (not a read dsakit's source scan knows: no guard to evaluate)")
-    lines.append(f"  the real ModelRunner: {runner_site(read.path)}")
+    lines.append(f"  the real ModelRunner: {runner_site(read.path).phrase}")
     lines.append(f"  `dsakit audit <this test file>` finds it without running; add `{read.path.split('.')[0]}` "
                  "to the mock, or build it from dsakit.MockModelRunner")
     return "\n".join(lines)
