@@ -112,6 +112,7 @@ def four_workers_auto(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.
            if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR", "DSAKIT_DEVICE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")}
     env.update(DSAKIT_GPU_COUNT="2", PIN_OUT=str(out), HOME=str(project), PY_COLORS="0")
     done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:randomly", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}",  # as runpytest_subprocess: inside this folder
                            "-n", "auto", "--dsakit-workers-per-gpu", "2", "--dsakit-split-threads"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     result = pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
