@@ -73,7 +73,8 @@ def first_update(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     project = tmp_path_factory.mktemp("selection-golden")
     (project / "test_sel_mod.py").write_text(MODULE.strip() + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--snapshot-update"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}", "--snapshot-update"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, (project / GOLDEN).read_text(encoding="utf-8")
@@ -96,7 +97,8 @@ def check_with_the_golden(tmp_path_factory: pytest.TempPathFactory, updated_gold
     (project / GOLDEN).write_text(updated_golden, encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
 
@@ -165,7 +167,8 @@ def scenario_run(tmp_path_factory: pytest.TempPathFactory, updated_golden: str) 
         golden.write_text(updated_golden, encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}", "-rA"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     lines = done.stdout.splitlines()
     outcomes = {_scenario_module(s): {"passed": 0, "failed": 0} for s in SCENARIOS}
