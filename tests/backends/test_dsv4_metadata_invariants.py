@@ -13,7 +13,13 @@ from dsakit.backends.dsv4_invariants import check_dsv4_core_metadata, check_dsv4
 from dsakit.backends.batch_builder import BatchShape, place_requests, slot_capacity
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("sglang.srt.layers.attention.deepseek_v4_backend")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _deepseek_v4_backend() -> None:
+    """Imported when these tests run, not when the module is collected: every xdist worker collects
+    all of tests/, and this import is ~8 CPU-s of SGLang that only the worker running them needs."""
+    pytest.importorskip("sglang.srt.layers.attention.deepseek_v4_backend")
 
 SHAPE = BatchShape("extend", (100, 136, 256, 300), prefix_lens=(0, 128, 240, 256))
 

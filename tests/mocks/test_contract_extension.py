@@ -4,7 +4,6 @@ fixtures, `MockModelRunner`, the violation message and `dsakit contract check --
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -126,8 +125,13 @@ def test_bad_declaration_fails_the_pytest_run_before_collection(pytester: pytest
 
 
 def _check(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsakit", "contract", "check", *args], cwd=project,
-                          capture_output=True, text=True, timeout=120)
+    """`dsakit contract check ARGS` from `project`, in this process: the check is static (no torch,
+    no SGLang import) and reads the project's pyproject.toml by path and mtime, so the installed
+    SGLang is scanned once per worker instead of once per call (test_contract_check.py: the same,
+    and its one run through `python -m dsakit`)."""
+    from tests.conftest import _dsakit_in_process
+
+    return _dsakit_in_process(project, "contract", "check", *args)
 
 
 def test_contract_check_scans_the_suites_own_backend(tmp_path: Path) -> None:

@@ -92,8 +92,35 @@ def test_two_workers_get_distinct_gpus(pytester: pytest.Pytester, tmp_path: Path
     assert single
 
 
-def test_four_workers_two_per_gpu(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    result, seen = _run(pytester, tmp_path, "-n", "4", "--dsakit-workers-per-gpu", "2", "--dsakit-split-threads")
+@pytest.fixture(scope="module")
+def four_workers_auto(tmp_path_factory: pytest.TempPathFactory) -> tuple[pytest.RunResult, list[dict]]:
+    """One `-n auto --dsakit-workers-per-gpu 2 --dsakit-split-threads` run on the simulated 2-GPU
+    node, for test_four_workers_two_per_gpu and test_n_auto_is_gpus_times_workers_per_gpu: auto
+    must come out as 2 GPUs x 2 = 4 workers, and those 4 workers pin and split as an explicit -n 4
+    would (explicit -n is what test_two_workers_get_distinct_gpus and test_oversubscription_warns
+    run). As `_run`, but outside a pytester (module scope), with pytester's environment changes."""
+    import os
+    import subprocess
+    import sys
+
+    project = tmp_path_factory.mktemp("four-workers")
+    out = project / "seen"
+    out.mkdir()
+    (project / "test_pin.py").write_text(SUITE, encoding="utf-8")
+    (project / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR", "DSAKIT_DEVICE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")}
+    env.update(DSAKIT_GPU_COUNT="2", PIN_OUT=str(out), HOME=str(project), PY_COLORS="0")
+    done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:randomly", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}",  # as runpytest_subprocess: inside this folder
+                           "-n", "auto", "--dsakit-workers-per-gpu", "2", "--dsakit-split-threads"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    result = pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
+    return result, [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+
+
+def test_four_workers_two_per_gpu(four_workers_auto: tuple[pytest.RunResult, list[dict]]) -> None:
+    result, seen = four_workers_auto
     result.assert_outcomes(passed=9, skipped=1)
     mapping = {r["worker"]: r["cvd"] for r in seen if r["cvd"] and "," not in r["cvd"]}
     assert {w: mapping[w] for w in sorted(mapping)} == {w: {"gw0": "0", "gw1": "1", "gw2": "0", "gw3": "1"}[w]
@@ -131,8 +158,8 @@ def test_outer_restriction_is_respected(pytester: pytest.Pytester, tmp_path: Pat
     assert {r["cvd"] for r in seen if "," in (r["cvd"] or "")} <= {"2,3", "3,2"}
 
 
-def test_n_auto_is_gpus_times_workers_per_gpu(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    result, seen = _run(pytester, tmp_path, "-n", "auto", "--dsakit-workers-per-gpu", "2")
+def test_n_auto_is_gpus_times_workers_per_gpu(four_workers_auto: tuple[pytest.RunResult, list[dict]]) -> None:
+    result, _ = four_workers_auto
     result.stdout.fnmatch_lines(["*4 workers*"])
 
 

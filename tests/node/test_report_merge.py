@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +48,11 @@ def _run(pytester: pytest.Pytester, name: str, *args: str) -> Path:
 
 
 def _merge(pytester: pytest.Pytester, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsakit", "report", "merge", *map(str, args)],
-                          cwd=pytester.path, capture_output=True, text=True, check=False)
+    """`dsakit report merge ARGS`, in this process: it reads JSON files only (no torch, no SGLang,
+    no process-global state), so a child interpreter per call (~0.2 CPU-s each) buys nothing."""
+    from tests.conftest import _dsakit_in_process
+
+    return _dsakit_in_process(pytester.path, "report", "merge", *map(str, args))
 
 
 def _shards(pytester: pytest.Pytester, *extra: str) -> list[Path]:

@@ -16,8 +16,13 @@ import pytest
 from dsakit.gates.device_model import simulated_model
 from dsakit.node.rerun import ci_registrations, runs_as_script
 
+# rerun-test reads the registration statically, never by importing the file. Only UNITTEST_STYLE
+# imports SGLang's ci_register (~6 CPU-s per child: `import sglang`): its `python FILE` run is the
+# one where nothing but that import shows the child got this interpreter's packages (unittest is
+# stdlib); this file's `-m pytest` run shows it by loading pytest and `-p dsakit.plugin`.
 PYTEST_STYLE = """
-from sglang.test.ci.ci_register import register_cpu_ci, register_cuda_ci
+def register_cuda_ci(**kw): pass
+def register_cpu_ci(*args, **kw): pass
 
 register_cuda_ci(est_time=30, stage="base-b", runner_config="1-gpu-small")
 register_cpu_ci(5, "base-a-test-cpu")

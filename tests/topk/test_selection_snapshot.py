@@ -65,17 +65,42 @@ def mod(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.fixture(scope="module")
-def updated_golden(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The golden one `--snapshot-update` run of MODULE writes (4 passed), run once for the tests
+def first_update(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """(stdout, golden) of one `--snapshot-update` run of MODULE in a folder with no golden yet,
+    run once for test_update_then_pass_with_tie_aware_match (which checks that run) and the tests
     that start from a stored golden: the bytes do not depend on the folder or the run
     (test_golden_of_an_older_format_must_be_regenerated writes them again and compares)."""
     project = tmp_path_factory.mktemp("selection-golden")
     (project / "test_sel_mod.py").write_text(MODULE.strip() + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--snapshot-update"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}", "--snapshot-update"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 and "4 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
-    return (project / GOLDEN).read_text(encoding="utf-8")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout, (project / GOLDEN).read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def updated_golden(first_update: tuple[str, str]) -> str:
+    """The golden one `--snapshot-update` run of MODULE writes (4 passed)."""
+    return first_update[1]
+
+
+@pytest.fixture(scope="module")
+def check_with_the_golden(tmp_path_factory: pytest.TempPathFactory, updated_golden: str) -> pytest.RunResult:
+    """A plain run of MODULE with the golden `--snapshot-update` wrote on disk, once for
+    test_update_then_pass_with_tie_aware_match and test_golden_of_an_older_format_must_be_regenerated
+    (whose regenerated golden is byte for byte that golden: the same files, the same run)."""
+    project = tmp_path_factory.mktemp("selection-check")
+    (project / "test_sel_mod.py").write_text(MODULE.strip(), encoding="utf-8")  # as makepyfile
+    (project / GOLDEN).parent.mkdir(parents=True)
+    (project / GOLDEN).write_text(updated_golden, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
 
 
 def _store(pytester: pytest.Pytester, golden: str) -> None:
@@ -96,18 +121,82 @@ def _run(pytester: pytest.Pytester, *args: str, monkeypatch: pytest.MonkeyPatch 
         return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
-def test_update_then_pass_with_tie_aware_match(mod: pytest.Pytester) -> None:
-    result = _run(mod, "--snapshot-update")
+def test_update_then_pass_with_tie_aware_match(first_update: tuple[str, str],
+                                               check_with_the_golden: pytest.RunResult) -> None:
     # goldens are written at session end; a path that finds none on disk yet writes the golden
     # of dsakit's reference top-k (the same normal form as the reference path's)
-    result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*2 snapshots generated*"])
-    text = (mod.path / GOLDEN).read_text()
+    stdout, text = first_update
+    update = pytest.RunResult(0, stdout.splitlines(), [], 0.0)
+    update.assert_outcomes(passed=4)
+    update.stdout.fnmatch_lines(["*2 snapshots generated*"])
     assert "# name: test_sel[tiny-a]" in text and "# name: test_sel[tiny-b]" in text
     assert "tensor" not in text and "device" not in text and "other" not in text
-    result = _run(mod)
+    result = check_with_the_golden
     result.assert_outcomes(passed=4)  # "other" chose another tied member: still matches
     result.stdout.fnmatch_lines(["*2 snapshots passed*"])  # syrupy counts names: one per case
+
+
+# One run for the four scenarios that start from the stored golden and change what the run sees
+# (the picks of "other", or the scores): MODULE once per scenario, the scenario written into the
+# copy instead of read from $SCENARIO, each copy with its own golden. Each test below reads the
+# outcomes and the failure sections of its own copy.
+SCENARIOS = ("planted", "swapped", "dropped", "new-scores")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScenarioRun:
+    result: pytest.RunResult
+    sections: dict[str, list[str]]  # per copy: the lines of its failure sections
+    outcomes: dict[str, dict[str, int]]  # per copy: {"passed": n, "failed": n}
+
+
+def _scenario_module(scenario: str) -> str:
+    return f"test_sel_{scenario.replace('-', '_')}"
+
+
+@pytest.fixture(scope="module")
+def scenario_run(tmp_path_factory: pytest.TempPathFactory, updated_golden: str) -> ScenarioRun:
+    project = tmp_path_factory.mktemp("selection-scenarios")
+    for scenario in SCENARIOS:
+        name = _scenario_module(scenario)
+        source = MODULE.replace('os.environ.get("SCENARIO")', repr(scenario))
+        assert source.count(repr(scenario)) == 2, "MODULE reads $SCENARIO in two places"
+        (project / f"{name}.py").write_text(source, encoding="utf-8")
+        golden = project / "__snapshots__" / name / GOLDEN.name
+        golden.parent.mkdir(parents=True)
+        golden.write_text(updated_golden, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           f"--basetemp={project / 'basetemp'}", "-rA"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    lines = done.stdout.splitlines()
+    outcomes = {_scenario_module(s): {"passed": 0, "failed": 0} for s in SCENARIOS}
+    for line in lines:
+        status, _, test = line.partition(" ")
+        if status in ("PASSED", "FAILED") and test.split(".py::")[0] in outcomes:
+            outcomes[test.split(".py::")[0]][status.lower()] += 1
+    # a failure section's header names the test only (the same in every copy); its traceback
+    # names the copy's file, as `test_sel_planted.py:NN: in test_sel`
+    sections: dict[str, list[str]] = {name: [] for name in outcomes}
+    block: list[str] = []
+    for line in [*lines, "=" * 8]:
+        if line.endswith("___") or (line.startswith("=") and line.endswith("=")):
+            owners = [name for name in sections if any(f"{name}.py:" in b for b in block)]
+            if block and block[0].endswith("___"):
+                assert len(owners) == 1, block
+                sections[owners[0]].extend(block)
+            block = []
+        block.append(line)
+    return ScenarioRun(pytest.RunResult(done.returncode, lines, done.stderr.splitlines(), 0.0),
+                       sections, outcomes)
+
+
+def _scenario(run: ScenarioRun, scenario: str, passed: int, failed: int) -> pytest.LineMatcher:
+    """The failure sections of `scenario`'s copy, after checking its outcomes."""
+    name = _scenario_module(scenario)
+    assert run.outcomes[name] == {"passed": passed, "failed": failed}, (run.outcomes, run.result.stdout.str()[-3000:])
+    return pytest.LineMatcher(run.sections[name])
 
 
 @pytest.mark.parametrize(("scenario", "lines"), [
@@ -117,28 +206,25 @@ def test_update_then_pass_with_tie_aware_match(mod: pytest.Pytester) -> None:
                              "*extra (selected, should not be): 4 (score 1.0)*"], id="swapped"),
     pytest.param("dropped", ["*row 1 [[]count[]]*selected 2 positions, expected 3*"], id="dropped"),
 ])
-def test_changed_selection_fails_with_a_row_diff(mod: pytest.Pytester, updated_golden: str, scenario: str,
+def test_changed_selection_fails_with_a_row_diff(scenario_run: ScenarioRun, scenario: str,
                                                  lines: list[str]) -> None:
-    _store(mod, updated_golden)
-    planted = _run(mod, SCENARIO=scenario)
-    planted.assert_outcomes(passed=2, failed=2)
-    planted.stdout.fnmatch_lines(lines)
+    _scenario(scenario_run, scenario, passed=2, failed=2).fnmatch_lines(lines)
 
 
-def test_changed_input_is_blamed_on_the_input(mod: pytest.Pytester, updated_golden: str) -> None:
-    _store(mod, updated_golden)
-    changed = _run(mod, SCENARIO="new-scores")  # valid selections of other scores: golden differs
-    changed.assert_outcomes(failed=4)
-    changed.stdout.fnmatch_lines([
+def test_changed_input_is_blamed_on_the_input(scenario_run: ScenarioRun) -> None:
+    # valid selections of other scores: golden differs
+    changed = _scenario(scenario_run, "new-scores", passed=0, failed=4)
+    changed.fnmatch_lines([
         "*tiny-a: the INPUT changed: scores differ from the input the golden was written from*",
         "*this is not a bug of the path under test*",
         "*golden scores: sha256 of all 16 values*",
         "*assert [[]- snapshot[]] == [[]+ received[]]*",
     ])
-    assert "selection differs" not in changed.stdout.str()
+    assert "selection differs" not in changed.str()
 
 
-def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester, updated_golden: str) -> None:
+def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester, updated_golden: str,
+                                                       check_with_the_golden: pytest.RunResult) -> None:
     _store(mod, updated_golden)
     golden = mod.path / GOLDEN
     text = golden.read_text()
@@ -151,7 +237,8 @@ def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester, upd
                                 "writes topksel-2. Regenerate it*--snapshot-update*"])
     _run(mod, "--snapshot-update").assert_outcomes(passed=4)
     assert golden.read_text() == text
-    _run(mod).assert_outcomes(passed=4)
+    assert (mod.path / "test_sel_mod.py").read_text() == MODULE.strip()
+    check_with_the_golden.assert_outcomes(passed=4)  # this project's files now: that run's files
 
 
 def test_unused_snapshot_is_detected_and_deleted_on_update(mod: pytest.Pytester, updated_golden: str) -> None:
