@@ -269,8 +269,12 @@ def test_a_fleet_runs_each_device_and_prints_the_merged_table(pytester: pytest.P
         assert line in out, out
     assert "test_fleet.py::test_hopper_only  on " in out and "(sm103 simulated) only (passed on " in out
     assert list(tmp.iterdir()) == [], "the fleet's report folder was left behind"
-    kept = _fleet(pytester, tmp, "sm90,sm103", "--dsakit-report", str(pytester.path / "out" / "r.json"))
-    assert kept.returncode == 1
+    # where the reports are kept does not depend on the suite: one that imports no torch (~3 CPU-s a run)
+    pytester.makepyfile(test_kept="def test_kept():\n    pass\n")
+    kept = _fleet(pytester, tmp, "sm90,sm103", "--dsakit-report", str(pytester.path / "out" / "r.json"),
+                  "test_kept.py")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "dsakit fleet: sm103 (simulated sm103): 1 passed" in kept.stdout, kept.stdout
     assert sorted(p.name for p in (pytester.path / "out").iterdir()) == [
         "r-sm103.json", "r-sm103.log", "r-sm90.json", "r-sm90.log"]
 
