@@ -48,6 +48,7 @@ class Case:
     fragments: tuple[str, ...]
     absent: tuple[str, ...] = ("Traceback (most recent call last)",)  # dsakit itself crashed
     extra: Callable[[Path, Outcome], None] | None = None
+    prepare: str | None = None  # a fixture of this module: a callable that fills the case's folder first
 
 
 # ---------------------------------------------------------------- running things
@@ -255,12 +256,28 @@ SELECTION_TEST = {"test_sel.py": """
 """}
 
 
-def _golden(edit: Callable[[list[str]], list[str]]) -> Callable[[Path], Outcome]:
-    def run(tmp: Path) -> Outcome:
-        _write(tmp, SELECTION_TEST)
-        first = _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--snapshot-update",
+@pytest.fixture(scope="module")
+def selection_golden(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], None]:
+    """Puts SELECTION_TEST and its golden into a case's folder: one `--snapshot-update` run (it
+    imports torch) writes the golden that each golden-damage case then damages its own copy of."""
+    project = tmp_path_factory.mktemp("selection-golden")
+    _write(project, SELECTION_TEST)
+    first = _command(project, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "--snapshot-update",
                                "test_sel.py"])
-        assert first.status == "exit 0", first.text
+    assert first.status == "exit 0", first.text
+    assert first.leftovers == [], first.leftovers
+    [golden] = project.glob("__snapshots__/test_sel/*.topksel")
+    name, text = golden.relative_to(project), golden.read_text()
+
+    def place(tmp: Path) -> None:
+        _write(tmp, SELECTION_TEST)
+        (tmp / name).parent.mkdir(parents=True)
+        (tmp / name).write_text(text)
+    return place
+
+
+def _golden(edit: Callable[[list[str]], list[str]]) -> Callable[[Path], Outcome]:
+    def run(tmp: Path) -> Outcome:  # the folder holds SELECTION_TEST and its golden (selection_golden)
         [golden] = tmp.glob("__snapshots__/test_sel/*.topksel")
         golden.write_text("\n".join(edit(golden.read_text().splitlines())) + "\n")
         return _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "test_sel.py"])
@@ -386,10 +403,11 @@ CASES: list[Case] = [
     Case("golden-truncated", "6", "pytest test_sel.py (golden cut before its '# ---')",
          _golden(lambda lines: lines[:-2]),
          "exit 1", ("golden file", "cannot be read: line", "is cut off before its closing '# ---'",
-                    "--snapshot-update")),
+                    "--snapshot-update"), prepare="selection_golden"),
     Case("golden-garbled", "6", "pytest test_sel.py (a golden line replaced by junk)",
          _golden(lambda lines: [*lines[:3], "@@ garbage @@", *lines[4:]]),
-         "exit 1", ("cannot be read: line 4: '@@ garbage @@' is neither a record marker",)),
+         "exit 1", ("cannot be read: line 4: '@@ garbage @@' is neither a record marker",),
+         prepare="selection_golden"),
     # 7 -- dsakit warm after -k
     Case("warm-k-nomatch", "7", "dsakit warm --json test_jit.py -- -k nomatch",
          dsakit("warm", "--json", "test_jit.py", "--", "-k", "nomatch", files={"test_jit.py": """
@@ -441,7 +459,9 @@ CASES: list[Case] = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.case_id for c in CASES])
-def test_bad_input(case: Case, tmp_path: Path) -> None:
+def test_bad_input(case: Case, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if case.prepare is not None:
+        request.getfixturevalue(case.prepare)(tmp_path)
     outcome = case.run(tmp_path)
     shown = f"[{case.command}] -> {outcome.status}\n{outcome.text[-3000:]}"
     assert outcome.status == case.status, shown

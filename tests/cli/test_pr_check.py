@@ -40,6 +40,11 @@ def test_drifted_mock():
 TWIN = "\n    def test_backend_builds_again(self):\n        DeepseekSparseAttnBackend(MockModelRunner())\n"
 HIP_BRANCH = "        if _is_hip:\n            max_bs = model_runner.req_to_token_pool.size\n"
 NEW_READ = "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n"
+# The hand-written runner with the page size SGLang's HIP path requires on AMD (its legacy DSA
+# pools assert page_size == 1): it builds on the base tree on gfx942 too, so only the PR's read
+# fails there, and the gfx942 base run has nothing to rerun (one SGLang import, ~14 CPU-s, fewer)
+UPSTREAM = (SGLANG_SHAPED.replace("page_size=64", "page_size=1 if torch.version.hip else 64")
+            .replace("self.page_size = 64", "self.page_size = 1 if torch.version.hip else 64") + TWIN)
 
 
 def _installed_package() -> Path:
@@ -79,7 +84,8 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     # SGLang's test lives outside the rootdir (a checkout beside the suite): pytest would name it ''
     upstream = tmp_path / "upstream" / "test_indexer_shape.py"
     upstream.parent.mkdir()
-    upstream.write_text(SGLANG_SHAPED + TWIN, encoding="utf-8")
+    assert UPSTREAM.count("1 if torch.version.hip else 64") == 2, "the suite's page sizes moved"
+    upstream.write_text(UPSTREAM, encoding="utf-8")
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(test_strict=STRICT_SUITE)
     done = subprocess.run(
@@ -93,6 +99,9 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
     assert verdicts[("test_full_mock", "gfx942")]["verdict"] == "regression"
     assert "aiter_num_kv_splits" in verdicts[("test_full_mock", "gfx942")]["detail"]
     assert verdicts[("test_full_mock", "sm103")]["verdict"] == "not-run"  # [simulated-kernel-launch] on both
+    # SGLang's hand-written runner (AMD's page size) builds on base and breaks on the same read
+    assert verdicts[("test_backend_builds", "gfx942")]["verdict"] == "regression"
+    assert "aiter_num_kv_splits" in verdicts[("test_backend_builds", "gfx942")]["detail"]
     # the hand-written mock's B300 gap fails on both trees, explained
     built = "test_backend_builds"
     assert verdicts[(built, "sm103")]["verdict"] == "pre-existing"

@@ -11,6 +11,10 @@ import pytest
 from dsakit.cli import main
 from dsakit.gates.table import gate_table
 
+# `main(["capabilities", ...])` runs in this test's process, which is a pytest session; the command
+# runs in its own process, where the sglang:import-chain gate does not import SGLang
+pytestmark = pytest.mark.usefixtures("as_its_own_process")
+
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["capabilities", *argv, "--json"]) == 0

@@ -69,7 +69,7 @@ def test_a_constant_the_audit_can_spell_asks_what_the_simulation_patches(extra_d
 # ---------------------------------------------------------------- dynamic: SGLang's own probes, simulated
 
 _AGREEMENT = r"""
-import ast, json, sys, types
+import ast, functools, json, sys, types
 import dsakit
 from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit import devices
@@ -98,12 +98,22 @@ def call(fn):
     return list(value) if isinstance(value, tuple) else value
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path):  # each probe module's source once, not once per device x probe (1,240 parses: ~16 CPU-s)
+    return ast.parse(open(release.package_dir.parent / path, encoding="utf-8").read())
+
+
 def definition(module, name):
-    site = sites.get((module.__name__, name), "")
+    return _definition(module.__name__, name)
+
+
+@functools.lru_cache(maxsize=None)  # the source is the same on every device; its evaluation is not
+def _definition(module_name, name):
+    site = sites.get((module_name, name), "")
     path, _, line = site.rpartition(":")
     if not line.isdigit():
         return None
-    tree = ast.parse(open(release.package_dir.parent / path, encoding="utf-8").read())
+    tree = parsed(path)
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and node.lineno == int(line):
             return ast.unparse(node.value)

@@ -1,7 +1,8 @@
 """The proof for downstream suites: a separate project (tests/downstream_project: a contract
 extension, ini keys, a conftest, fixtures, gates, must-run, top-k checks, selection_snapshot)
-installs the BUILT WHEEL (and, as a second venv, the SDIST) into a fresh venv and passes with
-`pytest` and `-n 2`.
+installs the BUILT WHEEL into a fresh venv and passes with `pytest` and `-n 2`; the SDIST, installed
+into a second venv, installs exactly the wheel's files (the wheel is built from the sdist the way
+pip builds it), so the project's runs are not repeated there.
 
 The venv sees this interpreter's site-packages through a .pth file (torch, SGLang and the test
 tools are not reinstalled), but `dsakit` must come from the wheel: the checkout is not on its path.
@@ -53,6 +54,7 @@ def _run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.parametrize("venv", ["wheel"], indirect=True)
 def test_downstream_project_passes_from_the_wheel(venv: Path, tmp_path: Path) -> None:
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project)
@@ -107,3 +109,35 @@ def test_a_broken_backend_fails_the_downstream_run(venv: Path, tmp_path: Path) -
     gated = _run(venv, project, "-m", "pytest", "-q", "-k", "blackwell", "-o", "dsakit_device=sm90")
     assert gated.returncode == 1
     assert "1 --dsakit-must-run gate(s) failed" in gated.stdout.strip().splitlines()[-1]
+
+
+def _record(lines: str) -> set[tuple[str, str]]:
+    """(path, hash) of each RECORD row but the RECORD's own."""
+    rows = {tuple(line.split(",")[:2]) for line in lines.splitlines() if line.strip()}
+    return {(path, digest) for path, digest in rows if not path.endswith(".dist-info/RECORD")}
+
+
+@pytest.mark.parametrize("venv", ["sdist"], indirect=True)
+def test_the_sdist_installs_the_files_of_the_wheel_the_project_passes_from(venv: Path, built_wheel: Path,
+                                                                          tmp_path: Path) -> None:
+    """The wheel the project passes from (above) is built from the sdist with this interpreter's
+    setuptools, as `pip install SDIST` builds it: the sdist's install holds the same files, byte for
+    byte, plus only what pip itself writes (bytecode, the console script, INSTALLER / REQUESTED /
+    direct_url.json). A file pip's build of the sdist adds, drops or builds otherwise shows here; a
+    file the sdist lacks is missing from the wheel too, and the project's run above fails. (Before,
+    this venv repeated all of that run: ~14 CPU-s.)"""
+    import zipfile
+
+    with zipfile.ZipFile(built_wheel) as archive:
+        wheel = _record(archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))).decode())
+    (installed_record,) = (venv / "venv").glob("lib/python*/site-packages/pytest_dsakit-*.dist-info/RECORD")
+    installed = _record(installed_record.read_text())
+    assert wheel and wheel <= installed, sorted(wheel - installed)[:20]
+    by_pip = sorted(path for path, _ in installed - wheel if not (
+        "/__pycache__/" in path or path.startswith("../../../bin/")
+        or path.rsplit("/", 1)[-1] in ("INSTALLER", "REQUESTED", "direct_url.json")))
+    assert by_pip == [], by_pip
+    where = _run(venv, tmp_path, "-c", "import dsakit, sys; print(dsakit.__file__)")
+    assert where.stdout.strip().startswith(str(venv / "venv")), where.stdout + where.stderr
+    version = _run(venv, tmp_path, "-m", "dsakit", "--version")
+    assert version.stdout.startswith("dsakit 0.1.0 (distribution pytest-dsakit) at " + str(venv / "venv"))

@@ -1,0 +1,15 @@
+"""Fixtures of the gates wing."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def as_its_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gates evaluated in this test answer as in a process that is no pytest session (`dsakit
+    capabilities` on the command line): the sglang:import-chain gate then answers without importing
+    SGLang (dsakit.sglang_import_chain.gate_check), which inside this test would cost ~12 CPU-s."""
+    from dsakit import sglang_import_chain
+
+    monkeypatch.setattr(sglang_import_chain, "SESSION", [])
