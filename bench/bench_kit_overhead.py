@@ -24,7 +24,9 @@ functions by cumulative and by own time. A last line times the runner itself (ti
 subprocess): building a MockModelRunner, and building one plus reading through it.
 
 `--instructions` replaces the timing with one run per variant under valgrind's callgrind and
-compares instructions executed: a count the neighbours on a shared box do not move.
+compares instructions executed: a count the neighbours on a shared box do not move. With
+`--cells 4` the same matrix at 4 tests gives the part paid once per session (bench/README.md splits
+the 1,000-test run with it).
 
     python bench/bench_kit_overhead.py [--cells 1000] [--repeats 7] [--json out.json] [--profile]
     python bench/bench_kit_overhead.py --instructions

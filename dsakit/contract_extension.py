@@ -221,6 +221,11 @@ def active_contract() -> Contract:
     """The innermost configured pytest run's contract; dsakit's own outside pytest."""
     contract = _ACTIVE[-1] if _ACTIVE else None
     if contract is None:
+        # every runner asks: sys.modules answers once it is loaded (a from-import inside a function
+        # costs every call ~8,700 instructions on Python 3.11; bench/README.md, "Kit overhead")
+        loaded = sys.modules.get("dsakit.contracts.model_runner_contract")
+        if loaded is not None:
+            return loaded.MODEL_RUNNER_CONTRACT  # type: ignore[no-any-return]
         from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
 
         return MODEL_RUNNER_CONTRACT

@@ -8,6 +8,7 @@ hooks, so `pytest --help` and collection on a CPU box stay fast.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -51,8 +52,6 @@ MARKERS = (
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     _rewrite_assertion_helpers_only(pluginmanager)  # first: before the imports below
-    import sys
-
     from dsakit.node import fault_hookspec
     from dsakit.pytest_invocation import load_once
 
@@ -110,8 +109,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # (dsakit.gates.marks); GPU pinning (dsakit.node.gpu_pinning: options only, so a run that
     # sets none has nothing to pin); the xdist controller's hand-over of device faults
     # (dsakit.node.fault_isolation); the whole-run device simulation (dsakit.simulation.whole_run:
-    # it starts here, before collection) and the one per-test report wrapper; the contract-reads
-    # summary from every xdist worker. The other per-test hooks start once the run uses dsakit.
+    # it starts here, before collection) and the start of the one per-test report wrapper (once
+    # torch, a simulation or a fault probe arrives); the contract-reads summary from every xdist
+    # worker. The other per-test hooks start once the run uses dsakit.
     from dsakit.gates import marks
     from dsakit.simulation import whole_run
 
@@ -134,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
         hooks["dsakit-xdist-contract-reads"] = XdistReadLog(config)
     for name, plugin in hooks.items():
         config.pluginmanager.register(plugin, name)
+    whole_run.watch(config)  # the report wrapper: now, or once torch / a simulation / a fault probe arrives
     # a run that sets a dsakit option uses dsakit; an xdist controller records its workers'
     # reports before it can know; else a collected test or a `require()` call starts them
     if given or (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"):
@@ -145,18 +146,17 @@ _PER_TEST_STARTED = pytest.StashKey[bool]()
 
 def _start_per_test_hooks(config: pytest.Config) -> None:
     """Once per run that uses dsakit: the skip recorder (dsakit.gates.marks) and fault isolation,
-    whose report edit runs inside the simulation's report wrapper (one wrapper per test phase); a
-    run that uses nothing of dsakit pays no other hook call per test."""
+    whose report edit runs inside the simulation's report wrapper (one wrapper per test phase, from
+    the first import of torch or a simulation); a run that uses nothing of dsakit pays no hook call
+    per test."""
     if config.stash.get(_PER_TEST_STARTED, False):
         return
     config.stash[_PER_TEST_STARTED] = True
     from dsakit.gates.marks import per_test_hooks
     from dsakit.node.fault_isolation import start
-    from dsakit.simulation.whole_run import REPORT_WRAPPER
+    from dsakit.simulation.whole_run import report_wrapper
 
-    wrapper = config.pluginmanager.get_plugin(REPORT_WRAPPER)
-    assert wrapper is not None, "pytest_configure registers the report wrapper"
-    for name, plugin in {**per_test_hooks(config), **start(config, wrapper.add_edit)}.items():
+    for name, plugin in {**per_test_hooks(config), **start(config, report_wrapper(config).add_edit)}.items():
         config.pluginmanager.register(plugin, name)
 
 
@@ -219,23 +219,34 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # ---------------------------------------------------------------- model-runner fixtures
 
 
+def _loaded(name: str) -> Any:
+    """The module `name`, imported on first use. For what runs per test: a `from a.b import c`
+    inside a function costs every call ~8,700 instructions on Python 3.11 (it looks the module's
+    `__path__` up and formats the AttributeError), a sys.modules lookup ~1,000 (bench/README.md,
+    "Kit overhead"). Read each time, never kept: pytester's in-process runs drop modules."""
+    module = sys.modules.get(name)
+    if module is None:
+        __import__(name)
+        module = sys.modules[name]
+    return module
+
+
+RUNNER_SCOPE = "dsakit.mocks.runner_scope"
+
+
 @pytest.fixture
 def target_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a target worker (`is_draft_worker=False`); where the test's
     module imported SGLang and nothing is published, inside an SGLangScope with the role's server
     args for the test (dsakit.mocks.runner_scope)."""
-    from dsakit.mocks.runner_scope import scoped_runner
-
-    yield from scoped_runner("target")
+    yield from _loaded(RUNNER_SCOPE).scoped_runner("target")
 
 
 @pytest.fixture
 def draft_runner() -> Iterator[MockModelRunner]:
     """A strict MockModelRunner for a draft (speculative) worker (`is_draft_worker=True`), scoped
     as `target_runner` is."""
-    from dsakit.mocks.runner_scope import scoped_runner
-
-    yield from scoped_runner("draft")
+    yield from _loaded(RUNNER_SCOPE).scoped_runner("draft")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -265,9 +276,7 @@ def model_runner(model_runner_role: str) -> Iterator[MockModelRunner]:
     """A strict MockModelRunner per role: tests using it run once per role of `--dsakit-roles`
     (ids `role=target`, `role=draft`), scoped as `target_runner` is. `model_runner_role` is that
     parametrize argument, not a fixture: name it in a test's arguments to know the role."""
-    from dsakit.mocks.runner_scope import scoped_runner
-
-    yield from scoped_runner(model_runner_role)
+    yield from _loaded(RUNNER_SCOPE).scoped_runner(model_runner_role)
 
 
 @pytest.fixture
@@ -284,8 +293,6 @@ def simulated_device(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    import sys
-
     if "dsakit.mocks.read_log" not in sys.modules:
         return  # no mock was built in this process: nothing to report
     from dsakit.mocks.read_log import format_summary

@@ -13,7 +13,7 @@ from typing import Any
 from dsakit.contract_extension import active_contract
 from dsakit.contracts.schema import Contract, Role
 from dsakit.errors import UsageError
-from dsakit.mocks.strict_node import StrictNamespace
+from dsakit.mocks.strict_node import _NO_PLAN, StrictNamespace
 
 _NOTHING_OMITTED: frozenset[str] = frozenset()
 
@@ -83,6 +83,18 @@ class MockModelRunner(StrictNamespace):
         super().__init__(contract, "", parsed_role, None, merged, omitted)
         object.__setattr__(self, "_dsakit_args", (parsed_role.value, merged, omitted))
         object.__setattr__(self, "_dsakit_writes", {})
+
+    @classmethod
+    def of_role(cls, role: Role) -> MockModelRunner:
+        """`MockModelRunner(role)`: nothing overridden or omitted, the session's contract. What the
+        runner fixtures build for every test, without the keyword checks that need no check here
+        (half the cost of a construction; bench/bench_kit_overhead.py)."""
+        runner = object.__new__(cls)
+        runner._dsakit_setup(active_contract(), "", role, None, _NO_PLAN, _NOTHING_OMITTED)
+        set_ = object.__setattr__
+        set_(runner, "_dsakit_args", (role._value_, {}, _NOTHING_OMITTED))  # _value_: Role.value without the property call
+        set_(runner, "_dsakit_writes", {})
+        return runner
 
     @classmethod
     def draft_from(cls, target: MockModelRunner, **overrides: Any) -> MockModelRunner:

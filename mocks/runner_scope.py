@@ -16,6 +16,11 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+# at module level, not in scoped_runner: a from-import inside a function costs every call (every
+# test) ~8,700 instructions on Python 3.11 (bench/README.md, "Kit overhead")
+from dsakit.contracts.schema import Role
+from dsakit.mocks.model_runner import MockModelRunner
+
 RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 
 def role_server_args(runner: Any) -> dict[str, Any]:
@@ -97,9 +102,7 @@ def scoped_runner(role: str) -> Iterator[Any]:
     The runner's per-role server args are pinned as overrides: SGLang normalises some of them
     when it publishes (a draft's speculative_eagle_topk without a speculative algorithm becomes
     None), and the mock keeps its role's contract defaults either way."""
-    from dsakit.mocks.model_runner import MockModelRunner
-
-    runner = MockModelRunner(role=role)
+    runner = MockModelRunner.of_role(Role.parse(role))
     if _published() is not False or not _module_uses_sglang(_current_test_module()):
         yield runner
         return

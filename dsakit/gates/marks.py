@@ -199,7 +199,8 @@ def marker_names(items: list[pytest.Item]) -> set[str]:
         node: pytest.Item | pytest.Collector | None = item
         while node is not None and id(node) not in seen:
             seen.add(id(node))
-            names.update(mark.name for mark in node.own_markers)
+            for mark in node.own_markers:
+                names.add(mark.name)
             node = node.parent
     return names
 
@@ -221,7 +222,11 @@ def _validated(item: pytest.Item, raw: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _own_codes(node: pytest.Item | pytest.Collector) -> tuple[str, ...]:
-    return tuple(code for mark in node.own_markers if mark.name == MARKER for code in mark.args)
+    codes: tuple[str, ...] = ()
+    for mark in node.own_markers:  # a loop, not a generator: this runs for every item and parent
+        if mark.name == MARKER:
+            codes += mark.args
+    return codes
 
 
 def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> set[str]:

@@ -58,15 +58,35 @@ class Gate:
         return Reason(self.code, f"needs {self.requirement}, but {missing}; {self.covered_by}")
 
 
-@dataclass(frozen=True)
 class GateOutcome:
-    gate: Gate
-    open: bool
-    reason: Reason | None
+    """One gate evaluated on one device. A plain class, not a dataclass: creating a dataclass
+    compiles its generated methods, ~5 M instructions in every run that evaluates a gate
+    (bench/bench_kit_overhead.py)."""
+
+    __slots__ = ("gate", "open", "reason")
+
+    def __init__(self, gate: Gate, open: bool, reason: Reason | None) -> None:
+        self.gate = gate
+        self.open = open
+        self.reason = reason
 
     @property
     def code(self) -> str:
         return self.gate.code
+
+    def _key(self) -> tuple[Gate, bool, Reason | None]:
+        return (self.gate, self.open, self.reason)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GateOutcome):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"GateOutcome(gate={self.gate!r}, open={self.open!r}, reason={self.reason!r})"
 
 
 # ---------------------------------------------------------------- device checks

@@ -140,7 +140,8 @@ def _as_not_run(report: pytest.TestReport, item: pytest.Item, reason: Reason) ->
 class FaultIsolation:
     """Per-process hooks: check after each phase, attribute, then keep the run honest. Registered
     once the run uses dsakit; its report edit runs inside the plugin's one report wrapper
-    (`edit_report`, handed to `dsakit.simulation.whole_run.FailureSections`), and the setup hook
+    (`edit_report`, handed to `dsakit.simulation.whole_run.FailureSections`, which starts once
+    torch is imported or a conftest answers `pytest_dsakit_device_fault`), and the setup hook
     that skips later GPU tests (`PoisonedContext`) only once a test poisoned the context."""
 
     def __init__(self, config: pytest.Config) -> None:
@@ -152,6 +153,9 @@ class FaultIsolation:
         if workerinput is not None and workerinput.get(HANDOFF_KEY):
             self.handoff = Path(workerinput[HANDOFF_KEY]) / f"{workerinput['workerid']}.json"
         self.not_run: list[str] = []
+        # the hook's caller, looked up once (its implementations are read per check: a conftest or
+        # plugin registered later answers too)
+        self._fault_hook = config.hook.pytest_dsakit_device_fault
 
     @pytest.hookimpl(trylast=True)
     def pytest_dsakit_device_fault(self, item: pytest.Item) -> str | None:
@@ -179,7 +183,7 @@ class FaultIsolation:
         """The `pytest_dsakit_device_fault` answer; where this object is the hook's only
         implementation, `pending_device_error()` directly: a hook call per phase is most of what fault
         isolation costs a test that never touched CUDA (bench/bench_kit_overhead.py)."""
-        hook = item.config.hook.pytest_dsakit_device_fault
+        hook = self._fault_hook
         impls = hook.get_hookimpls()
         if len(impls) == 1 and impls[0].plugin is self:
             return pending_device_error()

@@ -24,6 +24,12 @@ ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], N
 
 SECTION = "dsakit simulated device"
 REPORT_WRAPPER = "dsakit-simulation-reports"  # the plugin's one per-test report wrapper, by name
+# what makes a test phase need the report wrapper: torch (a CUDA context fault isolation checks)
+# and dsakit's device simulation (a failure under it); and any `pytest_dsakit_device_fault`
+# answer but fault isolation's own (registered under this name by dsakit.node.fault_isolation.start)
+WRAPPER_MODULES = ("torch", "dsakit.upstream.device_simulation")
+OWN_FAULT_PROBE = "dsakit-fault-isolation"
+WRAPPER_START = "dsakit-report-wrapper-start"
 EXPLAINED = "dsakit model_runner read"
 
 
@@ -198,14 +204,75 @@ def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
     return None
 
 
+class WrapperStart:
+    """Registers the report wrapper (`FailureSections`) once a test phase can need it, so that a
+    run that never imports torch nor simulates a device pays no hook call per test phase
+    (bench/bench_kit_overhead.py): at once where one of `WRAPPER_MODULES` is imported already,
+    else when one is first looked for (this meta-path finder finds nothing and leaves then, or at
+    unconfigure), or when a plugin or conftest implementing `pytest_dsakit_device_fault` registers.
+    Registered mid-run, the wrapper is the outermost `pytest_runtest_makereport` wrapper."""
+
+    def __init__(self, config: pytest.Config, sections: FailureSections) -> None:
+        self.config = config
+        self.sections = sections
+        self.started = False
+
+    def watch(self) -> None:
+        if any(name in sys.modules for name in WRAPPER_MODULES):
+            self.start()
+        else:
+            sys.meta_path.insert(0, self)  # a finder by duck typing (find_spec)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if fullname in WRAPPER_MODULES:
+            self.start()  # before the module runs: the phase importing it ends inside the wrapper
+
+    def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        self._leave()
+        self.config.pluginmanager.register(self.sections, REPORT_WRAPPER)
+
+    def _leave(self) -> None:
+        if any(finder is self for finder in sys.meta_path):
+            sys.meta_path.remove(self)
+
+    def pytest_plugin_registered(self, plugin: object, plugin_name: str) -> None:
+        # historic: also called for every plugin registered before this one
+        if not self.started and any(impl.plugin_name != OWN_FAULT_PROBE
+                                    for impl in self.config.hook.pytest_dsakit_device_fault.get_hookimpls()):
+            self.start()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self._leave()
+
+
+_SECTIONS = pytest.StashKey[FailureSections]()
+
+
+def report_wrapper(config: pytest.Config) -> FailureSections:
+    """The run's report wrapper (`add_edit` hands it a report edit), registered or not yet."""
+    return config.stash[_SECTIONS]
+
+
 def configure(config: pytest.Config) -> dict[str, object]:
-    """The hook objects of this run's simulation (none when the run is not simulated)."""
-    hooks: dict[str, object] = {REPORT_WRAPPER: FailureSections()}
+    """The hook objects of this run's simulation (the report wrapper's start; the whole-run
+    simulation when the run is simulated)."""
+    sections = config.stash[_SECTIONS] = FailureSections()
+    hooks: dict[str, object] = {WRAPPER_START: WrapperStart(config, sections)}
     device = requested_device(config)
-    if device is None:
-        return hooks
-    run = WholeRun(config, device)
-    if run.in_this_process:
-        run.start()
-    hooks["dsakit-whole-run"] = run
+    if device is not None:
+        run = WholeRun(config, device)
+        if run.in_this_process:
+            run.start()
+        hooks["dsakit-whole-run"] = run
     return hooks
+
+
+def watch(config: pytest.Config) -> None:
+    """After the plugin registered `configure`'s hooks: the report wrapper now, or its finder."""
+    start = config.pluginmanager.get_plugin(WRAPPER_START)
+    if isinstance(start, WrapperStart):
+        start.watch()

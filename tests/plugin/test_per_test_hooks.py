@@ -1,12 +1,15 @@
 """What every test and every session pays for the plugin (bench/bench_kit_overhead.py measures it):
-a run that uses nothing of dsakit gets one hook call per test phase (the report wrapper) and loads
-a handful of modules, none through the assertion-rewriting hook but the plugin's own; a run that
-uses dsakit adds the skip recorder, and fault isolation's setup hook waits for a poisoned context.
+a run that uses nothing of dsakit gets no hook call per test phase and loads a handful of modules,
+none through the assertion-rewriting hook but the plugin's own; a run that uses dsakit adds the skip
+recorder, and fault isolation's setup hook waits for a poisoned context. The report wrapper starts
+once torch or a device simulation is imported (in the phase that imports it) or a conftest answers
+`pytest_dsakit_device_fault`.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -41,7 +44,7 @@ def _facts(result: pytest.RunResult) -> dict[str, dict[str, list[str]] | list[st
     return facts
 
 
-def test_an_unused_session_pays_one_report_wrapper_per_phase_and_loads_little(pytester: pytest.Pytester) -> None:
+def test_an_unused_session_pays_no_hook_call_per_test_and_loads_little(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(facts_helper=FACTS, test_unrelated=(
         "import pytest\nfrom facts_helper import facts\n\n"
         "def test_a(request):\n    facts(request.config)\n\n"
@@ -49,8 +52,7 @@ def test_an_unused_session_pays_one_report_wrapper_per_phase_and_loads_little(py
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s")
     result.assert_outcomes(passed=1, skipped=1)
     facts = _facts(result)
-    assert facts["hooks"] == {hook: ["dsakit-simulation-reports"] if hook == "pytest_runtest_makereport" else []
-                              for hook in PER_TEST}
+    assert facts["hooks"] == {hook: [] for hook in PER_TEST}
     loaded = set(facts["modules"])
     # the gate table, the device model, GPU pinning, fault isolation, reasons, output paths and the
     # contract load on first use (pinning and the xdist hand-overs: when asked for / distributing)
@@ -70,10 +72,64 @@ def test_a_session_using_dsakit_adds_only_the_skip_recorder(pytester: pytest.Pyt
     result.assert_outcomes(passed=1)
     hooks = _facts(result)["hooks"]
     assert isinstance(hooks, dict)
-    # fault isolation edits reports inside the one wrapper; its setup hook waits for a poisoned context
+    # fault isolation edits reports inside the one wrapper, which waits for torch; its setup hook
+    # waits for a poisoned context
     assert hooks == {"pytest_runtest_setup": [], "pytest_runtest_call": [], "pytest_runtest_teardown": [],
-                     "pytest_runtest_makereport": ["dsakit-simulation-reports"],
-                     "pytest_runtest_logreport": ["dsakit-skip-recorder"]}
+                     "pytest_runtest_makereport": [], "pytest_runtest_logreport": ["dsakit-skip-recorder"]}
+
+
+LATE_TORCH = """
+import sys
+
+def test_1_imports_torch_and_faults(target_runner, monkeypatch):
+    assert "torch" not in sys.modules  # nothing imported torch before this call phase
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # what a real kernel fault leaves
+    def synchronize():
+        raise RuntimeError("CUDA error: device-side assert triggered")
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+
+def test_2_after():
+    pass
+"""
+
+
+def test_the_phase_that_first_imports_torch_is_checked_for_a_device_fault(pytester: pytest.Pytester) -> None:
+    """The report wrapper (fault isolation's check) starts when torch is first looked for, before
+    the phase that imports it ends: a fault there is blamed on that test's call phase."""
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_late=LATE_TORCH)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:xdist")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*test_1_imports_torch_and_faults left a sticky device error (found after its "
+                                 "call phase)*", "*kernel error: RuntimeError: CUDA error: device-side assert*"])
+
+
+def test_a_conftest_answering_the_fault_hook_starts_the_report_wrapper(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("def pytest_dsakit_device_fault(item):\n    return None\n")
+    pytester.makepyfile(facts_helper=FACTS, test_probe=(
+        "from facts_helper import facts\n\ndef test_a(request, target_runner):\n    facts(request.config)\n"))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s")
+    result.assert_outcomes(passed=1)
+    hooks = _facts(result)["hooks"]
+    assert isinstance(hooks, dict) and hooks["pytest_runtest_makereport"] == ["dsakit-simulation-reports"]
+
+
+def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pytester: pytest.Pytester) -> None:
+    from dsakit.simulation.whole_run import OWN_FAULT_PROBE, WrapperStart
+
+    pytester.makepyfile(test_nothing="def test_a():\n    pass\n")
+    script = pytester.makepyfile(check=(
+        "import sys\nimport pytest\nimport dsakit  # a checkout's own finder, for dsakit.mocks, is there before\n"
+        "before = list(sys.meta_path)\n"
+        f"code = pytest.main([*{PLUGIN!r}, '-p', 'no:cacheprovider', '-q', 'test_nothing.py'])\n"
+        "print('SAME', int(code), before == list(sys.meta_path))\n"))
+    done = pytester.run(sys.executable, str(script))
+    assert "SAME 0 True" in done.stdout.str()
+    assert WrapperStart.find_spec(WrapperStart.__new__(WrapperStart), "json") is None  # a finder that finds nothing
+    from dsakit.node.fault_isolation import start
+
+    assert OWN_FAULT_PROBE in start(pytester.parseconfig(), lambda edit: None)  # the name the wrapper ignores
 
 
 def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest.Pytester) -> None:
