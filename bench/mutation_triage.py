@@ -11,7 +11,6 @@ from typing import Any
 
 # (module, the line before, the line after, why no test can tell them apart); lines stripped
 _SN = "mocks/strict_node.py"
-_SET_BY = 'set_by = real.split(" (", 1)[0] if ":" in real.split(" ", 1)[0] else "<file:line where the real ModelRunner sets it>"'
 _CC = "dsakit/upstream/contract_check.py"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
     (_SN, "frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame",
@@ -19,12 +18,6 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "_reading_frame's caller is always a StrictNamespace method in mocks/, which the walk skips anyway"),
     (_SN, "return False", "return True",
      "_is_soft_read gets None only when every frame on the stack is in mocks/: some code outside read it"),
-    (_SN, _SET_BY, _SET_BY.replace('real.split(" (", 1)', 'real.split(" (", 2)'),
-     "the first part of a split is the same whatever the split count"),
-    (_SN, _SET_BY, _SET_BY.replace('real.split(" ", 1)', 'real.split(" ", 2)'),
-     "the first part of a split is the same whatever the split count"),
-    (_SN, 'if written and ":" not in real.split(" ", 1)[0]:', 'if written and ":" not in real.split(" ", 2)[0]:',
-     "the first part of a split is the same whatever the split count"),
     ("contracts/schema.py", "role = _ROLES_BY_VALUE.get(name) if type(name) is str else None",
      "role = _ROLES_BY_VALUE.get(name) if type(name) is not str else None",
      "a fast path: without it Role.parse falls through to the Enum lookup, which gives the same Role"),
