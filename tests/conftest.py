@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.child_env import child_env
 
 if TYPE_CHECKING:
     from dsakit.sglang_release import SGLangRelease
@@ -121,7 +122,9 @@ def _build_release(work: Path) -> dict[str, str]:
                    capture_output=True)
     (sdist,) = (work / "dist").glob("*.tar.gz")
     with tarfile.open(sdist) as archive:
-        archive.extractall(work / "unpacked", filter="data")
+        # the sdist this fixture just built; `filter` exists from Python 3.11.4 / 3.10.12 on
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        archive.extractall(work / "unpacked", **safe)
     (unpacked,) = (work / "unpacked").iterdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(work / "dist"), str(unpacked)], check=True, timeout=300, capture_output=True)
@@ -253,7 +256,7 @@ class Sleepers:
 
     def interrupt(self, command: list[str], *, cwd: Path, sig: signal.Signals, runs: int = 2,
                   while_running: Callable[[], None] | None = None, timeout: float = 90) -> Interrupted:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+        env = child_env()
         env.update(TMPDIR=str(self.scratch), SLEEPER_PIDS=str(self.pids))
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
@@ -300,7 +303,7 @@ def snapshot_update_golden(tmp_path_factory: pytest.TempPathFactory) -> Callable
     def run(module: str, suite: str) -> Path:
         project = tmp_path_factory.mktemp(module)
         (project / f"{module}.py").write_text(suite, encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+        env = child_env()
         done = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider",
                                "--dsakit-device=cpu", "--snapshot-update"],
                               cwd=project, env=env, capture_output=True, text=True, timeout=600)

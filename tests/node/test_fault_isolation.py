@@ -56,6 +56,7 @@ def pytest_dsakit_device_fault(item):
 SUITE = '''
 import pytest
 import dsakit
+from tests.child_env import child_env
 
 @dsakit.gate("cuda")
 def test_1(cuda):
@@ -273,7 +274,7 @@ def test_an_xdist_run_leaves_no_dsakit_folder_in_the_temp_dir(tmp_path: Path, ho
     (tmp_path / "test_stopped.py").write_text(STOPPED, encoding="utf-8")
     scratch, started = tmp_path / "tmp", tmp_path / "started.txt"
     scratch.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    env = child_env()
     env.update(TMPDIR=str(scratch), STARTED=str(started), HOW=how, DSAKIT_GPU_COUNT="2",
                SLEEP="120" if how.startswith("SIG") else "0")
     command = [sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-n", "2",

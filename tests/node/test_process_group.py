@@ -39,6 +39,7 @@ class Interrupted:
 
 paths.os.fdopen = lambda *a, **k: Interrupted(real_fdopen(*a, **k))
 from dsakit.cli import main
+from tests.child_env import child_env
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -46,7 +47,7 @@ sys.exit(main(sys.argv[1:]))
 def test_sigterm_during_a_write_leaves_no_temp_file_and_exits_143(tmp_path: Path) -> None:
     (tmp_path / "test_ok.py").write_text("def test_ok():\n    pass\n", encoding="utf-8")
     report = tmp_path / "r.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    env = child_env()
     made = subprocess.run([sys.executable, "-m", "pytest", *plugin_args(), "-q", "-p", "no:cacheprovider",
                            f"--dsakit-report={report}", "test_ok.py"], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path, env=env)

@@ -23,6 +23,7 @@ DISABLE = "TVM_FFI_DISABLE_TORCH_C_DLPACK"
 
 IMPORTS_TVM_FFI = f'''
 import os
+from tests.child_env import child_env
 
 
 def test_imports_tvm_ffi_as_sglang_does():
@@ -45,8 +46,7 @@ def test_a_whole_run_as_another_device_leaves_no_tvm_ffi_build_folder(tmp_path: 
     (tmp_path / "test_tvm.py").write_text(IMPORTS_TVM_FFI, encoding="utf-8")
     scratch, cache = tmp_path / "tmp", tmp_path / "tvm-ffi-cache"
     scratch.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k != DISABLE}
+    env = child_env(drop=[DISABLE])
     env.update(TMPDIR=str(scratch), TVM_FFI_CACHE_DIR=str(cache))  # no addon built before: tvm-ffi would build now
     done = subprocess.run([sys.executable, "-m", "pytest", *PLUGIN, "-p", "no:cacheprovider", "-s", "-q",
                            f"--dsakit-device={device}", "test_tvm.py"], cwd=tmp_path, env=env,

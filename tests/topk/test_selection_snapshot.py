@@ -21,6 +21,7 @@ import os
 
 import pytest
 import torch
+from tests.child_env import child_env
 
 SCORES = torch.tensor([[5.0, 3.0, 3.0, 3.0, 1.0, 0.0, 0.0, 0.0],
                        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])
@@ -72,7 +73,7 @@ def first_update(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     (test_golden_of_an_older_format_must_be_regenerated writes them again and compares)."""
     project = tmp_path_factory.mktemp("selection-golden")
     (project / "test_sel_mod.py").write_text(MODULE.strip() + "\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS"))}
+    env = child_env()
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            f"--basetemp={project / 'basetemp'}", "--snapshot-update"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
@@ -95,8 +96,7 @@ def check_with_the_golden(tmp_path_factory: pytest.TempPathFactory, updated_gold
     (project / "test_sel_mod.py").write_text(MODULE.strip(), encoding="utf-8")  # as makepyfile
     (project / GOLDEN).parent.mkdir(parents=True)
     (project / GOLDEN).write_text(updated_golden, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
+    env = child_env(drop=("SCENARIO", "CASES"))
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            f"--basetemp={project / 'basetemp'}"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
@@ -165,8 +165,7 @@ def scenario_run(tmp_path_factory: pytest.TempPathFactory, updated_golden: str) 
         golden = project / "__snapshots__" / name / GOLDEN.name
         golden.parent.mkdir(parents=True)
         golden.write_text(updated_golden, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST_", "PYTEST_ADDOPTS")) and k not in ("SCENARIO", "CASES")}
+    env = child_env(drop=("SCENARIO", "CASES"))
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            f"--basetemp={project / 'basetemp'}", "-rA"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
