@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.pytest_invocation import plugin_args
+from tests.child_env import child_env
 
 PLUGIN = tuple(plugin_args())
 
@@ -56,7 +57,6 @@ def pytest_dsakit_device_fault(item):
 SUITE = '''
 import pytest
 import dsakit
-from tests.child_env import child_env
 
 @dsakit.gate("cuda")
 def test_1(cuda):

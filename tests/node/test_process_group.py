@@ -15,6 +15,7 @@ import pytest
 from dsakit.errors import UsageError
 from dsakit.node.process_group import check_timeout, run_in_own_group
 from dsakit.pytest_invocation import plugin_args
+from tests.child_env import child_env
 
 # `dsakit report merge --json OUT`, with the writer's first write sending SIGTERM to the process:
 # the signal arrives while the atomic writer's temp file exists beside OUT
@@ -39,7 +40,6 @@ class Interrupted:
 
 paths.os.fdopen = lambda *a, **k: Interrupted(real_fdopen(*a, **k))
 from dsakit.cli import main
-from tests.child_env import child_env
 sys.exit(main(sys.argv[1:]))
 """
 

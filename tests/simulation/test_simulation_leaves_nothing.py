@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from dsakit.pytest_invocation import plugin_args
+from tests.child_env import child_env
 
 PLUGIN = tuple(plugin_args())
 DISABLE = "TVM_FFI_DISABLE_TORCH_C_DLPACK"
 
 IMPORTS_TVM_FFI = f'''
 import os
-from tests.child_env import child_env
 
 
 def test_imports_tvm_ffi_as_sglang_does():

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.child_env import child_env
 
 MODULE = '''
 import os
 
 import pytest
 import torch
-from tests.child_env import child_env
 
 SCORES = torch.tensor([[5.0, 3.0, 3.0, 3.0, 1.0, 0.0, 0.0, 0.0],
                        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])
