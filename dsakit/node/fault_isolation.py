@@ -22,6 +22,8 @@ import pytest
 from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
 
+PLUGIN_NAME = "dsakit-fault-isolation"  # its per-process hooks' name (the report wrapper tells its own answer apart)
+
 ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
 
 CODE = "cuda-context-poisoned"
@@ -278,4 +280,4 @@ def start(config: pytest.Config, add_edit: Callable[[ReportEdit], None]) -> dict
     plugin's one report wrapper (`add_edit`)."""
     isolation = FaultIsolation(config)
     add_edit(isolation.edit_report)
-    return {"dsakit-fault-isolation": isolation}
+    return {PLUGIN_NAME: isolation}

@@ -26,9 +26,8 @@ SECTION = "dsakit simulated device"
 REPORT_WRAPPER = "dsakit-simulation-reports"  # the plugin's one per-test report wrapper, by name
 # what makes a test phase need the report wrapper: torch (a CUDA context fault isolation checks)
 # and dsakit's device simulation (a failure under it); and any `pytest_dsakit_device_fault`
-# answer but fault isolation's own (registered under this name by dsakit.node.fault_isolation.start)
+# answer but fault isolation's own (dsakit.node.fault_isolation.PLUGIN_NAME)
 WRAPPER_MODULES = ("torch", "dsakit.upstream.device_simulation")
-OWN_FAULT_PROBE = "dsakit-fault-isolation"
 WRAPPER_START = "dsakit-report-wrapper-start"
 EXPLAINED = "dsakit model_runner read"
 
@@ -240,9 +239,14 @@ class WrapperStart:
 
     def pytest_plugin_registered(self, plugin: object, plugin_name: str) -> None:
         # historic: also called for every plugin registered before this one
-        if not self.started and any(impl.plugin_name != OWN_FAULT_PROBE
-                                    for impl in self.config.hook.pytest_dsakit_device_fault.get_hookimpls()):
-            self.start()
+        if self.started:
+            return
+        impls = self.config.hook.pytest_dsakit_device_fault.get_hookimpls()
+        if impls:  # none until the run uses dsakit: the import below is paid only from then on
+            from dsakit.node.fault_isolation import PLUGIN_NAME
+
+            if any(impl.plugin_name != PLUGIN_NAME for impl in impls):
+                self.start()
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -116,7 +116,7 @@ def test_a_conftest_answering_the_fault_hook_starts_the_report_wrapper(pytester:
 
 
 def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pytester: pytest.Pytester) -> None:
-    from dsakit.simulation.whole_run import OWN_FAULT_PROBE, WrapperStart
+    from dsakit.simulation.whole_run import WrapperStart
 
     pytester.makepyfile(test_nothing="def test_a():\n    pass\n")
     script = pytester.makepyfile(check=(
@@ -127,9 +127,9 @@ def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pyteste
     done = pytester.run(sys.executable, str(script))
     assert "SAME 0 True" in done.stdout.str()
     assert WrapperStart.find_spec(WrapperStart.__new__(WrapperStart), "json") is None  # a finder that finds nothing
-    from dsakit.node.fault_isolation import start
+    from dsakit.node.fault_isolation import PLUGIN_NAME, start
 
-    assert OWN_FAULT_PROBE in start(pytester.parseconfig(), lambda edit: None)  # the name the wrapper ignores
+    assert PLUGIN_NAME in start(pytester.parseconfig(), lambda edit: None)  # the name the wrapper ignores
 
 
 def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest.Pytester) -> None:
