@@ -50,17 +50,8 @@ if [ -n "$release" ]; then
   if [ ! -f "$tree/sglang/__init__.py" ]; then
     echo "== dsakit: SGLang $release from its wheel (pip download --no-deps) into $tree"
     rm -rf ".cache/sglang-$release"
-    python -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-      "sglang==$release" -d ".cache/sglang-$release/wheels" \
+    python scripts/release_wheel.py "$release" ".cache/sglang-$release" >/dev/null \
       || { echo "scripts/env.sh: cannot download sglang==$release (offline, or no such release)" >&2; exit 2; }
-    python - "$release" "$tree" <<'PY'
-import glob, os, sys, zipfile
-release, tree = sys.argv[1], sys.argv[2]
-(wheel,) = glob.glob(os.path.join(os.path.dirname(tree), "wheels", f"sglang-{release}-*.whl"))
-with zipfile.ZipFile(wheel) as archive:
-    archive.extractall(tree + ".partial", [n for n in archive.namelist() if n.startswith("sglang/")])
-os.replace(tree + ".partial", tree)
-PY
   fi
   export PYTHONPATH="$PWD/$tree${PYTHONPATH:+:$PYTHONPATH}"
   report="dsakit-report-$release.json"

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,21 +26,14 @@ if str(ROOT) not in sys.path:
 
 def _unpacked(version: str, downloads: Path) -> Path:
     """The wheel of `version` unpacked (its sglang/ folder) under `downloads`."""
-    where = downloads / version
-    tree = where / "tree"
-    if (tree / "sglang" / "__init__.py").is_file():
-        return tree
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                           "--disable-pip-version-check", f"sglang=={version}", "-d", str(where / "wheels")],
-                          capture_output=True, text=True, check=False)
-    wheels = sorted((where / "wheels").glob(f"sglang-{version}-*.whl"))
-    if done.returncode != 0 or not wheels:
+    from scripts.release_wheel import WheelUnavailable, unpacked_release
+
+    try:
+        return unpacked_release(version, downloads / version)
+    except WheelUnavailable as error:
         print(f"error: no SGLang {version} wheel: `pip download --no-deps sglang=={version}` failed "
-              f"(offline? pass --tree {version}=DIR): {done.stderr.strip()[-400:]}", file=sys.stderr)
-        raise SystemExit(2)
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        wheel.extractall(tree, [n for n in wheel.namelist() if n.startswith("sglang/")])
-    return tree
+              f"(offline? pass --tree {version}=DIR): {error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _trees(given: list[str]) -> dict[str, Path]:

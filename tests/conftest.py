@@ -175,7 +175,7 @@ def sglang_release_tree(request: pytest.FixtureRequest,
     """`tree("0.5.21")`: an unpacked SGLang wheel of that release (the folder holding `sglang/`),
     downloaded once with `pip download --no-deps` into the pytest cache (a session temp dir under
     -p no:cacheprovider); skips with [sglang-wheel-unavailable] where pip cannot fetch it (offline)."""
-    import zipfile
+    from scripts.release_wheel import WheelUnavailable, unpacked_release
 
     cache = getattr(request.config, "cache", None)
     made: dict[str, Path] = {}  # -p no:cacheprovider: one temp dir per release and session, not per call
@@ -185,30 +185,11 @@ def sglang_release_tree(request: pytest.FixtureRequest,
             where = Path(cache.mkdir(f"dsakit-sglang-{version}"))
         else:
             where = made.get(version) or made.setdefault(version, tmp_path_factory.mktemp(f"sglang-{version}"))
-        unpacked = where / "tree"
-        if (unpacked / "sglang" / "__init__.py").is_file():
-            return unpacked
-        wheels = where / "wheels"
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-             "--disable-pip-version-check", f"sglang=={version}", "-d", str(wheels)],
-            capture_output=True, text=True, timeout=600, check=False)
-        found = sorted(wheels.glob(f"sglang-{version}-*.whl")) if done.returncode == 0 else []
-        if not found:
-            pytest.skip(f"[sglang-wheel-unavailable] no SGLang {version} wheel: `pip download --no-deps "
-                        f"sglang=={version}` failed (offline?): "
-                        + (done.stderr.strip().splitlines() or ["pip found no wheel"])[-1])
-        partial = where / f"tree.partial-{os.getpid()}"  # one per xdist worker
         try:
-            with zipfile.ZipFile(found[0]) as wheel:
-                wheel.extractall(partial, [n for n in wheel.namelist() if n.startswith("sglang/")])
-            partial.rename(unpacked)  # whole or absent: a worker killed mid-unpack leaves no half tree
-        except OSError:
-            if not (unpacked / "sglang" / "__init__.py").is_file():  # not another worker's rename
-                raise
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-        return unpacked
+            return unpacked_release(version, where, timeout=600)
+        except WheelUnavailable as error:
+            pytest.skip(f"[sglang-wheel-unavailable] no SGLang {version} wheel: `pip download --no-deps "
+                        f"sglang=={version}` failed (offline?): {error}")
 
     return tree
 
