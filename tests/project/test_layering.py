@@ -58,3 +58,16 @@ def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, tar
     assert result.returncode == 1
     importer = "dsakit." + module.removesuffix(".py").replace("/", ".")
     assert f"- {importer} -> {target} (l." in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("target", ["dsakit.upstream.source_scan", "dsakit.upstream.runner_site_scan"])
+def test_an_import_of_the_source_scan_from_the_mock_is_refused(tree: Path, target: str) -> None:
+    """The layers allow mocks -> upstream; the mock's wording of where the real ModelRunner sets an
+    attribute reads the declared table (dsakit.contracts.runner_sites), never the source scan."""
+    mock = tree / "dsakit" / "mocks" / "strict_node.py"
+    mock.write_text(mock.read_text(encoding="utf-8")
+                    + f"\n\ndef _scan() -> None:\n    import {target}  # noqa: F401\n", encoding="utf-8")
+    result = _lint(tree)
+    assert result.returncode == 1, result.stdout
+    assert "the mock words its errors from declared data, not from the SGLang source scan BROKEN" in result.stdout
+    assert f"dsakit.mocks.strict_node -> {target} (l." in result.stdout, result.stdout
