@@ -51,7 +51,8 @@ if [ -n "$release" ]; then
     echo "== dsakit: SGLang $release from its wheel (pip download --no-deps) into $tree"
     rm -rf ".cache/sglang-$release"
     python scripts/release_wheel.py "$release" ".cache/sglang-$release" >/dev/null \
-      || { echo "scripts/env.sh: cannot download sglang==$release (offline, or no such release)" >&2; exit 2; }
+      || { rm -rf ".cache/sglang-$release"
+           echo "scripts/env.sh: cannot download sglang==$release (offline, or no such release)" >&2; exit 2; }
   fi
   export PYTHONPATH="$PWD/$tree${PYTHONPATH:+:$PYTHONPATH}"
   report="dsakit-report-$release.json"
