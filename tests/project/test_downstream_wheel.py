@@ -79,7 +79,13 @@ def test_downstream_project_passes_from_the_wheel(venv: Path, tmp_path: Path) ->
     update = _run(venv, project, "-m", "pytest", "--snapshot-update")
     assert update.returncode == 0, update.stdout + update.stderr
     assert "2 snapshots generated" in update.stdout
-    assert (project / "tests" / "__snapshots__" / "test_my_backend" / "selections.topksel").is_file()
+    golden = project / "tests" / "__snapshots__" / "test_my_backend" / "selections.topksel"
+    written = golden.read_bytes()
+    # a second update compares (the project's path is not the reference) and keeps both goldens
+    again = _run(venv, project, "-m", "pytest", "--snapshot-update")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "2 snapshots passed" in again.stdout and "deleted" not in again.stdout.lower(), again.stdout
+    assert golden.read_bytes() == written
 
     for extra in ((), ("-n", "2")):
         run = _run(venv, project, "-m", "pytest", *extra)
