@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     # hardware branches on any machine
     "simulate_device": "dsakit.upstream.device_simulation",
     "SimulatedKernelLaunch": "dsakit.upstream.device_simulation",
+    "SimulatedKernelAbsent": "dsakit.upstream.device_simulation",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

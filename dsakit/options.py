@@ -70,6 +70,9 @@ OPTIONS: tuple[RunOption, ...] = (
               "checks, tensor placement; kernel launches skip. A comma-separated list runs one process "
               "per device and prints the fleet table. Module gates still look at this machine",
               env="DSAKIT_DEVICE", metavar="NAME"),
+    RunOption("--dsakit-simulation-timeout", "under a simulated device (--dsakit-device), a test that runs "
+              "longer than SECONDS is stopped and fails naming the call in flight (a kernel that hangs on "
+              "this GPU, a JIT build that never ends); 0: never", default=600, kind="int", metavar="SECONDS"),
     RunOption("--dsakit-device-from-torch", "let torch.cuda name this machine's device when NVML, nvidia-smi "
               "and rocminfo find nothing", default=False, kind="bool", renamed_from="--dsakit-probe-torch"),
     RunOption("--dsakit-report", "write the run's report as JSON: the node (device, SGLang release, host "

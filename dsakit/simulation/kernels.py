@@ -1,9 +1,14 @@
-"""Kernel launches under a simulation: refused with `[simulated-kernel-launch]`, never faked.
+"""Kernel launches under a simulation: what runs, what is refused, never a faked result.
 
-Owns the guards on each route to a device kernel: torch custom ops outside torch's own namespaces
-(sgl-kernel, FlashMLA, FA3, ...), Triton's `JITFunction.run`, the JIT loaders (SGLang's `load_jit`,
-flashinfer's `JitSpec`; not tvm-ffi's `load_module`, which also loads non-kernel bindings), DeepGEMM; and stand-in modules for the kernel
-libraries the simulated GPU would have installed but this machine lacks. Must not run a kernel.
+Owns the guards on each route to a device kernel. Where this machine's GPU cannot run kernels for
+the simulated device (no GPU, another vendor) every route refuses with `[simulated-kernel-launch]`:
+torch custom ops outside torch's own namespaces (sgl-kernel, FlashMLA, FA3, ...), Triton's
+`JITFunction.run`, the JIT loaders (SGLang's `load_jit`, flashinfer's `JitSpec`; not tvm-ffi's
+`load_module`, which also loads non-kernel bindings), DeepGEMM. On a GPU of the simulated vendor
+(a portable plan) only the families of `kernel_archs.ARCH_ONLY` are guarded: refused where this GPU
+lacks them, failed (`SimulatedKernelAbsent`) where the simulated device lacks them. Also the
+stand-in modules for kernel libraries the simulated GPU would have installed but this machine
+lacks. Must not run a kernel it guards.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 
 from dsakit.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
-from dsakit.upstream.device_simulation import Patches, SimulatedKernelLaunch
+from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
+from dsakit.upstream.device_simulation import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.
@@ -53,8 +59,33 @@ def launch_site() -> str:
     return site[len(here):] if site.startswith(here) else short_path(site)  # a test file: from the run's folder
 
 
-def refuse(kernel: str, device: DeviceModel) -> SimulatedKernelLaunch:
-    return SimulatedKernelLaunch(kernel, launch_site(), device)
+def site_of(tb: Any) -> str:
+    """The innermost frame of a traceback outside the launch machinery: who called the kernel that failed."""
+    site = None
+    while tb is not None:
+        if not any(part in tb.tb_frame.f_code.co_filename for part in _MACHINERY):
+            site = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if site is None:
+        return "<unknown>"
+    text = short_path(site)
+    here = os.getcwd() + os.sep
+    return text[len(here):] if text.startswith(here) else short_path(text)
+
+
+def refuse(kernel: str, device: DeviceModel, why: str | None = None) -> SimulatedKernelLaunch:
+    return SimulatedKernelLaunch(kernel, launch_site(), device, why)
+
+
+def family_error(family: KernelFamily, kernel: str, device: DeviceModel, real: str | None) -> Exception | None:
+    """What a launch of `family` raises under this simulation (None: it runs for real)."""
+    verdict = family.verdict(device.key, real)
+    if verdict == "run":
+        return None
+    if verdict == "absent":
+        return SimulatedKernelAbsent(kernel, launch_site(), device, family.runs_on(), family.why)
+    here = f"this GPU is {real}" if real else "this machine has no GPU of its vendor"
+    return refuse(kernel, device, f"{family.name} exists for {family.runs_on()} only and {here} ({family.why})")
 
 
 def op_namespace(func: Any) -> str | None:
@@ -79,8 +110,9 @@ def is_kernel_op(func: Any, args: Any, kwargs: Any, *, on_cpu: bool) -> bool:
 
 
 def _takes_tensors(args: Any, kwargs: Any) -> bool:
-    import torch
-
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor exists yet
+        return False
     values = [*args, *(kwargs or {}).values()]
     return any(isinstance(v, torch.Tensor) or (isinstance(v, (list, tuple)) and any(
         isinstance(x, torch.Tensor) for x in v)) for v in values)
@@ -153,23 +185,64 @@ class _SimulatedTritonDriver:
         raise refuse(f"Triton's driver ({name}) for simulated {self._device.key}", self._device)
 
 
-def _guard_sglang_jit(patches: Patches, loader: types.ModuleType, device: DeviceModel) -> None:
+def _jit_error(kernel: str, name: str, device: DeviceModel, real: str | None, portable: bool) -> Exception | None:
+    """A JIT module `name`: portable plans build it for this GPU unless an arch-only family names it."""
+    family = family_of_jit(name)
+    if family is not None:
+        error = family_error(family, kernel, device, real if portable else None)
+    else:
+        error = None if portable else refuse(kernel, device)
+    if error is None:
+        RAN.setdefault(f"JIT {name}")
+    return error
+
+
+# The kernels that ran for real in this process's current test under a portable plan ("Triton x",
+# "JIT y"): the whole-run simulation hands them on with the test's report and clears it per test.
+RAN: dict[str, None] = {}
+
+
+def record_triton(patches: Patches, jit: types.ModuleType, device: DeviceModel) -> None:
+    """A portable plan's Triton: kernels launch for real (built for this GPU); each is recorded."""
+    run = getattr(getattr(jit, "JITFunction", None), "run", None)
+    if run is None:
+        return
+
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        RAN.setdefault(f"Triton {getattr(getattr(self, 'fn', None), '__name__', '?')}")
+        return run(self, *args, **kwargs)
+
+    patches.set(jit.JITFunction, "run", recorded)
+
+
+def _guard_sglang_jit(patches: Patches, loader: types.ModuleType, device: DeviceModel, *,
+                      real: str | None = None, portable: bool = False) -> None:
     original = getattr(loader, "load_jit", None)
     if callable(original):
         def load_jit(*args: Any, **kwargs: Any) -> Any:
-            raise refuse(f"SGLang's JIT kernel {'/'.join(map(str, args)) or '?'} (load_jit)", device)
+            name = "/".join(map(str, args)) or "?"
+            error = _jit_error(f"SGLang's JIT kernel {name} (load_jit)", name, device, real, portable)
+            if error is not None:
+                raise error
+            return original(*args, **kwargs)
 
         rebind_everywhere(patches, original, load_jit)
 
 
-def _guard_flashinfer_jit(patches: Patches, core: types.ModuleType, device: DeviceModel) -> None:
+def _guard_flashinfer_jit(patches: Patches, core: types.ModuleType, device: DeviceModel, *,
+                          real: str | None = None, portable: bool = False) -> None:
     spec = getattr(core, "JitSpec", None)
     for method in ("build_and_load", "load"):
-        if spec is not None and callable(getattr(spec, method, None)):
-            def refused(self: Any, *args: Any, _method: str = method, **kwargs: Any) -> Any:
-                raise refuse(f"flashinfer's JIT module {getattr(self, 'name', '?')} (JitSpec.{_method})", device)
+        original = getattr(spec, method, None) if spec is not None else None
+        if callable(original):
+            def guarded(self: Any, *args: Any, _method: str = method, _original: Any = original, **kwargs: Any) -> Any:
+                name = str(getattr(self, "name", "?"))
+                error = _jit_error(f"flashinfer's JIT module {name} (JitSpec.{_method})", name, device, real, portable)
+                if error is not None:
+                    raise error
+                return _original(self, *args, **kwargs)
 
-            patches.set(spec, method, refused)
+            patches.set(spec, method, guarded)
 
 
 def _guard_deep_gemm(patches: Patches, deep_gemm: types.ModuleType, device: DeviceModel) -> None:
@@ -195,6 +268,49 @@ GUARDED_LIBRARIES: dict[str, Callable[[Patches, types.ModuleType, DeviceModel], 
 }
 
 
+# ---------------------------------------------------------------- a portable plan: arch-only families
+
+
+def arch_only_modules() -> dict[str, list[tuple[KernelFamily, str]]]:
+    """module -> (family, function) for every entry point of the arch-only table."""
+    modules: dict[str, list[tuple[KernelFamily, str]]] = {}
+    for family in ARCH_ONLY:
+        for entry in family.entry_points:
+            module, _, function = entry.partition(":")
+            modules.setdefault(module, []).append((family, function))
+    return modules
+
+
+def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequence[tuple[KernelFamily, str]],
+                       device: DeviceModel, real: str | None) -> None:
+    """Each arch-only entry point of `module` that cannot run here, replaced (everywhere it was bound)
+    by a guard that raises before anything launches."""
+    for family, function in entries:
+        original = vars(module).get(function)
+        if not callable(original):
+            continue
+        kernel = f"{module.__name__}.{function}"
+        if family.verdict(device.key, real) == "run":
+            continue
+
+        def launch(*args: Any, _family: KernelFamily = family, _kernel: str = kernel, **kwargs: Any) -> Any:
+            error = family_error(_family, _kernel, device, real)
+            raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
+
+        launch.__name__ = function
+        rebind_everywhere(patches, original, launch)
+
+
+def jit_guards(real: str | None, portable: bool) -> dict[str, Callable[[Patches, types.ModuleType, DeviceModel], None]]:
+    """The JIT loaders' guards of a plan: name-checked against the arch-only table."""
+    return {
+        "sglang.kernels.jit.utils.compile.loader":
+            lambda p, m, d: _guard_sglang_jit(p, m, d, real=real, portable=portable),
+        "flashinfer.jit.core": lambda p, m, d: _guard_flashinfer_jit(p, m, d, real=real, portable=portable),
+        **({"triton.runtime.jit": record_triton} if portable else {}),
+    }
+
+
 def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:
     """Replace `original` in every loaded module that bound it (`from x import f` copies the name)."""
     for module in list(sys.modules.values()):
@@ -212,13 +328,21 @@ def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None
 # ---------------------------------------------------------------- stand-ins for absent libraries
 
 
-class _GuardType(type):
-    """A stand-in attribute: a class (so `isinstance` and subclassing still parse) whose call refuses."""
+class AbsentLibraryValue(type):
+    """A stand-in attribute or answer: a class (so `isinstance` and subclassing still parse) that
+    configuration calls and decorators pass through, and whose launch (a call with tensors) or use as
+    a number (arithmetic, comparison, int / index) refuses: an absent library computed it.
+    The name shows in a TypeError where a library takes it as an argument (whole_run's `_explain`
+    reads it). A stand-in stays truthy and iterable-free as a class is: import-time `or` / `if` work."""
 
     _dsakit_kernel: str
     _dsakit_device: DeviceModel
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not _takes_tensors(args, kwargs):
+            # a configuration or query call (tilelang.set_log_level, a decorator factory): it runs,
+            # answering another stand-in; a call with tensors would launch, and refuses
+            return _guard(f"{cls._dsakit_kernel}()", cls._dsakit_device)
         raise refuse(cls._dsakit_kernel, cls._dsakit_device)
 
     def __getattr__(cls, name: str) -> Any:
@@ -226,9 +350,36 @@ class _GuardType(type):
             raise AttributeError(name)
         return _guard(f"{cls._dsakit_kernel}.{name}", cls._dsakit_device)
 
+    def _used(cls, *args: Any) -> Any:
+        raise refuse(f"{cls._dsakit_kernel} (the answer of a kernel library absent here, used as a value)",
+                     cls._dsakit_device)
+
+    __int__ = __float__ = __index__ = _used
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __floordiv__ = _used
+    __lt__ = __le__ = __gt__ = __ge__ = _used
+
 
 def _guard(kernel: str, device: DeviceModel) -> Any:
-    return _GuardType(kernel.rsplit(".", 1)[-1], (), {"_dsakit_kernel": kernel, "_dsakit_device": device})
+    answer = STAND_IN_QUERIES.get(kernel)
+    if answer is not None:
+        return lambda *args, **kwargs: answer(device)
+    return AbsentLibraryValue(kernel.rsplit(".", 1)[-1], (), {"_dsakit_kernel": kernel, "_dsakit_device": device})
+
+
+# Device queries of kernel libraries, answered from the device table where the library stands in
+# (on a machine that has it, its own code asks torch, whose answer is the simulated device's).
+STAND_IN_QUERIES: dict[str, Callable[[DeviceModel], Any]] = {
+    "flashinfer.utils.get_device_sm_count": lambda device: _entry(device).multiprocessors,
+    "flashinfer.utils.get_compute_capability": lambda device: device.sm,
+    "flashinfer.utils.is_sm90a_supported": lambda device: device.vendor == "nvidia" and (device.sm or (0,))[0] == 9,
+    "flashinfer.utils.is_sm100a_supported": lambda device: device.vendor == "nvidia" and (device.sm or (0,))[0] == 10,
+}
+
+
+def _entry(device: DeviceModel) -> Any:
+    from dsakit.devices import DEVICES
+
+    return DEVICES[device.key]
 
 
 class StandIn(types.ModuleType):
@@ -245,6 +396,11 @@ class StandIn(types.ModuleType):
         value = _guard(f"{self.__name__}.{name}", self._dsakit_device)
         setattr(self, name, value)
         return value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A submodule that shadows a callable of the same name (`tilelang.jit` after `import
+        tilelang.jit.adapter`): called as that callable would be."""
+        return _guard(self.__name__, self._dsakit_device)(*args, **kwargs)
 
 
 class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -68,12 +68,18 @@ class WholeRun:
         self.imported_first: list[str] = []
         self._stack = contextlib.ExitStack()
         self._modules_before: set[str] = set()
+        self._subtests: dict[str, list[Any]] = {}  # nodeid -> [subtests, refused, first refusal]
+        self._ran: dict[str, int] = {}  # kernel -> tests that ran it for real (portable plans)
+        self._arch = ""
+
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        self._stack.callback(callback)
 
     def start(self) -> None:
         """Stand-ins now (the simulated GPU's import-time branches import its kernel libraries); the
-        rest as each module arrives: torch's facts, placement and runtime when torch imports, guards
-        when Triton / a JIT loader / DeepGEMM import, probes when SGLang's modules import. A suite
-        that never imports torch pays nothing."""
+        rest as each module arrives: torch's facts, placement or the two views when torch imports,
+        kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
+        imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
         from dsakit.simulation.import_hooks import AfterImport
         from dsakit.upstream.device_simulation import Patches, announced, patch_arrived, watched_modules
@@ -91,24 +97,33 @@ class WholeRun:
             hooks = AfterImport()
             patches.callback(hooks.close)
             device, simulation = self.device, self.plan
+            real = simulation.real_key if simulation.portable else None
+            # SGLang's own kernel entry points (KERNEL_GUARDS) run where the plan is portable
+            guard_sglang = not simulation.exact and not simulation.portable
 
             def on_torch(module: Any) -> None:
+                own = runtime.real_queries(module)
                 patch_arrived(patches, device, "torch", module)
-                if not simulation.exact:
-                    runtime.install(patches, simulation)
+                runtime.install(patches, simulation, own)
 
             def probes_of(name: str) -> Callable[[Any], None]:
-                return lambda module: patch_arrived(patches, device, name, module,
-                                                    guard_kernels=not simulation.exact)
+                return lambda module: patch_arrived(patches, device, name, module, guard_kernels=guard_sglang)
 
             def guard_of(guard: Callable[..., None]) -> Callable[[Any], None]:
                 return lambda module: guard(patches, module, device)
 
+            def entries_of(entries: list[Any]) -> Callable[[Any], None]:
+                return lambda module: kernels.guard_entry_points(patches, module, entries, device, real)
+
             hooks.watch("torch", on_torch)
             for name in watched_modules()[1:]:
                 hooks.watch(name, probes_of(name))
-            if not self.plan.exact:
-                for name, guard in kernels.GUARDED_LIBRARIES.items():
+            if not simulation.exact:
+                for name, entries in kernels.arch_only_modules().items():
+                    hooks.watch(name, entries_of(entries))
+                guards = (kernels.jit_guards(real, portable=True) if simulation.portable
+                          else kernels.GUARDED_LIBRARIES)
+                for name, guard in guards.items():
                     hooks.watch(name, guard_of(guard))
         except BaseException:
             self.stop()
@@ -133,7 +148,63 @@ class WholeRun:
             line += f"; absent kernel libraries stand in: {', '.join(self.stand_ins)}"
         if self.imported_first:
             line += f"; imported for the real arch first: {', '.join(self.imported_first)}"
-        return [line]
+        lines = [line]
+        if self.device.vendor == "amd":
+            lines.append(f"dsakit: {amd_environment()}")
+        return lines
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal, the skip recorder and xdist's worker see it
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Honest outcomes: a test whose every subtest was refused as a kernel launch ran nothing, so it
+        is reported skipped with the reason (pytest calls such a test passed)."""
+        if report.when != "call":
+            return
+        if not self.in_this_process:  # the controller: what ran for real, per test, from the workers
+            self._note_ran(report)
+            return
+        if type(report).__name__ != "SubtestReport" and self.plan.portable:
+            ran = sys.modules.get("dsakit.simulation.kernels")
+            if ran is not None and ran.RAN:
+                report.user_properties.append((RAN_PROPERTY, {"arch": self.plan.real_key or self.plan.real.sm_text,
+                                                              "kernels": list(ran.RAN)}))
+                ran.RAN.clear()
+            self._note_ran(report)
+        if type(report).__name__ == "SubtestReport":
+            counts = self._subtests.setdefault(report.nodeid, [0, 0, None])
+            counts[0] += 1
+            reason = _skip_reason(report)
+            if reason is not None and reason.startswith(f"[{KERNEL_LAUNCH}]"):
+                counts[1] += 1
+                counts[2] = counts[2] or reason
+            return
+        counts = self._subtests.pop(report.nodeid, None)
+        if report.passed and counts and counts[0] == counts[1]:
+            report.outcome = "skipped"
+            report.longrepr = (str(report.location[0]), (report.location[1] or 0) + 1,
+                               f"Skipped: [{KERNEL_LAUNCH}] every subtest ({counts[0]}) was refused under "
+                               f"simulated {self.device.key}, so nothing ran; the first: {counts[2]}")
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        ran = sys.modules.get("dsakit.simulation.kernels")
+        if ran is not None:
+            ran.RAN.clear()  # what the previous test left (a setup that launched, then failed)
+
+    def _note_ran(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == RAN_PROPERTY and isinstance(value, dict):
+                self._arch = str(value.get("arch"))
+                for kernel in value.get("kernels", ()):
+                    self._ran[str(kernel)] = self._ran.get(str(kernel), 0) + 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self._ran:
+            return
+        terminalreporter.section("dsakit simulated device")
+        terminalreporter.write_line(
+            f"under simulated {self.device.key}, {len(self._ran)} kernel(s) ran for real on this GPU "
+            f"({self._arch}), built for it (tests that launched each):")
+        for kernel, tests in sorted(self._ran.items()):
+            terminalreporter.write_line(f"  {kernel} ({tests})")
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -175,6 +246,8 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
     """A failure under a simulation: a kernel launch becomes its skip; else the device it ran as and,
     for a model-runner read, the read explained."""
     launch = _in_chain(raised, simulation.SimulatedKernelLaunch)
+    if launch is None:
+        launch = _no_image(raised, device, simulation)
     if launch is not None:  # also wrapped: SGLang's CustomTestCase re-raises after its retries
         report.outcome = "skipped"
         report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"Skipped: {launch.reason}")
@@ -190,6 +263,62 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
     if read is not None:
         devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
         report.sections.append((EXPLAINED, explain(read, devices)))
+
+
+KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.upstream.device_simulation.KERNEL_LAUNCH, without its import
+RAN_PROPERTY = "dsakit_ran_on_this_gpu"  # a test report's user property: the kernels that ran for real
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    """A skip's message without pytest's "Skipped: " prefix (None: not a skip)."""
+    if not report.skipped or not isinstance(report.longrepr, tuple):
+        return None
+    message = str(report.longrepr[2])
+    return message[len("Skipped: "):] if message.startswith("Skipped: ") else message
+
+
+def amd_environment() -> str:
+    """What an AMD image sets for SGLang, and what this run does instead (the header's line)."""
+    import os
+
+    aiter = os.environ.get("SGLANG_USE_AITER")
+    if aiter is not None:
+        return (f"SGLANG_USE_AITER={aiter} (yours): SGLang takes its AITER paths where it is truthy; AITER "
+                "kernels cannot run on this machine and skip with [simulated-kernel-launch]")
+    return ("SGLANG_USE_AITER is not set: SGLang's HIP paths without AITER run (the variant an MI300 / "
+            "MI355 image without AITER runs; ROCm images usually set SGLANG_USE_AITER=1: set it to run "
+            "that variant)")
+
+
+def _no_image(raised: BaseException, device: Any, simulation: Any) -> Any:
+    """A launch that failed with "no kernel image" (or its library's wording of it) on a GPU that is
+    not the simulated one: the kernel exists for the simulated device, not here. The same skip as a
+    refusal, naming the call site; never a failure. (dsakit's arch-only table misses this kernel.)"""
+    from dsakit.gates.device_model import real_device
+    from dsakit.simulation.kernel_archs import is_no_image
+
+    error, seen = raised, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, TypeError) and "AbsentLibraryValue" in str(error):
+            from dsakit.simulation.kernels import site_of
+
+            return simulation.SimulatedKernelLaunch(
+                "a kernel library's answer", site_of(error.__traceback__), device,
+                f"the library is absent on this machine (it stands in: {str(error).strip()[:160]!r})")
+        if is_no_image(str(error)):
+            real = real_device()
+            if simulation.is_this_machine(device, real):
+                return None  # the simulated device is this one: a real failure
+            from dsakit.simulation.kernels import site_of
+
+            first = str(error).strip().splitlines()[0][:200]
+            return simulation.SimulatedKernelLaunch(
+                "a kernel", site_of(error.__traceback__), device,
+                f"it has no image for this GPU ({real.describe()}): {first!r}; dsakit's table of arch-only "
+                "kernels (dsakit/simulation/kernel_archs.py) does not list it yet")
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
@@ -268,8 +397,14 @@ def configure(config: pytest.Config) -> dict[str, object]:
     hooks: dict[str, object] = {WRAPPER_START: WrapperStart(config, sections)}
     device = requested_device(config)
     if device is not None:
+        from dsakit.simulation import watchdog
+
         run = WholeRun(config, device)
+        dog = watchdog.start(config, device.key) if run.in_this_process else watchdog.check(config)
         if run.in_this_process:
+            if dog is not None:
+                run.on_stop(dog.close)
+                hooks["dsakit-simulation-watchdog"] = dog
             run.start()
         hooks["dsakit-whole-run"] = run
     return hooks

@@ -51,15 +51,30 @@ _ACTIVE: list[DeviceModel] = []
 
 
 class SimulatedKernelLaunch(RuntimeError):
-    """The simulated branch would launch a kernel here; `reason` is the skip reason (data)."""
+    """The simulated branch would launch a kernel here that cannot run on this machine; `reason` is
+    the skip reason (data). `why`: why it cannot run here (default: no kernel runs under this
+    simulation)."""
 
-    def __init__(self, kernel: str, site: str, device: DeviceModel) -> None:
+    def __init__(self, kernel: str, site: str, device: DeviceModel, why: str | None = None) -> None:
+        self.kernel, self.site = kernel, site
         self.reason = Reason(
             KERNEL_LAUNCH,
-            f"{kernel} (called at {site}) would launch a kernel for simulated {device.key}; not launched "
-            f"under simulation: it runs on real {device.name} hardware",
+            f"{kernel} (called at {site}) would launch a kernel for simulated {device.key}; "
+            f"{why or 'not launched under simulation'}: it runs on real {device.name} hardware",
         )
         super().__init__(str(self.reason))
+
+
+class SimulatedKernelAbsent(RuntimeError):
+    """The simulated branch launches a kernel that does not exist for the simulated device (FA3 on a
+    B300): a real one fails here, so the test fails (never a skip)."""
+
+    def __init__(self, kernel: str, site: str, device: DeviceModel, exists_for: str, why: str) -> None:
+        self.kernel, self.site = kernel, site
+        super().__init__(
+            f"{kernel} (called at {site}) does not exist for simulated {device.key} ({device.name}): it "
+            f"exists for {exists_for} ({why}); a real {device.name} fails here. The code that chose "
+            "it takes a path this device cannot run")
 
 
 def active_simulation() -> DeviceModel | None:

@@ -62,6 +62,15 @@ class TestOnCuda(unittest.TestCase):
             z = (x + y).to("cuda", non_blocking=True)
         self.assertEqual(layer(z).shape, (2,))
         self.assertEqual(str(z.device), PLACED)
+        # SGLang asserts `seq_lens.is_cuda`: a "cuda" tensor answers as one wherever it lives
+        self.assertTrue(z.is_cuda and (z * 2)[1:].is_cuda and layer.weight.is_cuda)
+        host = z.cpu()
+        self.assertFalse(host.is_cuda)
+        self.assertEqual(str(host.device), "cpu")
+        self.assertTrue(z.is_cuda)
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        self.assertIsInstance(generator, torch.Generator)
+        self.assertTrue(torch.randn(3, device="cuda", generator=generator).is_cuda)
 '''
 
 SGLANG_SHAPED = (Path(__file__).parents[1] / "suites" / "indexer_shaped.py").read_text(encoding="utf-8")
@@ -77,7 +86,7 @@ def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 @torch_needed
 @no_gpu_here
 def test_import_time_cuda_checks_and_unittest_classes_see_the_simulated_gpu(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_suite=IMPORT_TIME_SKIP.replace("PLACED", "'cpu'"))
+    pytester.makepyfile(test_suite=IMPORT_TIME_SKIP.replace("PLACED", "'cuda:0'"))
     plain = _run(pytester)
     plain.assert_outcomes(skipped=2)
     # the ini key (an alias): its simulation is on before the test module imports, as the option's
@@ -87,7 +96,7 @@ def test_import_time_cuda_checks_and_unittest_classes_see_the_simulated_gpu(pyte
     simulated.assert_outcomes(passed=2)
     simulated.stdout.fnmatch_lines([
         "dsakit: this process runs as simulated sm103 (NVIDIA B300) on CPU*: tensors and pools created on "
-        '"cuda" live on the CPU; kernel launches skip with [[]simulated-kernel-launch[]]*'])
+        '"cuda" live on the CPU and answer as cuda; kernel launches skip with [[]simulated-kernel-launch[]]*'])
 
 
 @torch_needed

@@ -1,0 +1,219 @@
+"""What a whole-run simulation reports (issue 35): a test whose every subtest was refused is skipped,
+never passed; a "no kernel image" launch is the same skip, a fault stays a failure; a test that runs
+past --dsakit-simulation-timeout is stopped naming the call in flight; an AMD device says which
+SGLang environment it runs. The suites import torch, so every run is a subprocess."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+from dsakit.gates.device_model import real_device
+from dsakit.pytest_invocation import plugin_args
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+torch_needed = pytest.mark.skipif(not HAS_TORCH, reason="[module:torch] the simulation patches torch")
+PLUGIN = plugin_args()
+
+SUBTESTS = '''
+import unittest
+
+import torch
+
+from dsakit import SimulatedKernelLaunch
+from dsakit.gates.device_model import simulated_model
+
+
+def launch(name):
+    raise SimulatedKernelLaunch(name, "kit.py:1", simulated_model("sm103"))
+
+
+class TestKernels(unittest.TestCase):
+    def test_every_subtest_refused(self):
+        for impl in ("flashmla_sparse", "flashmla_kv", "trtllm"):
+            with self.subTest(impl=impl):
+                launch(impl)
+
+    def test_some_subtests_ran(self):
+        for impl in ("flashmla_sparse", "reference"):
+            with self.subTest(impl=impl):
+                if impl != "reference":
+                    launch(impl)
+                self.assertEqual(torch.ones(2).sum().item(), 2.0)
+
+    def test_no_kernel_image(self):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device")
+
+    def test_a_fault_stays_a_failure(self):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+'''
+
+
+def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-rs", *args)
+
+
+@torch_needed
+def test_a_test_whose_every_subtest_was_refused_is_skipped_not_passed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kit=SUBTESTS)
+    result = _run(pytester, "--dsakit-device", "sm103", "-k", "subtest")
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] test_kit.py:*: [[]simulated-kernel-launch[]] every subtest (3) was refused under "
+        "simulated sm103, so nothing ran; the first: [[]simulated-kernel-launch[]] flashmla_sparse (called at "
+        "kit.py:1)*",
+    ])
+    outcome = result.parseoutcomes()
+    # the test with a subtest that ran still passes (its refused subtest is a subtest skip)
+    assert (outcome.get("passed"), outcome.get("skipped"), outcome.get("failed")) == (1, 1, None), outcome
+    assert "test_some_subtests_ran PASSED" in pytester.runpytest_subprocess(
+        *PLUGIN, "-p", "no:cacheprovider", "-v", "--dsakit-device", "sm103", "-k", "some").stdout.str()
+
+
+@torch_needed
+def test_without_a_simulation_the_same_suite_is_pytests_own(pytester: pytest.Pytester) -> None:
+    """Honest outcomes are the simulation's: without it nothing is rewritten (the refusals are then
+    ordinary errors of the test's own making, and fail)."""
+    pytester.makepyfile(test_kit=SUBTESTS)
+    result = _run(pytester, "-rf", "-k", "refused or image")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*FAILED*test_kit.py::TestKernels::test_every_subtest_refused*",
+                                 "FAILED test_kit.py::TestKernels::test_no_kernel_image*"])
+    assert "every subtest" not in result.stdout.str()
+
+
+@torch_needed
+@pytest.mark.skipif(real_device().is_gpu, reason="[real-gpu] a GPU here may be the simulated device itself")
+def test_no_kernel_image_is_the_refusal_skip_and_a_fault_stays_a_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_kit=SUBTESTS)
+    result = _run(pytester, "-rsf", "--dsakit-device", "sm103", "-k", "image or fault")
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] test_kit.py:*: [[]simulated-kernel-launch[]] a kernel (called at test_kit.py:*) would "
+        "launch a kernel for simulated sm103; it has no image for this GPU (*): 'CUDA error: no kernel image is "
+        "available for execution on the device'; dsakit's table of arch-only kernels "
+        "(dsakit/simulation/kernel_archs.py) does not list it yet: it runs on real NVIDIA B300 hardware",
+        "FAILED test_kit.py::TestKernels::test_a_fault_stays_a_failure*",
+    ])
+
+
+SLOW = '''
+import time
+
+import torch
+
+
+def test_python_that_never_returns():
+    while True:
+        time.sleep(0.01)
+
+
+def test_after():
+    assert torch.ones(1).item() == 1.0
+'''
+
+
+@torch_needed
+def test_a_test_past_the_simulation_timeout_fails_naming_the_call_in_flight(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_slow=SLOW)
+    start = time.monotonic()
+    result = _run(pytester, "--dsakit-device", "sm103", "--dsakit-simulation-timeout", "2")
+    assert time.monotonic() - start < 120
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*SimulationTimeout: test_slow.py::test_python_that_never_returns ran longer than "
+        "--dsakit-simulation-timeout=2 s under simulated sm103; stopped. In flight: *test_slow.py:8 in "
+        "test_python_that_never_returns*",
+    ])
+
+
+BLOCKED = '''
+import time
+
+import torch
+
+
+def test_blocked_in_c():
+    torch.ones(1)
+    time.sleep(600)  # C code: only its return would let Python raise
+'''
+
+
+@torch_needed
+def test_a_test_blocked_in_c_ends_the_process_with_the_message_and_leaves_no_child(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_blocked=BLOCKED)
+    start = time.monotonic()
+    result = _run(pytester, "--dsakit-device", "sm103", "--dsakit-simulation-timeout", "2")
+    assert time.monotonic() - start < 120
+    assert result.ret == 1
+    result.stderr.fnmatch_lines([
+        "dsakit: test_blocked.py::test_blocked_in_c ran longer than --dsakit-simulation-timeout=2 s under "
+        "simulated sm103; stopped. In flight: *test_blocked.py:8 in test_blocked_in_c*; the main thread did not "
+        "return within 10 s, so this process ends*",
+    ])
+
+
+@pytest.mark.parametrize("value", ["-5", "soon"])
+def test_a_bad_simulation_timeout_is_a_usage_error(pytester: pytest.Pytester, value: str) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", "sm103",
+                                           f"--dsakit-simulation-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stderr.str()
+    assert ("expected a number of seconds >= 0" in text) if value == "-5" else ("invalid int value" in text)
+
+
+@torch_needed
+@pytest.mark.parametrize(("env", "says"), [
+    (None, "SGLANG_USE_AITER is not set: SGLang's HIP paths without AITER run*"),
+    ("1", "SGLANG_USE_AITER=1 (yours): SGLang takes its AITER paths*"),
+])
+def test_a_simulated_amd_device_says_which_sglang_environment_it_runs(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     env: str | None, says: str) -> None:
+    if env is None:
+        monkeypatch.delenv("SGLANG_USE_AITER", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_USE_AITER", env)
+    pytester.makepyfile(test_x="import torch\n\ndef test_x():\n    assert torch.cuda.is_available()\n")
+    result = _run(pytester, "--dsakit-device", "gfx942")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"dsakit: {says}"])
+
+
+BUILDING = '''
+import subprocess
+import sys
+
+import torch
+
+
+def test_waits_for_a_build():
+    torch.ones(1)
+    child = "import os, time; open('child.pid', 'w').write(str(os.getpid())); time.sleep(60)"
+    subprocess.run([sys.executable, "-c", child, "nvcc-stand-in"], check=True)
+'''
+
+
+@torch_needed
+def test_a_test_waiting_for_a_subprocess_is_stopped_naming_its_command(pytester: pytest.Pytester) -> None:
+    """A JIT build that never ends: the message names the compiler's command line, and the compiler
+    (the test's child process) does not outlive the run."""
+    pytester.makepyfile(test_building=BUILDING)
+    start = time.monotonic()
+    result = _run(pytester, "--dsakit-device", "sm103", "--dsakit-simulation-timeout", "2")
+    assert result.ret == 1 and time.monotonic() - start < 50
+    result.stderr.fnmatch_lines([
+        "dsakit: test_building.py::test_waits_for_a_build ran longer than --dsakit-simulation-timeout=2 s under "
+        "simulated sm103; stopped. In flight: *subprocess.py:* in *, called from test_building.py:10 in "
+        "test_waits_for_a_build; waiting for: * -c import os, time; * nvcc-stand-in; the main thread did not "
+        "return within 10 s, so this process ends*",
+    ])
+    pid = int((pytester.path / "child.pid").read_text())
+    time.sleep(0.5)
+    try:  # gone, or a zombie its new parent has not reaped yet: not running either way
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z", "X"), state
