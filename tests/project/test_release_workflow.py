@@ -20,7 +20,7 @@ import dsakit
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 SDIST_MUST_HAVE = (
-    "pyproject.toml", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
+    "pyproject.toml", "setup.py", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
     "tests/conftest.py", "tests/project/test_release_workflow.py",
     "tests/downstream_project/pyproject.toml", "tests/downstream_project/my_backend/__init__.py",
     "tests/downstream_project/tests/conftest.py", "tests/downstream_project/tests/test_my_backend.py",
