@@ -74,7 +74,7 @@ TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
 _RELEASE = re.compile(r"v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?")
 _PRE = {"a": 0, "b": 1, "rc": 2}
 
-ReleaseKey = tuple[tuple[int, ...], int, int, int, int, int]
+ReleaseKey = tuple[tuple[int, ...], int, int, int, int]  # numbers, pre-release phase and number, post, dev
 
 
 def release_key(version: str) -> ReleaseKey:
