@@ -59,13 +59,11 @@ def rows_of(report: dict[str, Any], per_device: bool = True) -> list[tuple[str, 
     return [rows[0], (release, f"{len(simulated)} simulated ({keys})", together)]
 
 
-def _release_key(release: str) -> tuple[int, ...]:
-    return tuple(int(part) if part.isdigit() else -1 for part in release.split("."))
-
-
 def table(reports: list[dict[str, Any]], per_device: bool = True) -> str:
+    from dsakit.sglang_release import release_order
+
     rows = sorted((row for report in reports for row in rows_of(report, per_device)),
-                  key=lambda r: (_release_key(r[0]), "simulated" in r[1], r[1]))
+                  key=lambda r: (release_order(r[0]), "simulated" in r[1], r[1]))
     head = "| SGLang | device | " + " | ".join(OUTCOMES) + " | total |"
     rule = "|---|---|" + "---:|" * (len(OUTCOMES) + 1)
     lines = [head, rule]

@@ -62,7 +62,7 @@ def load_table(path: Path = TABLE_FILE) -> dict[str, Any]:
 def releases(table: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The SGLang releases the table has, oldest first."""
     found = (table or load_table())["releases"]
-    return tuple(sorted(found, key=lambda v: tuple(int(p) if p.isdigit() else 0 for p in v.split("."))))
+    return tuple(sorted(found, key=sglang_release.release_key))
 
 
 def tree_digests(release: SGLangRelease, files: list[str]) -> dict[str, str]:

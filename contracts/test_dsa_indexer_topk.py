@@ -14,6 +14,7 @@ import pytest
 import dsakit
 from dsakit.backends.harness import dsa_backend
 from dsakit.backends.batch_builder import BatchShape, build_forward_batch
+from dsakit.topk.backends import TOPK_BACKENDS
 from dsakit.topk.cases import get_case
 
 # SGLang Triton kernels launched here are compiled by `dsakit warm` before the workers start
@@ -21,15 +22,23 @@ pytestmark = [dsakit.gate("cuda", "sglang:dsa-backend"), pytest.mark.dsakit_jit(
 
 # lengths 1 .. 8192 around k = 2048 (< k, == k, > k), scores distinct (no tie at the boundary)
 CASE = "decode-ps64-k2048"
-TOPK_CHOICES = {
-    "sgl_kernel-v2": ("sgl-kernel", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": True},
-                      ("module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc")),
-    "sgl_kernel": ("sgl-kernel", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": False},
-                   ("module:sgl_kernel",)),
-    "flashinfer": ("flashinfer", {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": False},
-                   ("module:flashinfer",)),
-    "torch-unfused": ("torch", {"SGLANG_DSA_FUSE_TOPK": False, "SGLANG_OPT_USE_TOPK_V2": False}, ()),
-}
+
+
+def _choices() -> dict[str, tuple[str, dict[str, bool], tuple[str, ...]]]:
+    """From the backend table: each backend fused (and through the v2 JIT where it takes v2), or
+    unfused where SGLang's fused transform refuses it; with the gates each needs."""
+    choices = {}
+    for backend in TOPK_BACKENDS.values():
+        token = backend.value.replace("-", "_")
+        if backend.v2_gates is not None:
+            choices[f"{token}-v2"] = (backend.value, {"SGLANG_DSA_FUSE_TOPK": True, "SGLANG_OPT_USE_TOPK_V2": True},
+                                      backend.gates + backend.v2_gates)
+        choices[token if backend.fused else f"{token}-unfused"] = (
+            backend.value, {"SGLANG_DSA_FUSE_TOPK": backend.fused, "SGLANG_OPT_USE_TOPK_V2": False}, backend.gates)
+    return choices
+
+
+TOPK_CHOICES = _choices()
 CELLS = [
     pytest.param(role, name, marks=dsakit.gate(*gates) if gates else (), id=f"{role}-{name}")
     for role in ("target", "draft")

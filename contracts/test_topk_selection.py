@@ -90,13 +90,12 @@ def test_negative_lengths_refused_before_launch(path: TopkPath, monkeypatch: pyt
         path.run(case, "cpu", monkeypatch)
 
 
-_FOLD = dsakit.gate("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc")
+_FOLD = TOPK_PATHS["v2-fold.paged"]
 
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, id=c.case_id, marks=[_FOLD] + ([dsakit.gate("topk-v2-cluster")]
-                                                    if max(c.lengths) >= 1 << 16 else []))
+    [pytest.param(c, id=c.case_id, marks=[dsakit.gate(*path_gates(_FOLD, c))])
      for c in select_topk_cases(ragged=False) if c.page_size == 64],
 )
 def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
@@ -105,7 +104,7 @@ def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
     overflowing threshold bin the kernel keeps is its known bug (strict xfail in
     test_selection[v2-fold.*]) and arrival-order dependent, so such rows are compared at the
     kernel's bin precision here; every slot must still come from the row's own page table."""
-    path = TOPK_PATHS["v2-fold.paged"]
+    path = _FOLD
     filler = path.contract(case).nan_slot_filler
     bug = known_kernel_bug(path, case)
     slots64, pos64, tables = run_v2_fold(case, "cuda", monkeypatch, page_size=64)
@@ -122,7 +121,7 @@ def test_v2_fold_page_size_64_table_gives_page_size_1_slots(case: TopkCase,
             assert a == b, f"row {row}: page_size 64 fold and page_size 1 table give different slots"
 
 
-_GRAPH_PATHS = ["torch.topk_func", "sgl-kernel.topk_func", "flashinfer.topk_func", "v2-fold.paged"]
+_GRAPH_PATHS = [path.path_id for path in TOPK_PATHS.values() if path.entry.cuda_graph_replay]
 
 
 @pytest.mark.parametrize(
@@ -139,8 +138,9 @@ def test_cuda_graph_replay_with_poisoned_output(path_id: str, monkeypatch: pytes
     sgl = _sglang()
     scores = case.scores("cuda")
     lengths = case.lengths_tensor("cuda")
+    path = TOPK_PATHS[path_id]
     tables = None
-    if path_id == "v2-fold.paged":
+    if path.entry.call == "v2-fold":
         from sglang.kernels.ops.attention.dsv4.topk import plan_topk_v2
 
         _set_env(monkeypatch, fuse=True, v2=True)
@@ -151,8 +151,7 @@ def test_cuda_graph_replay_with_poisoned_output(path_id: str, monkeypatch: pytes
         def call() -> Any:
             return sgl.Backend.SGL_KERNEL.topk_transform(scores, lengths, case.k, sgl.Method.PAGED, md)
     else:
-        backend = sgl.Backend({"torch.topk_func": "torch", "sgl-kernel.topk_func": "sgl-kernel",
-                               "flashinfer.topk_func": "flashinfer"}[path_id])
+        backend = sgl.Backend(path.backend.value)
 
         def call() -> Any:
             return backend.topk_func(scores, lengths, case.k)

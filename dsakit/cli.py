@@ -125,13 +125,27 @@ def _report_merge(args: argparse.Namespace) -> int:
                             must_run_real=args.must_run_real)
 
 
+class _WarmHelp(argparse.HelpFormatter):
+    """`dsakit warm --help`: `{targets}` is the warm registry's target names (the top-k ones from
+    the backend table), imported only when the help is shown."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and "{targets}" in text:
+            from dsakit.node.warm import JIT_TARGETS
+
+            text = text.replace("{targets}", ", ".join(JIT_TARGETS))
+        return text
+
+
 def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from dsakit.devices import pr_gate_keys  # the device table: data only, nothing heavy
 
-    warm = commands.add_parser("warm", help="build the JIT modules a pytest selection needs, once, under a lock")
+    warm = commands.add_parser("warm", help="build the JIT modules a pytest selection needs, once, under a lock",
+                               formatter_class=_WarmHelp)
     warm.add_argument("selection", nargs="*", help="pytest selection (files, node ids, -k/-m after --)")
     warm.add_argument("--target", action="append", metavar="NAME",
-                      help="warm this target without collecting (flashinfer-topk, sglang-topk-v2, sglang-bytecode); repeatable")
+                      help="warm this target without collecting ({targets}); repeatable")
     warm.add_argument("--device", metavar="NAME", help="simulate a device for the targets' gates")
     warm.add_argument("--json", action="store_true", help="print the report as JSON")
     warm.add_argument("--export", dest="export_path", metavar="PATH",

@@ -39,8 +39,8 @@ MARKERS = (
     "dsakit_gpus(n): the test needs n GPUs; under xdist it takes the node lock exclusively and "
     "CUDA_VISIBLE_DEVICES names n GPUs for its duration (skips with [gpus:n] on smaller nodes)",
     "dsakit_whole_node: the test needs every GPU of the node, exclusively (see dsakit_gpus)",
-    "dsakit_jit(*targets): JIT modules this test compiles on first use (flashinfer-topk, "
-    "sglang-topk-v2); `dsakit warm` builds them before the workers start",
+    "dsakit_jit(*targets): JIT modules this test compiles on first use (`dsakit warm --help` names "
+    "the targets); `dsakit warm` builds them before the workers start",
     "dsakit_topk_matrix(subset='pairwise', roles=('target','draft'), invalid='skip', gated=True): "
     "parametrize the `topk_cell` fixture over the DSA top-k backend matrix (subsets: full, "
     "per-role, pairwise; invalid cells: skip, drop, keep)",

@@ -56,12 +56,64 @@ PROBE_SCAN_FILES = (
     "kernels/ops/attention/dsv4",
 )
 
-# The releases dsakit is tested against: every one has its row in the probe table
-# (device_probes.PROBES `releases`) and its CPU run (scripts/env.sh main --sglang VERSION).
+# ---------------------------------------------------------------- THE release table
+# Every SGLang release dsakit is tested against, oldest first, and the one the CPU recipe pins
+# (requirements/cpu-sglang-<PINNED_RELEASE>.txt, shipped as dsakit/recipes/). Read by the probe rows
+# (device_probes: "from 0.5.21 on" takes a new release in), the runner-site table
+# (scripts/runner_sites.py), the recipes (dsakit.recipes), and scripts/env.sh and .ci/run (through
+# scripts/releases.py): CI runs the main job on each. Adding a release is one entry here
+# (CONTRIBUTING.md, "Adding an SGLang release"). Compare releases with `release_key` only.
 SUPPORTED_RELEASES = ("0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+PINNED_RELEASE = "0.5.23"
 
 # Known names of the fused top-k v2 kernel (page-table fold), newest first.
 TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
+
+
+# a PEP 440 release as SGLang publishes them: 0.5.23, 0.6.0, 0.5.10.post1, 0.5.0rc2, 0.5.24.dev3
+_RELEASE = re.compile(r"v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?")
+_PRE = {"a": 0, "b": 1, "rc": 2}
+
+ReleaseKey = tuple[tuple[int, ...], int, int, int, int]  # numbers, pre-release phase and number, post, dev
+
+
+def release_key(version: str) -> ReleaseKey:
+    """`version` as a key that compares as releases compare: 0.6.0 > 0.5.23 > 0.5.9, 0.5.10rc1 <
+    0.5.10 == 0.5.10.0 < 0.5.10.post1; a dev release before its release. UsageError for text that
+    is no release number."""
+    match = _RELEASE.fullmatch(version.strip())
+    if match is None:
+        raise UsageError(f"{version!r} is not an SGLang release number (e.g. 0.5.23, 0.6.0, 0.5.10.post1)")
+    numbers = tuple(int(n) for n in match.group(1).split("."))
+    while len(numbers) > 1 and numbers[-1] == 0:  # 0.6 is 0.6.0
+        numbers = numbers[:-1]
+    phase, pre, post, dev = match.group(2), match.group(3), match.group(4), match.group(5)
+    pre_key = (_PRE[phase], int(pre)) if phase else (3, 0)  # a release sorts after its pre-releases
+    # a dev release sorts before what it leads to: 0.5.24.dev3 < 0.5.24rc1 < 0.5.24
+    if dev is not None and phase is None and post is None:
+        pre_key = (-1, 0)
+    return (numbers, *pre_key, -1 if post is None else int(post), int(dev) if dev is not None else 1 << 30)
+
+
+def release_order(text: str) -> tuple[int, ReleaseKey | tuple[()], str]:
+    """A sort key for shown lists: release numbers in release order, then any other text
+    ("unknown", "not installed") in text order."""
+    try:
+        return (0, release_key(text), text)
+    except UsageError:
+        return (1, (), text)
+
+
+def releases_from(first: str, releases: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The supported releases from `first` on: open-ended, so a release added to the table is in."""
+    floor = release_key(first)
+    return tuple(r for r in (SUPPORTED_RELEASES if releases is None else releases) if release_key(r) >= floor)
+
+
+def releases_between(first: str, last: str, releases: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The supported releases from `first` to `last`, both included (what a later release dropped)."""
+    low, high = release_key(first), release_key(last)
+    return tuple(r for r in (SUPPORTED_RELEASES if releases is None else releases) if low <= release_key(r) <= high)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up (once, idempotently) and run dsakit's jobs on a fresh machine. Usage:
-#   bash scripts/env.sh main                   # the contract suites against real SGLang + capability report
+#   bash scripts/env.sh main                   # the contract suites against the pinned SGLang + capability report
 #   bash scripts/env.sh main --sglang 0.5.21   # the same against another SGLang release (see below)
 #   bash scripts/env.sh test                   # dsakit's own tests
 # The venv lives in .venv; it is (re)installed when requirements/ or pyproject.toml change.
@@ -28,12 +28,14 @@ if [ -n "$release" ]; then
 fi
 
 PY=${PYTHON:-python3}
+# the release the CPU recipe pins: the release table's (dsakit/sglang_release.py), read before any venv
+pinned=$("$PY" scripts/releases.py pinned)
 stamp_of() { cat pyproject.toml requirements/*.txt | sha256sum | cut -d' ' -f1; }
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.dsakit-stamp 2>/dev/null)" != "$(stamp_of)" ]; then
-  echo "== dsakit: installing the pinned environment into .venv (torch 2.14.1, SGLang 0.5.23 --no-deps, test tools)"
+  echo "== dsakit: installing the pinned environment into .venv ($(grep -m1 '^torch==' requirements/cpu-torch.txt), SGLang $pinned --no-deps, test tools)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/cpu-torch.txt
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements/cpu-sglang-0.5.23.txt
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r "requirements/cpu-sglang-$pinned.txt"
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements/test.txt
   # the distribution was called `dsakit` before 0.1.0 was published as pytest-dsakit: drop a stale one
   .venv/bin/python -m pip uninstall -q -y --disable-pip-version-check dsakit >/dev/null 2>&1 || true

@@ -126,11 +126,14 @@ def _build_release(work: Path) -> dict[str, str]:
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         archive.extractall(work / "unpacked", **safe)
     (unpacked,) = (work / "unpacked").iterdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(work / "dist"), str(unpacked)], check=True, timeout=300, capture_output=True)
+    # -v: the build backend's own output (setuptools' warnings) is kept as wheel-build.log
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                            "-w", str(work / "dist"), str(unpacked)], check=True, timeout=300, capture_output=True,
+                           text=True)
+    (work / "wheel-build.log").write_text(built.stdout + built.stderr, encoding="utf-8")
     (wheel,) = (work / "dist").glob("*.whl")
     return {"sdist": str(sdist.relative_to(work)), "wheel": str(wheel.relative_to(work)),
-            "unpacked": str(unpacked.relative_to(work))}
+            "unpacked": str(unpacked.relative_to(work)), "wheel_log": "wheel-build.log"}
 
 
 def _venv_over_this_interpreter(work: Path) -> Path:
@@ -154,8 +157,9 @@ def venv_over_this_interpreter() -> Callable[[Path], Path]:
 
 @pytest.fixture(scope="session")
 def built_release(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """{"sdist", "wheel", "unpacked"}: the pytest-dsakit sdist, the wheel built from it (the one PyPI
-    gets) and the unpacked sdist it was built in; built once per test run, shared by the workers."""
+    """{"sdist", "wheel", "unpacked", "wheel_log"}: the pytest-dsakit sdist, the wheel built from it
+    (the one PyPI gets), the unpacked sdist it was built in and the wheel build's output; built once
+    per test run, shared by the workers."""
     return _once_per_run("release", request, tmp_path_factory, _build_release)
 
 

@@ -20,6 +20,7 @@ from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND, UNCODED
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.outcomes import FAILING
 from dsakit.output_paths import output_file
+from dsakit.sglang_release import release_order
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)
@@ -339,7 +340,7 @@ def _releases_note(merged: Merged) -> str:
     if len(releases) < 2:
         return ""
     return ("SGLang releases differ between nodes: "
-            + "; ".join(f"{r} on {', '.join(labels)}" for r, labels in sorted(releases.items()))
+            + "; ".join(f"{r} on {', '.join(releases[r])}" for r in sorted(releases, key=release_order))
             + " (each node's outcomes are for its own release; the SGLang column says which)")
 
 

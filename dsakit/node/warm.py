@@ -81,29 +81,30 @@ _KERNEL_CACHES = ("sglang", "sglang-jit", "tvm-ffi", "flashinfer", "triton", "in
                   "deep-gemm-own", "tilelang", "cuda")
 
 
+def _topk_target(name: str, description: str, gates: tuple[str, ...], caches: tuple[str, ...],
+                 paths: tuple[str, ...]) -> JitTarget:
+    def build(_tests: Sequence[str]) -> int:
+        return _launch_paths(paths)
+
+    def inputs(_tests: Sequence[str]) -> Sequence[str]:
+        return paths
+
+    return JitTarget(name, description, gates, caches, build, inputs=inputs)
+
+
+def _topk_targets() -> tuple[JitTarget, ...]:
+    """One target per JIT build the top-k entry points need (`dsakit.topk.backends`): it launches
+    each of those entry points once, under their gates."""
+    from dsakit.topk.backends import jit_builds
+
+    return tuple(_topk_target(jit.name, jit.description, gates, jit.caches, paths)
+                 for jit, (gates, paths) in jit_builds().items())
+
+
 JIT_TARGETS: dict[str, JitTarget] = {
     t.name: t
     for t in (
-        JitTarget(
-            "flashinfer-topk",
-            "flashinfer.top_k and its fused page-table transforms (first call JIT-compiles, "
-            "~2-3 min cold on an H200)",
-            ("cuda", "module:flashinfer"),
-            ("flashinfer", "tvm-ffi"),
-            lambda _tests: _launch_paths(("flashinfer.topk_func", "flashinfer.transform-paged",
-                                   "flashinfer.transform-ragged")),
-            inputs=lambda _tests: ("flashinfer.topk_func", "flashinfer.transform-paged", "flashinfer.transform-ragged"),
-        ),
-        JitTarget(
-            "sglang-topk-v2",
-            "SGLang's fused top-k v2 JIT (sglang.kernels.ops.attention.dsv4.topk: "
-            "topk_transform_512_v2 + plan_topk_v2 in 0.5.17, topk_transform_paged_v2 in 0.5.23)",
-            ("cuda", "module:sgl_kernel", "sglang:topk-v2-fold", "jit:tvm-ffi-nvcc"),
-            ("sglang-jit", "tvm-ffi"),
-            lambda _tests: _launch_paths(("v2-fold.paged", "v2-fold.paged-ps1-table",
-                                   "sgl-kernel.transform-ragged.v2")),
-            inputs=lambda _tests: ("v2-fold.paged", "v2-fold.paged-ps1-table", "sgl-kernel.transform-ragged.v2"),
-        ),
+        *_topk_targets(),
         JitTarget(
             "sglang-bytecode",
             "cached bytecode (.pyc) of the SGLang import chain every worker imports (without it, "
@@ -165,11 +166,18 @@ def _bytecode_inputs() -> tuple[str, ...]:
 
     return stamp_inputs()
 
-# Gate codes that imply a target when a test does not name it with the marker.
-GATE_TARGETS: dict[str, tuple[str, ...]] = {
-    "module:flashinfer": ("flashinfer-topk",),
-    "sglang:topk-v2-fold": ("sglang-topk-v2",),
-}
+
+def _gate_targets() -> dict[str, tuple[str, ...]]:
+    from dsakit.topk.backends import jit_builds
+
+    implied: dict[str, tuple[str, ...]] = {}
+    for jit in jit_builds():
+        implied[jit.implied_by] = implied.get(jit.implied_by, ()) + (jit.name,)
+    return implied
+
+
+# Gate codes that imply a target when a test does not name it with the marker (the top-k JIT builds').
+GATE_TARGETS: dict[str, tuple[str, ...]] = _gate_targets()
 
 
 def validate_targets(names: Iterable[str], targets: dict[str, JitTarget] | None = None) -> tuple[str, ...]:

@@ -1,14 +1,17 @@
 """The CPU recipe shipped with the package: torch + real SGLang (installed --no-deps), pinned, for
 a machine without a GPU; `dsakit env` prints it (the test tools are the `test` extra).
 
-Owns the recipe files (package data beside this module) and their order of installation. Never
-imports torch or SGLang; installs nothing itself.
+Owns the recipe files (package data beside this module; the SGLang one is named by the release
+table's pinned release) and their order of installation. Never imports torch or SGLang; installs
+nothing itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from dsakit.sglang_release import PINNED_RELEASE, SUPPORTED_RELEASES
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,9 +33,9 @@ class Step:
 # in installation order: torch with its dependencies first, then SGLang without its own (its full
 # dependency set is gigabytes of GPU wheels; the file lists its import chain, pinned)
 STEPS = (
-    Step("torch", "cpu-torch.txt", False, "torch as SGLang 0.5.23 pins it (a CUDA build that also runs on CPU)"),
-    Step("sglang", "cpu-sglang-0.5.23.txt", True, "real SGLang 0.5.23 and its import chain, without its GPU "
-         "dependencies"),
+    Step("torch", "cpu-torch.txt", False, f"torch as SGLang {PINNED_RELEASE} pins it (a CUDA build that also runs on CPU)"),
+    Step("sglang", f"cpu-sglang-{PINNED_RELEASE}.txt", True, f"real SGLang {PINNED_RELEASE} and its import chain, "
+         "without its GPU dependencies"),
 )
 
 
@@ -61,7 +64,8 @@ def run_env(show: str | None) -> int:
     if show is not None:
         print(step(show).path.read_text(encoding="utf-8"), end="")
         return 0
-    print("# dsakit's CPU recipe: torch + real SGLang 0.5.23 on a machine without a GPU.")
+    print(f"# dsakit's CPU recipe: torch + real SGLang {PINNED_RELEASE} on a machine without a GPU.")
+    print(f"# SGLang releases dsakit supports: {', '.join(SUPPORTED_RELEASES)} (README: SGLang releases).")
     print("# Run in a fresh venv (python -m venv .venv && . .venv/bin/activate); then pytest your suite.")
     print("\n".join(commands()))
     from dsakit import __version__

@@ -19,6 +19,7 @@ from dsakit.contracts.schema import Role
 from dsakit.errors import UsageError
 from dsakit.options import value as option_value
 from dsakit.reasons import Reason
+from dsakit.topk.backends import topk_backend
 from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags, topk_flags
 from dsakit.topk.rules import ROLES, Expectation, TopkConfig, expect
 
@@ -31,15 +32,6 @@ DEFAULT_SUBSET = "pairwise"
 INVALID_MODES = ("skip", "drop", "keep")
 MARKER = "dsakit_topk_matrix"
 FIXTURE = "topk_cell"
-
-# Gates the selection check of a backend needs; torch runs anywhere. A backend a newer release
-# adds is assumed GPU-only until listed here.
-BACKEND_GATES: dict[str, tuple[str, ...]] = {
-    "torch": (),
-    "sgl-kernel": ("cuda", "module:sgl_kernel"),
-    "flashinfer": ("cuda", "module:flashinfer"),
-}
-UNLISTED_BACKEND_GATES = ("cuda",)
 
 
 class InvalidTopkCell(UsageError):
@@ -119,8 +111,9 @@ class TopkCell:
 
     @property
     def gates(self) -> tuple[str, ...]:
-        """Gate codes the selection check of the expected backend needs."""
-        return BACKEND_GATES.get(self.expected_backend, UNLISTED_BACKEND_GATES)
+        """Gate codes the selection check of the expected backend needs (its `TopkBackend` record's;
+        a backend with no record is a UsageError naming it and the known ones)."""
+        return topk_backend(self.expected_backend).gates
 
     # ------------------------------------------------------------ applying it
 
@@ -342,11 +335,11 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         roles = [r for r in options.get("roles", ROLES)
                  if r in parse_roles(option_value(metafunc.config, "dsakit_roles"))]
         invalid = options.get("invalid", "skip")
-        cells = topk_cells(subset, roles=roles, invalid=invalid)
-    except UsageError as error:
+        gated = bool(options.get("gated", True))
+        params = [cell.param(gated=gated, invalid=invalid) for cell in topk_cells(subset, roles=roles, invalid=invalid)]
+    except UsageError as error:  # a bad subset or role, a backend with no record
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: {error}") from None
-    gated = bool(options.get("gated", True))
-    metafunc.parametrize(FIXTURE, [cell.param(gated=gated, invalid=invalid) for cell in cells])
+    metafunc.parametrize(FIXTURE, params)
 
 
 def scoped(cell: TopkCell, node: pytest.Item | None = None) -> Iterator[TopkCell]:

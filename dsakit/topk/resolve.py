@@ -107,10 +107,13 @@ def assert_resolution(cell: TopkCell) -> Resolved:
 
 
 def selection_device(backend: str) -> str:
-    """torch runs where CUDA is (the realistic place) and on CPU otherwise; kernels need CUDA."""
+    """A backend that runs on CPU (torch) runs where CUDA is (the realistic place) and on CPU
+    otherwise; kernels need CUDA (its `TopkBackend` record says which)."""
     import torch
 
-    if backend == "torch":
+    from dsakit.topk.backends import topk_backend
+
+    if topk_backend(backend).runs_on_cpu:
         return "cuda" if torch.cuda.is_available() else "cpu"
     return "cuda"
 
@@ -121,18 +124,20 @@ def assert_selection(cell: TopkCell, case_id: str = SELECTION_CASES[0]) -> dict[
     __tracebackhide__ = True
     import pytest
 
+    from dsakit.errors import UsageError
     from dsakit.topk.cases import get_case
     from dsakit.topk.checks import assert_topk_equal, assert_topk_valid
-    from dsakit.topk.launch import TOPK_PATHS
+    from dsakit.topk.launch import TOPK_PATHS, topk_func_path
     from dsakit.topk.reference import reference_topk
 
     case = get_case(case_id)
     if case.recipe != "distinct" or case.ragged:
-        from dsakit.errors import UsageError
-
         raise UsageError(f"{case_id} is not a tie-free paged case; use one of {', '.join(SELECTION_CASES)}")
     resolved = assert_resolution(cell)
-    path = TOPK_PATHS.get(f"{resolved.value}.topk_func")
+    try:
+        path = topk_func_path(resolved.value)
+    except UsageError as error:  # no record: say which backend SGLang resolved
+        raise AssertionError(f"{cell.id}: SGLang resolved the {cell.role} to {resolved.value}: {error}") from None
     if path is None:
         raise AssertionError(f"{cell.id}: SGLang resolved the {cell.role} to {resolved.value}, "
                              f"which dsakit has no launch path for ({', '.join(TOPK_PATHS)})")

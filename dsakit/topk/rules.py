@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsakit.reasons import Reason
+from dsakit.topk.backends import TOPK_BACKENDS, topk_backend
 from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags
 
 ROLES = ("target", "draft")
@@ -88,25 +89,26 @@ def invalid_reasons(config: TopkConfig, flags: TopkFlags) -> list[Reason]:
             f"configured; the cell with draft={config.target} covers this release, SGLang 0.5.23 "
             f"has the per-role split"))
     if config.fused:
-        torch_roles = [role for role, backend in effective_backends(config, flags).items()
-                       if backend == "torch"]
-        if torch_roles:
-            who = " and ".join(torch_roles)
+        unfused = {role: backend for role, backend in effective_backends(config, flags).items()
+                   if not topk_backend(backend).fused}
+        if unfused:
+            who, names = " and ".join(unfused), " / ".join(dict.fromkeys(unfused.values()))
             reasons.append(Reason(
                 TORCH_NEEDS_UNFUSED,
-                f"the {who} top-k backend is torch, which requires {FUSE_FLAG}=false (server-args "
+                f"the {who} top-k backend is {names}, which requires {FUSE_FLAG}=false (server-args "
                 f"help; DSATopKBackend.topk_transform raises 'Unsupported ... for "
                 f"{FUSE_FLAG}' on the fused path), but the cell has {FUSE_FLAG}=true; the "
-                f"unfused cell covers torch"))
+                f"unfused cell covers {names}"))
     return reasons
 
 
 def _transform(backend: str, config: TopkConfig) -> str:
+    record = topk_backend(backend)
     if not config.fused:
         return f"unfused:{backend}.topk_func"
-    if backend == "torch":
-        return "refused:torch-fused"
-    if backend == "sgl-kernel" and config.v2:
+    if not record.fused:
+        return f"refused:{backend}-fused"
+    if record.takes_v2 and config.v2:
         return "fused:v2-jit"
     return f"fused:{backend}"
 
@@ -127,15 +129,16 @@ def expect(role: str, config: TopkConfig, flags: TopkFlags) -> Expectation:
                             f"(pre-split rule), resolving to {backend}"))
     other = "draft" if role == "target" else "target"
     other_backend = effective_backends(config, flags)[other]
-    if not config.fused and backend != "torch" and other_backend == "torch":
+    if not config.fused and topk_backend(backend).fused and not topk_backend(other_backend).fused:
         notes.append(Reason(
             FUSION_OFF_BOTH_ROLES,
-            f"{FUSE_FLAG}=false is process-wide: the {other}'s torch backend needs it, so this "
+            f"{FUSE_FLAG}=false is process-wide: the {other}'s {other_backend} backend needs it, so this "
             f"{role}'s {backend} backend runs unfused too (checked nowhere upstream)"))
-    uses_v2 = backend == "sgl-kernel" and config.v2
-    if config.v2 and backend != "sgl-kernel":
+    uses_v2 = topk_backend(backend).takes_v2 and config.v2
+    if config.v2 and not topk_backend(backend).takes_v2:
+        takers = " / ".join(b.value for b in TOPK_BACKENDS.values() if b.takes_v2)
         notes.append(Reason(V2_NOT_APPLICABLE,
-                            f"{V2_FLAG} only affects sgl-kernel (should_use_topk_v2); the {role} "
+                            f"{V2_FLAG} only affects {takers} (should_use_topk_v2); the {role} "
                             f"runs {backend}"))
     if uses_v2 and not config.fused:
         notes.append(Reason(V2_UNUSED_UNFUSED,

@@ -18,7 +18,8 @@ from typing import Any, Literal
 from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.devices import Answer, answer
 from dsakit import sglang_source
-from dsakit.sglang_release import PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease
+from dsakit.sglang_release import (PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease, releases_between,
+                                   releases_from)
 
 ProbeKind = Literal["constant", "cached", "torch"]
 
@@ -68,22 +69,17 @@ class SGLangProbe:
         return str(value)
 
 
-def _span(first: int, last: int) -> tuple[str, ...]:
-    """The supported releases 0.5.<first> to 0.5.<last>, both included."""
-    return tuple(r for r in SUPPORTED_RELEASES if first <= int(r.rsplit(".", 1)[1]) <= last)
-
-
-ALL = SUPPORTED_RELEASES
+ALL = SUPPORTED_RELEASES  # a row "from 0.5.21 on" is releases_from("0.5.21"): a new release needs no edit
 
 PROBES: tuple[SGLangProbe, ...] = (
     # ---- module constants (computed at import; patched where they are read)
-    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), "is_cuda", _span(22, 23),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa_backend",), "is_cuda", releases_from("0.5.22"),
                 "gates the SM>=10 TRT-LLM branch that reads max_running_requests (0.5.23)"),
     SGLangProbe("_is_cuda", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
                                          f"{ATT}.dsa.dsa_indexer", f"{KOPS}.utils"), "is_cuda", ALL,
                 "DSv4 needs_cpu_seq_lens; indexer / MTP precompute paths"),
     SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.kpool_fp8_index",
-                                         f"{ATT}.dsa.head_gate"), "is_cuda", _span(18, 23)),
+                                         f"{ATT}.dsa.head_gate"), "is_cuda", releases_from("0.5.18")),
     SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa_backend", f"{ATT}.dsa.dsa_backend_mtp_precompute",
                                         f"{ATT}.dsa.dsa_indexer", f"{KOPS}.flash_mla_sm120",
                                         f"{ATT}.attention_registry", f"{KOPS}.dsv4.norm_rope",
@@ -92,19 +88,21 @@ PROBES: tuple[SGLangProbe, ...] = (
                                         "sglang.srt.mem_cache.deepseek_v4_compress_state"), "is_hip", ALL,
                 "DSA HIP buffers at __init__; the DSv4 backend class (HipRadix); pool ring sizes"),
     SGLangProbe("_is_hip", "constant", (f"{ATT}.dsa.dsa_metadata_manager", f"{ATT}.dsa.dsa_topk_backend",
-                                        f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), "is_hip", _span(19, 23)),
-    SGLangProbe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), "other_platform", _span(20, 23)),
+                                        f"{ATT}.dsa.dsa_prefill_cuda_graph", f"{ATT}.dsa.head_gate"), "is_hip",
+                releases_from("0.5.19")),
+    SGLangProbe("_is_xpu", "constant", (f"{ATT}.dsa_backend",), "other_platform", releases_from("0.5.20")),
     SGLangProbe("_is_xpu", "constant", (f"{ATT}.deepseek_v4_backend", f"{ATT}.dsa.dsa_indexer",
                                         f"{KOPS}.dsv4.norm_rope", f"{KOPS}.dsv4.compress"), "other_platform", ALL),
     SGLangProbe("_is_npu", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.attention_registry",
                                         f"{ATT}.dsv4.compressor"), "other_platform", ALL),
-    SGLangProbe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), "other_platform", _span(17, 17)),
-    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(18, 23)),
+    SGLangProbe("_is_npu", "constant", ("sglang.srt.mem_cache.deepseek_v4_compress_state",), "other_platform",
+                releases_between("0.5.17", "0.5.17")),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", releases_from("0.5.18")),
     SGLangProbe("_IS_GFX95", "constant", (f"{ATT}.dsa_backend",), "is_gfx95", ALL,
                 "MHA one-shot prefill on gfx95x (0.5.23 set_dsa_prefill_impl)"),
     SGLangProbe("_is_gfx95_supported", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_gfx95", ALL),
     SGLangProbe("_is_gfx1250_supported", "constant", (f"{ATT}.dsa.dsa_indexer", f"{ATT}.dsa.dsa_prefill_cuda_graph"),
-                "is_gfx1250", _span(22, 23)),
+                "is_gfx1250", releases_from("0.5.22")),
     SGLangProbe("_is_fp8_fnuz", "constant", (f"{ATT}.dsa.dsa_indexer",), "is_fp8_fnuz", ALL),
     SGLangProbe("_is_hip", "constant", ("sglang.kernels.ops.quantization.fp8_kernel",), "is_hip", ALL,
                 "is_fp8_fnuz() reads it: called after import, it answers the simulated device too"),
@@ -113,44 +111,52 @@ PROBES: tuple[SGLangProbe, ...] = (
     SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer",),
                 "dual_stream_threshold", ALL),
     SGLangProbe("DUAL_STREAM_TOKEN_THRESHOLD", "constant", (f"{ATT}.dsa.dsa_indexer_kpool",),
-                "dual_stream_threshold", _span(20, 23), "re-exported from dsa_indexer"),
-    SGLangProbe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), "is_sm120_supported", _span(17, 18),
+                "dual_stream_threshold", releases_from("0.5.20"), "re-exported from dsa_indexer"),
+    SGLangProbe("_is_sm120", "constant", (f"{ATT}.deepseek_v4_backend",), "is_sm120_supported",
+                releases_between("0.5.17", "0.5.18"),
                 "DSv4 FlashMLA metadata is skipped on SM 12.x"),
-    SGLangProbe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), "is_sm120_supported", _span(20, 23)),
+    SGLangProbe("_IS_SM120", "constant", (f"{ATT}.dsv4.metadata",), "is_sm120_supported", releases_from("0.5.20")),
     SGLangProbe("ONLINE_C128", "constant", ("sglang.srt.mem_cache.deepseek_v4_memory_pool",), "not_simulated", ALL,
                 "off: the online C128 compression flag is not simulated"),
-    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform", _span(17, 17)),
-    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), "is_cuda", _span(17, 17)),
-    SGLangProbe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), "is_gfx95", _span(23, 23),
+    SGLangProbe("_is_musa", "constant", (f"{ATT}.attention_registry",), "other_platform",
+                releases_between("0.5.17", "0.5.17")),
+    SGLangProbe("_is_cuda", "constant", (f"{ATT}.dsa.dsa_prefill_cuda_graph",), "is_cuda",
+                releases_between("0.5.17", "0.5.17")),
+    SGLangProbe("_is_gfx95_supported", "constant", (f"{KOPS}.dsv4.tilelang_fp8_attention",), "is_gfx95",
+                releases_from("0.5.23"),
                 "forward-only (tilelang kernel)"),
-    SGLangProbe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), "is_hip", _span(17, 22),
+    SGLangProbe("_is_hip", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.gemm"), "is_hip",
+                releases_between("0.5.17", "0.5.22"),
                 "forward-only (kernels)"),
-    SGLangProbe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), "other_platform", _span(17, 22),
+    SGLangProbe("_is_xpu", "constant", (f"{KOPS}.dsv4.elementwise", f"{KOPS}.dsv4.moe"), "other_platform",
+                releases_between("0.5.17", "0.5.22"),
                 "forward-only (kernels)"),
-    SGLangProbe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), "not_simulated", _span(17, 20), "forward-only (kernels)"),
+    SGLangProbe("_use_aiter", "constant", (f"{KOPS}.dsv4.gemm",), "not_simulated", releases_between("0.5.17", "0.5.20"),
+                "forward-only (kernels)"),
     SGLangProbe("FP8_DTYPE", "constant", (f"{ATT}.dsv4.indexer",), "fp8_dtype", ALL,
                 "forward-only (indexer kernels)", patched=False),
     SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.dequant_k_cache",), "fp8_dtype", ALL,
                 "forward-only (dequant kernel)", patched=False),
-    SGLangProbe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), "fp8_dtype", _span(19, 23),
+    SGLangProbe("fp8_dtype", "constant", (f"{ATT}.deepseek_v4_backend",), "fp8_dtype", releases_from("0.5.19"),
                 "forward-only (re-exported from fp8_kernel)", patched=False),
     SGLangProbe("fp8_dtype", "constant", (f"{KOPS}.dsv4.index_buf_accessor", f"{KOPS}.dsv4.quant_k_cache"),
-                "fp8_dtype", _span(17, 22), "forward-only (kernels)", patched=False),
+                "fp8_dtype", releases_between("0.5.17", "0.5.22"), "forward-only (kernels)", patched=False),
     # ---- cached probe functions (cleared on enter and on exit)
-    SGLangProbe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, _span(22, 23), "schedule sizing"),
-    SGLangProbe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, _span(23, 23),
+    SGLangProbe("resolve_num_sms", "cached", (f"{ATT}.dsa.utils",), None, releases_from("0.5.22"), "schedule sizing"),
+    SGLangProbe("resolve_paged_mqa_logits_metadata_fn", "cached", (f"{ATT}.dsa.utils",), None, releases_from("0.5.23"),
                 "DeepGEMM / JIT schedule: launches a kernel"),
-    SGLangProbe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23),
+    SGLangProbe("is_sm100_or_newer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, releases_from("0.5.21"),
                 "DeepGEMM decode indexer (sm100, sm103 and sm120)"),
-    SGLangProbe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(21, 23)),
-    SGLangProbe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, _span(23, 23)),
-    SGLangProbe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, _span(21, 23)),
+    SGLangProbe("has_dense_fp4_indexer", "cached", (f"{ATT}.dsv4.v41_indexer",), None, releases_from("0.5.21")),
+    SGLangProbe("_use_deep_gemm_prefill", "cached", (f"{ATT}.dsv4.v41_indexer",), None, releases_from("0.5.23")),
+    SGLangProbe("_num_sms", "cached", (f"{ATT}.deepseek_v4_backend",), None, releases_from("0.5.21")),
     SGLangProbe("aiter_can_use_preshuffle_paged_mqa", "cached", (f"{ATT}.dsa.utils",), None, ALL),
-    SGLangProbe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    SGLangProbe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, _span(23, 23)),
-    SGLangProbe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, _span(23, 23)),
-    SGLangProbe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, _span(21, 23), "the top-k v2 JIT module"),
-    SGLangProbe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, _span(17, 20)),
+    SGLangProbe("is_unified_kv_triton", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, releases_from("0.5.23")),
+    SGLangProbe("is_unified_kv_fp8", "cached", (f"{ATT}.dsv4.unified_kv_gate",), None, releases_from("0.5.23")),
+    SGLangProbe("_is_sm100", "cached", (f"{KOPS}.dsv4.index_logits",), None, releases_from("0.5.23")),
+    SGLangProbe("_jit_topk_v2_module", "cached", (f"{KOPS}.dsv4.topk",), None, releases_from("0.5.21"),
+                "the top-k v2 JIT module"),
+    SGLangProbe("_hpc_gemm_bf16xfp32_available", "cached", (f"{KOPS}.dsv4.gemm",), None, releases_between("0.5.17", "0.5.20")),
     SGLangProbe("is_fp8_fnuz", "cached", ("sglang.kernels.ops.quantization.fp8_kernel",), None, ALL,
                 "lru-cached: cleared, a call after import answers the simulated device"),
     # ---- torch facts (every runtime probe, lru-cached or not, reads these)

@@ -224,3 +224,16 @@ def test_many_failures_are_summed_up_per_signature() -> None:
     assert "| 11 | b300 only (passed on h200) | `RuntimeError: no driver @ x.py` |" in head
     assert "| 1 | h200 | `KeyError: 'k' @ y.py` |" in head and "test_0" not in head
     assert all(f"`t.py::test_{n}`" in folded for n in range(11))
+
+
+def test_releases_are_named_in_release_order_not_text_order() -> None:
+    """0.5.9 before 0.5.17 before 0.6.0 (text order put 0.5.17 first and 0.6.0 before 0.5.9)."""
+    from types import SimpleNamespace
+
+    from dsakit.node.report_merge import _releases_note
+
+    nodes = [SimpleNamespace(sglang=release, label=label) for release, label in
+             (("0.6.0", "b300"), ("0.5.17", "h200"), ("not installed", "ci"), ("0.5.9", "mi300"))]
+    note = _releases_note(SimpleNamespace(nodes=nodes))  # type: ignore[arg-type]
+    assert note.startswith("SGLang releases differ between nodes: 0.5.9 on mi300; 0.5.17 on h200; 0.6.0 on b300; "
+                           "not installed on ci (")

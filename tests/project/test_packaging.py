@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import re
 import subprocess
 import sys
 import types
@@ -99,3 +101,72 @@ def test_every_public_name_resolves_and_is_not_shadowed_by_a_module() -> None:
     for name in dsakit.__all__:
         value = getattr(dsakit, name)
         assert not isinstance(value, types.ModuleType), f"dsakit.{name} is shadowed by the module {value.__name__}"
+
+
+# ---------------------------------------------------------------- every package ships, by discovery
+
+
+def _package_dirs() -> dict[str, str]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pytest depends on tomli below 3.11
+        import tomli as tomllib
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    mapping: dict[str, str] = tomllib.loads(text)["tool"]["setuptools"]["package-dir"]
+    return mapping
+
+
+def _checkout_packages() -> dict[str, str]:
+    """import name -> checkout folder (`dsakit.simulation` -> `dsakit/simulation/`) of every folder
+    with an `__init__.py` that an install lays out under dsakit/ (mocks/ and contracts/ included)."""
+    found: dict[str, str] = {}
+    for name, folder in _package_dirs().items():
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            parts = init.parent.relative_to(ROOT / folder).parts
+            found[".".join((name, *parts))] = "/".join((folder, *parts)) + "/"
+    return found
+
+
+def _folder_table() -> str:
+    """CONTRIBUTING.md's folder table (Architecture): its `| folder | concern |` rows."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start = text.index("| folder | concern |")
+    return text[start:text.index("\n\n", start)]
+
+
+def test_every_package_is_discovered_and_ships_in_the_wheel_and_the_sdist(built_release: dict[str, Path]) -> None:
+    """No package list to keep: setup.py discovers the packages, so every folder with an
+    `__init__.py` is a package of the wheel and the sdist, and none ships only through setuptools'
+    "Package would be ignored" fallback (as package data of its parent)."""
+    import tarfile
+
+    spec = importlib.util.spec_from_file_location("dsakit_setup", ROOT / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # its setup() call runs only as __main__ (the build backend's run)
+    packages = _checkout_packages()
+    assert {"dsakit", "dsakit.simulation", "dsakit.mocks", "dsakit.contracts", "dsakit.recipes"} <= set(packages)
+    assert sorted(setup.discovered_packages()) == sorted(packages)
+    wheel = set(zipfile.ZipFile(built_release["wheel"]).namelist())
+    with tarfile.open(built_release["sdist"]) as archive:
+        sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    log = built_release["wheel_log"].read_text(encoding="utf-8")
+    for name, folder in packages.items():
+        assert name.replace(".", "/") + "/__init__.py" in wheel, f"{name} is not in the wheel"
+        assert folder + "__init__.py" in sdist, f"{folder} is not in the sdist"
+        assert f"Package '{name}' is absent from the `packages` configuration" not in log, (
+            f"{name} ships only as package data (setuptools' fallback), not as a package")
+
+
+def test_contributing_s_folder_table_names_every_package_and_top_level_module() -> None:
+    """The map a newcomer reads: every package folder has its row, every top-level module of
+    dsakit/ is named in the `dsakit/` row."""
+    table = _folder_table()
+    folders = {cell for row in table.splitlines()[2:] for cell in re.findall(r"`([^`]+)`", row.split("|")[1])}
+    missing = sorted(folder for name, folder in _checkout_packages().items() if folder not in folders)
+    assert not missing, f"CONTRIBUTING.md's folder table has no row for {missing}"
+    top_row = next(row for row in table.splitlines() if row.split("|")[1].strip() == "`dsakit/`")
+    named = set(re.findall(r"`([^`]+)`", top_row.split("|")[2]))
+    modules = sorted(p.stem for p in (ROOT / "dsakit").glob("*.py"))
+    unnamed = [m for m in modules if m not in named]
+    assert not unnamed, f"CONTRIBUTING.md's `dsakit/` row does not name the top-level modules {unnamed}"

@@ -12,7 +12,8 @@ from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
 from dsakit.contracts.schema import markdown_table
 from dsakit.options import OPTIONS
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _between(name: str) -> str:
@@ -48,9 +49,11 @@ def test_every_option_and_its_ini_key_is_documented() -> None:
 
 def test_readme_is_written_for_a_wheel_user() -> None:
     """No maintainer-only material: issue numbers, the checkout's shared folders, a GPU node's
-    setup script; the install works while the name is unpublished; the recipe command is named."""
+    setup script (the checkout's two commands aside); the install works while the name is
+    unpublished; the recipe command is named."""
+    outside = README.replace(_between("checkout-commands"), "")
     for phrase in ("../shared", ".device/setup.sh", "lent H200", "scripts/env.sh", "requirements/"):
-        assert phrase not in README, phrase
+        assert phrase not in outside, phrase
     assert not re.search(r"\bissue \d+|\(issue|#\d{2,}\b", README, re.I)
     assert "not on PyPI yet" in README and "git+https://" in README and ".tar.gz" in README
     assert "dsakit env" in README
@@ -107,3 +110,33 @@ def test_the_readme_s_device_names_are_the_device_table() -> None:
     assert [n.strip("`, ") for n in names.group(1).split()] == list(DEVICES)
     assert {n.strip("`") for n in names.group(2).split()} <= set(aliases())
     assert f"[--devices {','.join(pr_gate_keys())} | all]" in text
+
+
+def _commands(block: str) -> list[str]:
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.split("#", 1)[0].strip()]
+
+
+def test_the_readme_opens_with_a_checkout_s_two_commands_which_ci_runs(tmp_path: Path) -> None:
+    """Both audiences before the install: from a checkout exactly two commands, one setting up and
+    running the main job, one the tests; they are what .ci/run runs first, and CONTRIBUTING's."""
+    from tests.checkout_stubs import run, stub_checkout
+
+    assert README.index("<!-- checkout-commands:start -->") < README.index("## Install")
+    assert "[CONTRIBUTING.md](CONTRIBUTING.md)" in README[:README.index("## Install")]
+    commands = _commands(_between("checkout-commands"))
+    assert commands == ["bash scripts/env.sh main", "bash scripts/env.sh test"]
+    copy = stub_checkout(tmp_path, stub_env_sh=True)
+    done, calls = run(copy, ".ci/run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = [" ".join(("bash scripts/env.sh", *args)) for name, args in calls if name == "env.sh"]
+    assert sorted(ran[:2]) == sorted(commands), f".ci/run runs {ran}"
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8").split("\n## ")
+    checkout = next(section for section in contributing if section.startswith("The checkout"))
+    assert _commands("\n".join(line for line in checkout.splitlines() if line.startswith("    bash "))) == commands
+
+
+def test_the_readme_names_the_pinned_release() -> None:
+    from dsakit.sglang_release import PINNED_RELEASE
+
+    assert f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt" in README
+    assert f"The CPU recipe pins SGLang {PINNED_RELEASE};" in README

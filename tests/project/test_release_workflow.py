@@ -16,16 +16,17 @@ from typing import Any
 import pytest
 
 import dsakit
+from dsakit.sglang_release import PINNED_RELEASE
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 SDIST_MUST_HAVE = (
-    "pyproject.toml", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
+    "pyproject.toml", "setup.py", "README.md", "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE", "MANIFEST.in", "conftest.py",
     "tests/conftest.py", "tests/project/test_release_workflow.py",
     "tests/downstream_project/pyproject.toml", "tests/downstream_project/my_backend/__init__.py",
     "tests/downstream_project/tests/conftest.py", "tests/downstream_project/tests/test_my_backend.py",
-    "requirements/cpu-torch.txt", "requirements/cpu-sglang-0.5.23.txt", "requirements/test.txt",
-    "dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt",
+    "requirements/cpu-torch.txt", f"requirements/cpu-sglang-{PINNED_RELEASE}.txt", "requirements/test.txt",
+    "dsakit/recipes/cpu-torch.txt", f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt",
     "dsakit/plugin.py", "mocks/model_runner.py", "contracts/model_runner_contract.py",
     ".github/workflows/release.yml", "scripts/env.sh",
 )
@@ -62,7 +63,7 @@ def test_wheel_from_the_sdist_ships_the_recipe(release: dict[str, Path]) -> None
     assert release["wheel"].name.startswith(f"pytest_dsakit-{dsakit.__version__}-py3-none-any")
     archive = zipfile.ZipFile(release["wheel"])
     names = set(archive.namelist())
-    assert {"dsakit/recipes/cpu-torch.txt", "dsakit/recipes/cpu-sglang-0.5.23.txt",
+    assert {"dsakit/recipes/cpu-torch.txt", f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt",
             "dsakit/recipes/__init__.py", "dsakit/plugin.py", "dsakit/py.typed"} <= names
     assert not any(n.startswith(("tests/", "requirements/", "bench/")) for n in names)  # sdist only
     meta = Parser().parsestr(archive.read(f"pytest_dsakit-{dsakit.__version__}.dist-info/METADATA").decode())

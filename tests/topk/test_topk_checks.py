@@ -336,7 +336,7 @@ def test_known_bug_reason_names_the_limit_source_and_issue(sglang_0517) -> None:
 
 def test_v2_key_width_follows_the_0517_dispatch() -> None:
     from dsakit.topk.cases import TopkCase
-    from dsakit.topk.launch import _v2_key_bits
+    from dsakit.topk.backends import _v2_key_bits
 
     assert _v2_key_bits(get_case("long-1m-ps64-k2048")) == [10, 10]  # small batch: cluster rows
     assert _v2_key_bits(get_case("decode-ps64-k2048")) == [12] * 8  # width 8192: register path
@@ -350,9 +350,10 @@ def test_v2_key_width_follows_the_0517_dispatch() -> None:
 
 
 def test_newer_v2_refines_overflow_so_no_bug_is_predicted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsakit.topk.backends as backends
     import dsakit.topk.launch as launch
 
-    monkeypatch.setattr(launch, "_v2_refines_overflow", lambda: True)
+    monkeypatch.setattr(backends, "_v2_refines_overflow", lambda: True)
     assert launch.known_kernel_bug(launch.TOPK_PATHS["v2-fold.paged"], get_case("near-ties-k2048")) is None
     assert launch.TOPK_PATHS["v2-fold.paged"].contract(get_case("nan-k512")).nan_slot_filler
 

@@ -239,3 +239,21 @@ def test_plugin_parametrizes_topk_cell_without_heavy_imports(pytester: pytest.Py
     assert len([line for line in full.outlines if "test_default_subset[" in line]) == 72
     bad = pytester.runpytest_subprocess(*_plugin_args(), "-p", "no:cacheprovider", "--dsakit-topk-subset=most")
     assert bad.ret == 4 and "invalid choice: 'most'" in bad.stderr.str()
+
+
+def test_a_backend_sglang_offers_without_a_record_is_an_error_naming_it_and_the_known_ones(
+        tmp_path: Path) -> None:
+    """A newer SGLang's backend dsakit has no TopkBackend record for: its cells, their gates and
+    their expectation are refused by name (before, its gates were silently ("cuda",))."""
+    release = _tree(tmp_path, "0.5.24", split=True)
+    exec_fields = release.file("srt/arg_groups/fields/exec_.py")
+    exec_fields.write_text(EXEC_FIELDS.replace('"flashinfer"]', '"flashinfer", "flashinfer-gvr"]'))
+    message = (r"SGLang top-k backend 'flashinfer-gvr' has no dsakit TopkBackend record \(dsakit/topk/backends.py\), "
+               r"so its gates, launch paths and rules are unknown; known: torch, sgl-kernel, flashinfer")
+    cell = topk_cell("target", "flashinfer-gvr", "torch", fused=False, release=release)
+    with pytest.raises(dsakit.UsageError, match=message):
+        cell.gates
+    with pytest.raises(dsakit.UsageError, match=message):
+        cell.expectation
+    with pytest.raises(dsakit.UsageError, match=message):
+        topk_cells("pairwise", release=release)  # the default subset weighs every cell's rules

@@ -1,4 +1,4 @@
-"""Every supported SGLang release (0.5.17-0.5.23): its probe-table rows, its feature probes, the
+"""Every supported SGLang release (the release table, SUPPORTED_RELEASES): its probe-table rows, its feature probes, the
 version dsakit reports, and the import-chain gate. Other releases' wheels are downloaded into the
 pytest cache (`sglang_release_tree`); offline, those cases skip with [sglang-wheel-unavailable]."""
 
