@@ -416,7 +416,7 @@ class _Scanner:
 
     def __init__(self, release: SGLangRelease) -> None:
         self.release = release
-        self.modules: dict[Path, _Module | None] = {}
+        self.modules: dict[Path, _Module] = {}
         self.reads: list[RunnerRead] = []
         self.followed: set[tuple[Path, str, tuple[tuple[str, str], ...]]] = set()
         self.direct: set[Path] = set()
@@ -424,16 +424,12 @@ class _Scanner:
 
     # ------------------------------------------------------------ modules
 
-    def module(self, path: Path, *, required: bool = False) -> _Module | None:
+    def module(self, path: Path) -> _Module:
+        """The parsed module of a scanned or followed file; UnparsableSource naming `file:line`
+        when it does not parse: its reads cannot be seen, so no scan says OK without them."""
         if path in self.modules:
             return self.modules[path]
-        tree = sglang_source.tree(path)
-        if tree is None:
-            if required:
-                raise UsageError(f"cannot parse {path}: "
-                                 f"{sglang_source.source(path).problem.format(where=path.name)}") from None
-            self.modules[path] = None
-            return None
+        tree = sglang_source.source(path).require(_relative(self.release, path))
         functions: dict[str, _FunctionNode] = {}
         classes: dict[str, ast.ClassDef] = {}
         imports: dict[str, str] = {}
@@ -467,8 +463,7 @@ class _Scanner:
     # ------------------------------------------------------------ entry points
 
     def scan_file(self, path: Path) -> None:
-        module = self.module(path, required=True)
-        assert module is not None
+        module = self.module(path)
         self._scan_body(module, module.tree.body, prefix="", class_name=None)
 
     def _scan_body(self, module: _Module, body: list[ast.stmt], prefix: str, class_name: str | None) -> None:

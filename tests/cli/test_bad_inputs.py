@@ -137,6 +137,37 @@ def _trees(pr_behaviour: str = _BEHAVIOUR) -> Callable[[Path], None]:
     return setup
 
 
+def _broken_pr(changed: str) -> Callable[[Path], None]:
+    """`base/sglang`: the installed SGLang; `pr/sglang`: links to it, but `changed` (a file under
+    the package) is a copy whose first line does not parse (`x = 1 +`)."""
+    def setup(tmp: Path) -> None:
+        from dsakit.errors import UsageError
+        from dsakit.sglang_release import installed_release
+
+        try:
+            package = installed_release().package_dir
+        except UsageError:
+            pytest.skip("[module:sglang] pr-check reads a real SGLang tree")
+        (tmp / "base").mkdir()
+        (tmp / "base" / "sglang").symlink_to(package)
+        parts = Path(changed).parts
+        source, here = package, tmp / "pr" / "sglang"
+        for part in parts:
+            here.mkdir(parents=True)
+            for entry in source.iterdir():
+                if entry.name != part:
+                    (here / entry.name).symlink_to(entry)
+            source, here = source / part, here / part
+        here.write_text("x = 1 +\n" + source.read_text(encoding="utf-8"), encoding="utf-8")
+    return setup
+
+
+def _no_leftovers_nor_outputs(tmp: Path, outcome: Outcome) -> None:
+    _no_leftovers(tmp, outcome)
+    assert not (tmp / "out.json").exists(), "an output of a refused run was written"
+
+
+PR_CHECK = ("pr-check", "--base", "base", "--pr", "pr", "--devices", "sm90", "--json", "out.json", "--", "test_ok.py")
 USES_TREE = {"test_tree.py": "from sglang import behaviour\ndef test_value():\n    assert behaviour.value() == 1\n"}
 COMPARE = ("compare", "--base", "0.0.1", "--pr", "0.0.2")
 
@@ -342,6 +373,18 @@ CASES: list[Case] = [
          dsakit("rerun-test", "--junitxml", "test_ok.py/junit", "test_ok.py", files=PASSING),
          "exit 2", ("--junitxml 'test_ok.py/junit' cannot be used: test_ok.py is a file",),
          absent=("Traceback (most recent call last)", "result:")),
+    # issue 34 item 2 -- pr-check on a PR tree that does not parse
+    Case("pr-check-topk-backend-does-not-parse", "34.2", "dsakit pr-check ... (the PR's dsa_topk_backend.py: `x = 1 +`)",
+         dsakit(*PR_CHECK, files=PASSING, setup=_broken_pr("srt/layers/attention/dsa/dsa_topk_backend.py")),
+         "exit 2", ("dsakit: error: the --pr tree pr: sglang/srt/layers/attention/dsa/dsa_topk_backend.py:1: "
+                    "does not parse: invalid syntax; pr-check compares two trees whose backends and ModelRunner "
+                    "parse: fix the file and run again",),
+         absent=("Traceback (most recent call last)", "AssertionError", "dsakit pr-check: base"),
+         extra=_no_leftovers_nor_outputs),
+    Case("pr-check-model-runner-does-not-parse", "34.2", "dsakit pr-check ... (the PR's model_runner.py: `x = 1 +`)",
+         dsakit(*PR_CHECK, files=PASSING, setup=_broken_pr("srt/model_executor/model_runner.py")),
+         "exit 2", ("dsakit: error: the --pr tree pr: sglang/srt/model_executor/model_runner.py:1: does not parse",),
+         absent=("Traceback (most recent call last)", "dsakit pr-check: base"), extra=_no_leftovers_nor_outputs),
     # 10 -- the CLI's error prefix
     Case("cli-single-error-prefix", "10", "dsakit compare --base x",
          dsakit("compare", "--base", "x"),
