@@ -65,8 +65,17 @@ class DeviceRun:
 
 
 def _report_paths(given: str | None, devices: list[str]) -> tuple[Path, bool]:
-    """Where the per-device reports go: beside --dsakit-report PATH (kept) or a temp dir (removed)."""
+    """Where the per-device reports go: beside --dsakit-report PATH (kept) or a temp dir (removed).
+    PATH is checked as a single run checks it, before any run starts: a path under a file or in a
+    folder that cannot be written is a usage error (exit 4), never an OSError traceback."""
     if given:
+        from dsakit.errors import UsageError
+        from dsakit.output_paths import output_file
+
+        try:
+            output_file(given, "--dsakit-report")
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
         folder = Path(given).expanduser().resolve().parent
         folder.mkdir(parents=True, exist_ok=True)
         return folder, True

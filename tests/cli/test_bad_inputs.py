@@ -83,9 +83,12 @@ def dsakit(*args: str, files: dict[str, str] | None = None,
     return run
 
 
-def pytest_run(*args: str, files: dict[str, str]) -> Callable[[Path], Outcome]:
+def pytest_run(*args: str, files: dict[str, str],
+               setup: Callable[[Path], None] | None = None) -> Callable[[Path], Outcome]:
     def run(tmp: Path) -> Outcome:
         _write(tmp, files)
+        if setup is not None:
+            setup(tmp)
         return _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider",
                               "--dsakit-device=cpu", *args])
     return run
@@ -167,6 +170,14 @@ def _no_leftovers_nor_outputs(tmp: Path, outcome: Outcome) -> None:
     assert not (tmp / "out.json").exists(), "an output of a refused run was written"
 
 
+def _read_only_dir(tmp: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder: the case needs an ordinary user")
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o555)
+
+
+FLEET = ("--dsakit-device", "sm90,sm103")
 PR_CHECK = ("pr-check", "--base", "base", "--pr", "pr", "--devices", "sm90", "--json", "out.json", "--", "test_ok.py")
 USES_TREE = {"test_tree.py": "from sglang import behaviour\ndef test_value():\n    assert behaviour.value() == 1\n"}
 COMPARE = ("compare", "--base", "0.0.1", "--pr", "0.0.2")
@@ -410,6 +421,15 @@ CASES: list[Case] = [
          "exit 4", ("1 skipped  [cuda]", "not written at the end of the run: --dsakit-report "
                     "'out/r.json' cannot be written: out is a file", "1 passed, 1 skipped"),
          extra=_no_tmp_files),
+    Case("fleet-report-under-a-file", "34.3", "pytest --dsakit-device sm90,sm103 --dsakit-report test_ok.py/r.json",
+         pytest_run(*FLEET, "--dsakit-report", "test_ok.py/r.json", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-report 'test_ok.py/r.json' cannot be written: test_ok.py is a file, not a "
+                    "directory; pass a file path you can write",),
+         absent=("Traceback (most recent call last)", "dsakit fleet:"), extra=_no_leftovers),
+    Case("fleet-report-read-only-dir", "34.3", "pytest --dsakit-device sm90,sm103 --dsakit-report ro/r.json (ro: mode 555)",
+         pytest_run(*FLEET, "--dsakit-report", "ro/r.json", files=PASSING, setup=_read_only_dir),
+         "exit 4", ("ERROR: --dsakit-report 'ro/r.json' cannot be written: ro is not writable",),
+         absent=("Traceback (most recent call last)", "dsakit fleet:"), extra=_no_leftovers),
     # 8 -- --dsakit-must-run with nothing behind the gate
     Case("must-run-no-test-behind-gate", "8", "pytest --dsakit-must-run cuda (no test gated on cuda)",
          pytest_run("--dsakit-must-run", "cuda", files=PASSING),
