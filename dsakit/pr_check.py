@@ -517,7 +517,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
     for src in (base_src, pr_src):
         package_dir(src)  # a path that is not a tree: exit 2 before anything runs
     chosen = parse_devices(devices)
-    codes = validate_codes(split_codes(must_run)) if must_run else ()
+    codes = validate_codes(split_codes(must_run, "--must-run")) if must_run else ()
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     if keep:

@@ -438,7 +438,7 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
 
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
-    merged = merge(paths, split_codes(must_run), must_run_real=must_run_real)
+    merged = merge(paths, split_codes(must_run, "--must-run"), must_run_real=must_run_real)
     print("\n".join(format_text(merged)))
     if json_out is not None:
         json_out.write_json(as_json(merged))

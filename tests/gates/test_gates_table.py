@@ -234,7 +234,7 @@ def test_never_open_combinations() -> None:
 
 
 def test_split_codes_keeps_gfx_lists_whole() -> None:
-    assert split_codes("fa3, gfx in gfx942,gfx950,cuda,") == ["fa3", "gfx in gfx942,gfx950", "cuda"]
+    assert split_codes("fa3, gfx in gfx942,gfx950,cuda,", "--dsakit-must-run") == ["fa3", "gfx in gfx942,gfx950", "cuda"]
 
 
 # ---------------------------------------------------------------- gaps found by mutation testing
@@ -292,8 +292,8 @@ def test_jit_gate_names_the_missing_tvm_ffi(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_split_codes_joins_gfx_archs_to_the_list_just_before() -> None:
-    assert split_codes("gfx in gfx942,gfx950") == ["gfx in gfx942,gfx950"]
-    assert split_codes("fa3,cuda,rocm,gfx in gfx90a,gfx942") == ["fa3", "cuda", "rocm", "gfx in gfx90a,gfx942"]
+    assert split_codes("gfx in gfx942,gfx950", "--dsakit-must-run") == ["gfx in gfx942,gfx950"]
+    assert split_codes("fa3,cuda,rocm,gfx in gfx90a,gfx942", "--dsakit-must-run") == ["fa3", "cuda", "rocm", "gfx in gfx90a,gfx942"]
 
 
 @pytest.mark.usefixtures("as_its_own_process")  # SGLang imports here: the import-chain gate is open either way
