@@ -151,6 +151,47 @@ def test_contract_check_scans_the_suites_own_backend(tmp_path: Path) -> None:
     assert "2 reads in 1 files, 0 missing from contract" in declared.stdout.splitlines()[-1]
 
 
+ALIASED = """
+class ThroughSelf:
+    def __init__(self, model_runner):
+        self.runner = model_runner                      # 4
+        self.window = self.runner.my_window             # 5
+
+    def forward(self):
+        mr = self.runner                                # 8
+        return mr.my_forward_state                      # 9
+
+
+def build(model_runner):
+    mr = model_runner
+    return mr.my_local_state                            # 14
+
+
+class Rebound:
+    def __init__(self, model_runner):
+        self.runner = model_runner
+        self.runner.my_backend_state = {}               # 20: a set, through the alias
+
+    def reset(self):
+        return self.runner.my_backend_state             # 23
+"""
+
+
+def test_contract_check_follows_the_runner_through_self_and_local_aliases(tmp_path: Path) -> None:
+    """`self.runner = model_runner` (read in any method, also through a local `mr = self.runner`)
+    and `mr = model_runner` are the runner: their reads are checked, and a set through them counts
+    for a `set_by = "backend"` entry (issue 34 item 5: before, the check saw 0 reads -> OK)."""
+    (tmp_path / "backend.py").write_text(ALIASED)
+    (tmp_path / "pyproject.toml").write_text(OWN_STATE)
+    result = _check(tmp_path, "--backend-src", "backend.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    for name, line in (("my_window", 5), ("my_forward_state", 9), ("my_local_state", 14)):
+        assert f"[read-not-in-contract] model_runner.{name} is read at backend.py:{line}" in result.stdout, name
+    assert "my_backend_state is read at" not in result.stdout  # declared, and set before it is read
+    assert "contract-not-set-by-backend" not in result.stdout
+    assert "4 reads in 1 files, 3 missing from contract" in result.stdout.splitlines()[-1]
+
+
 def test_contract_check_fails_an_extension_entry_the_real_runner_never_sets(tmp_path: Path) -> None:
     (tmp_path / "backend.py").write_text(BACKEND)
     (tmp_path / "pyproject.toml").write_text(DECLARED)
