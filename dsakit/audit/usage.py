@@ -335,19 +335,18 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
                 via, reached = found
                 call = BackendCall(via, reached, f"{file.display}:{node.lineno}", ast.unparse(argument), scope,
                                    expected.get(id(node), ""), skipped.get(id(node), wrapped))
+                values = index.alternatives(argument, scope)  # `A() if flag else B()`: each is audited
+                mocks = [value for value in values if value.is_mock]
+                for value in mocks:
+                    usage.used.setdefault(value.key, (value, []))[1].append(call)
                 if not reached:
                     usage.not_dsa.append(call)
-                    value = index.value(argument, scope)
-                    if value.is_mock:
-                        usage.used.setdefault(value.key, (value, []))[1].append(call)
-                    continue
-                value = index.value(argument, scope)
-                if not value.is_mock:
+                elif not mocks:
                     strict = (isinstance(argument, ast.Name) and argument.id in DSAKIT_FIXTURES
                               and index.find_fixture(argument.id, scope) is None)
                     (usage.strict if strict else usage.untraced).append(call)
-                    continue
-                usage.used.setdefault(value.key, (value, []))[1].append(call)
+                elif any(value.kind == "opaque" for value in values):
+                    usage.untraced.append(call)  # one branch is a mock, another one the audit cannot see
     return usage
 
 

@@ -524,3 +524,85 @@ def test_attention_kits_of_0517_and_0523(sglang_0517: Path, installed_sglang: SG
         model = _missing(dsv4, "model")
         amd = [k for k, d in SIMULATED.items() if d.vendor == "amd"]
         assert model["fails_on"] == amd
+
+
+# ---------------------------------------------------------------- one of two mocks (issue 34 item 5)
+
+
+@pytest.mark.usefixtures("installed_sglang")
+def test_a_helper_returning_one_of_two_mocks_has_both_audited(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    """`return A() if flag else B()`, a helper with two `return`s and a fixture doing the same: each
+    mock is audited against the backend the call builds (before: the call was untraced, a note, and
+    the audit said OK with exit 0)."""
+    write_files({"test_cond.py": '''
+        from types import SimpleNamespace
+
+        import pytest
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+
+        def make(full):
+            return SimpleNamespace(page_size=64) if full else SimpleNamespace(device="cpu")
+
+
+        def build(full):
+            if full:
+                return SimpleNamespace(kv_cache_dtype=None)
+            return SimpleNamespace(hisparse_coordinator=None)
+
+
+        @pytest.fixture
+        def either(request):
+            return SimpleNamespace(is_draft_worker=False) if request.param else SimpleNamespace(is_draft_worker=True)
+
+
+        def test_ternary():
+            DeepseekSparseAttnBackend(make(True))
+
+
+        def test_two_returns():
+            runner = build(False)
+            runner.extra = 1
+            DeepseekSparseAttnBackend(runner)
+
+
+        def test_fixture(either):
+            DeepseekSparseAttnBackend(either)
+    '''})
+    result = _audit(tmp_path, ".", "--device", "sm90")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "not a mock the audit can trace" not in result.stdout
+    data = _json(tmp_path, ".", "--device", "sm90")
+    found = {(m["name"], m["site"]): [c["site"] for c in m["calls"]] for m in data["mocks"]}
+    assert found == {
+        ("when full", "test_cond.py:8"): ["test_cond.py:23"],
+        ("when not full", "test_cond.py:8"): ["test_cond.py:23"],
+        ("runner", "test_cond.py:13"): ["test_cond.py:29"],
+        ("runner", "test_cond.py:14"): ["test_cond.py:29"],
+        ("when request.param", "test_cond.py:19"): ["test_cond.py:33"],
+        ("when not request.param", "test_cond.py:19"): ["test_cond.py:33"],
+    }, found
+    lacking = {(m["name"], m["site"]): {e["path"] for e in m["missing"]} for m in data["mocks"]}
+    assert "page_size" not in lacking[("when full", "test_cond.py:8")]
+    assert "page_size" in lacking[("when not full", "test_cond.py:8")]
+    assert {"kv_cache_dtype", "extra"}.isdisjoint(lacking[("runner", "test_cond.py:13")])
+    assert "hisparse_coordinator" in lacking[("runner", "test_cond.py:13")]
+    assert "hisparse_coordinator" not in lacking[("runner", "test_cond.py:14")]
+
+
+@pytest.mark.usefixtures("installed_sglang")
+def test_a_mock_or_a_value_the_audit_cannot_see_is_audited_and_the_call_noted(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_or.py": '''
+        from types import SimpleNamespace
+
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+
+        def test_or(some_runner):
+            DeepseekSparseAttnBackend(some_runner or SimpleNamespace(device="cpu"))
+    '''})
+    data = _json(tmp_path, ".", "--device", "sm90")
+    assert [m["site"] for m in data["mocks"]] == ["test_or.py:7"]
+    assert [c["argument"] for c in data["untraced_calls"]] == ["some_runner or SimpleNamespace(device='cpu')"]
