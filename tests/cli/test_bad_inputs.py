@@ -515,6 +515,14 @@ CASES: list[Case] = [
     Case("topk-index-equal-to-length", "survivor 2", "assert_topk_valid([[9, 10, 8, 7]], 12-wide, [10], 4)",
          api(_topk([[9, 10, 8, 7]], [[float(i) for i in range(12)]], [10], 4)),
          "AssertionError", ("row 0 [out-of-range] (length 10): entries [10] are neither -1 nor in [0, 10)",)),
+    Case("topk-nan-row-selects-nothing", "34.6", "assert_topk_valid([[-1, -1]], [[nan, nan, 5, 4, 3]], [5], 2)",
+         api(_topk([[-1, -1]], [[float("nan"), float("nan"), 5.0, 4.0, 3.0]], [5], 2)),
+         "AssertionError", ("row 0 [count] (length 5, k-th largest valid score 4.0): selected nothing, but the "
+                            "window holds 3 ranked (finite) scores beside its 2 NaN, at least min(length, k) = 2: "
+                            "a NaN may take a slot or cost one (-1), never the whole row; expected 1..2 positions",)),
+    Case("topk-complex-scores", "34.6", "assert_topk_valid([[1]], [[1+1j, 2+0j]], [2], 1)",
+         api(_topk([[1]], [[1 + 1j, 2 + 0j]], [2], 1)),
+         "UsageError", ("top-k scores are complex (torch.complex64): a top-k ranks real numbers",)),
     # 9 -- copying the mock
     Case("mock-copy", "9", "copy.copy(MockModelRunner(role='draft', ...))", api(_mock_copies("copy")),
          "ok", ("<strict model_runner role=draft> max_running_requests=16",)),
