@@ -256,6 +256,14 @@ def _bogus_server_arg() -> Any:
     return MockModelRunner().server_args.bogus_arg
 
 
+def _mock_given_twice(**given: Any) -> Callable[[], Any]:
+    def call() -> Any:
+        from dsakit.mocks.model_runner import MockModelRunner
+
+        return MockModelRunner(**given)
+    return call
+
+
 def _copy_nested_node() -> Any:
     import copy
 
@@ -531,6 +539,15 @@ CASES: list[Case] = [
     Case("mock-pickle", "9", "pickle.loads(pickle.dumps(MockModelRunner(role='draft', ...)))",
          api(_mock_copies("pickle")),
          "ok", ("<strict model_runner role=draft> max_running_requests=4",)),
+    Case("mock-override-given-twice", "34.6", "MockModelRunner(max_running_requests=8, overrides={'max_running_requests': 16})",
+         api(_mock_given_twice(max_running_requests=8, overrides={"max_running_requests": 16})),
+         "UsageError", ("model_runner.max_running_requests is given twice: max_running_requests=8 and "
+                        "overrides={'max_running_requests': 16}; give each attribute once",)),
+    Case("mock-nested-override-given-twice", "34.6",
+         "MockModelRunner(model_config__context_len=1, overrides={'model_config.context_len': 2})",
+         api(_mock_given_twice(model_config__context_len=1, overrides={"model_config.context_len": 2})),
+         "UsageError", ("model_runner.model_config.context_len is given twice: model_config__context_len=1 and "
+                        "overrides={'model_config.context_len': 2}",)),
     Case("mock-copy-nested-node", "9", "copy.copy(MockModelRunner().server_args)", api(_copy_nested_node),
          "TypeError", ("cannot copy or pickle <strict model_runner.server_args role=target> on its own",
                        "copy the runner")),
