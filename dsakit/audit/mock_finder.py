@@ -24,6 +24,7 @@ RUNNER_NAME = re.compile(r"runner", re.IGNORECASE)
 _MOCK_CLASSES = {"MagicMock", "Mock", "NonCallableMagicMock", "NonCallableMock", "AsyncMock"}
 _MOCK_OPTIONS = {"spec", "spec_set", "name", "side_effect", "return_value", "wraps", "unsafe", "new", "instance"}
 _PLAIN_BASES = {"object", "ABC", "Generic", "Protocol"}
+_PLAIN_METACLASSES = {"type", "ABCMeta"}  # set no attributes an audit would look for
 _MAX_DEPTH = 12
 _BUILDERS = {"type", "SimpleNamespace", "create_autospec", *_MOCK_CLASSES}  # calls that build a mock themselves
 
@@ -273,6 +274,53 @@ class SuiteIndex:
                     _apply_additions(self, tree, ["self"], Scope(file, item, cls), own=False)
         for base in cls.bases:
             tree.merge(self._base_tree(file, cls, base, on_self))
+        for keyword in cls.keywords:
+            if keyword.arg == "metaclass":
+                tree.merge(self._metaclass_tree(file, cls, keyword.value, on_self))
+        return tree
+
+    def _metaclass_tree(self, file: SourceFile, cls: ast.ClassDef, meta: ast.expr, on_self: bool) -> AttrTree:
+        """What a metaclass visibly sets: on the class in its `__new__` (the namespace dict's keys,
+        `made.x = ...` on what `super().__new__` returns) and `__init__` (`cls.x = ...`), and on the
+        instance in its `__call__` (on_self). What it cannot read (a computed name, the class handed
+        to a helper, a metaclass outside the scanned files) opens the tree: never a silent OK."""
+        name = _last_name(meta)
+        if name in _PLAIN_METACLASSES:
+            return AttrTree()
+        found = self.find_class(name, file) if name is not None else None
+        if found is None:
+            module = file.modules.get(name or "", "")
+            where = f" (imported from {module})" if module else ""
+            return AttrTree.opaque(f"metaclass {ast.unparse(meta)}{where} of class {cls.name} is not in the scanned "
+                                   "paths, so what it sets is unknown: add the file that defines it")
+        meta_file, meta_cls = found
+        tree = AttrTree()
+        for item in meta_cls.body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                    item.name not in ("__new__", "__init__", "__call__") or item.name == "__call__" and not on_self:
+                continue
+            params = [a.arg for a in [*item.args.posonlyargs, *item.args.args]]
+            made = {params[0]} if item.name == "__init__" and params else set()
+            made |= {t.id for node in _own_nodes(item) if isinstance(node, ast.Assign)
+                     and isinstance(node.value, ast.Call) and _last_name(node.value.func) in ("__new__", "__call__")
+                     for t in node.targets if isinstance(t, ast.Name)}
+            scope = Scope(meta_file, item, meta_cls)
+            for root in made:
+                _apply_additions(self, tree, [root], scope, own=True)
+            namespace = params[3] if item.name == "__new__" and len(params) >= 4 else ""
+            handed = [[root] for root in (*made, namespace) if root]
+            for node in _own_nodes(item):
+                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+                if namespace and isinstance(target, ast.Subscript) and _chain(target.value) == [namespace]:
+                    key = target.slice
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        tree.set(key.value, self.value(node.value, scope).tree, _site(meta_file, node))
+                    else:
+                        tree.open = f"metaclass {meta_cls.name} sets a computed name at {_site(meta_file, node)}"
+                elif isinstance(node, ast.Call) and _last_name(node.func) not in ("setattr", "__new__", "__call__") \
+                        and any(_chain(a) in handed for a in node.args):
+                    tree.open = (f"metaclass {meta_cls.name} hands the class to {ast.unparse(node.func)}() at "
+                                 f"{_site(meta_file, node)}, which the audit does not follow")
         return tree
 
     def _base_tree(self, file: SourceFile, cls: ast.ClassDef, base: ast.expr, on_self: bool) -> AttrTree:
