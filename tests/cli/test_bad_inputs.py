@@ -454,6 +454,12 @@ CASES: list[Case] = [
     Case("must-run-strict-no-test", "8", "pytest --dsakit-must-run cuda --dsakit-must-run-strict",
          pytest_run("--dsakit-must-run", "cuda", "--dsakit-must-run-strict", files=PASSING),
          "exit 1", ("no collected test sits behind gate cuda: fails the run",)),
+    Case("contract-entry-bad-name", "34.6", "pytest with [tool.dsakit.contract.\"Bad Name!\"] in pyproject.toml",
+         pytest_run(files={**PASSING, "pyproject.toml": '[tool.dsakit.contract."Bad Name!"]\ntype = "int"\n'
+                                                        'target = 1\nset_by = "backend"\n'}),
+         "exit 4", ('ERROR: ', 'pyproject.toml: [tool.dsakit.contract."Bad Name!"]: \'Bad Name!\' is not an attribute '
+                    "path: each dot-separated part must be a Python identifier (letters, digits and _, not starting "
+                    "with a digit, not a keyword)"), absent=("Traceback (most recent call last)", "1 passed")),
     # 10 -- --dsakit-roles
     Case("roles-unknown", "10", "pytest --dsakit-roles=foo (a model_runner test)",
          pytest_run("--dsakit-roles=foo", files={"test_mr.py": "def test_mr(model_runner):\n    pass\n"}),

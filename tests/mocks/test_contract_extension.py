@@ -108,6 +108,12 @@ def test_mocks_outside_the_run_keep_dsakit_contract(tmp_path: Path) -> None:
     ('[tool.dsakit.contract.x]\ntype = "integer"\ntarget = 1\nset_by = "s"\n', "did you mean 'int'? Valid types:"),
     ('[tool.dsakit.contract.x]\ntype = "int | None"\ntarget = 1\nset_by = "s"\n', "add `optional = true`"),
     ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\nset_by = ""\n', "set_by is empty"),
+    # an entry name a backend cannot read as model_runner.<path> (issue 34 item 6)
+    ('[tool.dsakit.contract."Bad Name!"]\ntype = "int"\ntarget = 1\nset_by = "s"\n',
+     "'Bad Name!' is not an attribute path: each dot-separated part must be a Python identifier"),
+    ('[tool.dsakit.contract."model_config.2nd"]\ntype = "int"\ntarget = 1\nset_by = "s"\n',
+     "'model_config.2nd' is not an attribute path"),
+    ('[tool.dsakit.contract."class"]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "'class' is not an attribute path"),
 ])
 def test_bad_declarations_are_usage_errors(tmp_path: Path, declaration: str, expected: str) -> None:
     (tmp_path / "pyproject.toml").write_text(declaration)
