@@ -33,14 +33,20 @@ def fleet_devices(raw: str | None) -> list[str] | None:
         return None
     from dsakit.errors import UsageError
 
+    spelled = [part.strip() for part in raw.split(",") if part.strip()]
     try:
-        names = [validate_device_name(part.strip()) for part in raw.split(",") if part.strip()]
+        names = [validate_device_name(part) for part in spelled]
     except UsageError as error:
         raise pytest.UsageError(f"--dsakit-device {raw}: {error}") from None
-    unique = list(dict.fromkeys(names))
-    if len(unique) < 2:
-        return None
-    return unique
+    first: dict[str, str] = {}
+    for spelling, name in zip(spelled, names):
+        if name in first:  # `sm103,sm103`, `b300,sm103`: one run would be the other's copy
+            raise pytest.UsageError(
+                f"--dsakit-device {raw}: {first[name]!r} and {spelling!r} are the same device ({name}) given "
+                f"twice; name each device once (one device: --dsakit-device {name}; a fleet: two or more "
+                "different devices, e.g. sm90,sm103)")
+        first[name] = spelling
+    return names if len(names) > 1 else None
 
 
 @dataclass

@@ -429,6 +429,15 @@ CASES: list[Case] = [
          "exit 4", ("1 skipped  [cuda]", "not written at the end of the run: --dsakit-report "
                     "'out/r.json' cannot be written: out is a file", "1 passed, 1 skipped"),
          extra=_no_tmp_files),
+    Case("device-given-twice", "34.7", "pytest --dsakit-device sm103,sm103",
+         pytest_run("--dsakit-device", "sm103,sm103", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-device sm103,sm103: 'sm103' and 'sm103' are the same device (sm103) given "
+                    "twice; name each device once (one device: --dsakit-device sm103;",),
+         absent=("Traceback (most recent call last)", "unknown dsakit device", "dsakit fleet:")),
+    Case("device-alias-and-name-given", "34.7", "pytest --dsakit-device b300,sm103",
+         pytest_run("--dsakit-device", "b300,sm103", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-device b300,sm103: 'b300' and 'sm103' are the same device (sm103) given twice",),
+         absent=("Traceback (most recent call last)", "unknown dsakit device", "dsakit fleet:")),
     Case("fleet-report-under-a-file", "34.3", "pytest --dsakit-device sm90,sm103 --dsakit-report test_ok.py/r.json",
          pytest_run(*FLEET, "--dsakit-report", "test_ok.py/r.json", files=PASSING),
          "exit 4", ("ERROR: --dsakit-report 'test_ok.py/r.json' cannot be written: test_ok.py is a file, not a "
