@@ -327,7 +327,8 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
             report.problems.append(RowProblem(
                 row, "count", f"selected nothing, but the window holds {n_ranked} ranked (finite) scores "
                 f"beside its {n_nan} NaN, at least min(length, k) = {need}: a NaN may take a slot or "
-                f"cost one (-1), never the whole row; expected {floor}..{need} positions", length,
+                f"cost one (-1), never the whole row; expected {floor if floor == need else f'{floor}..{need}'} "
+                f"positions", length,
                 _kth_largest(w, topk)))
         elif count > need or count < floor:
             allowed = f"{need}" if floor == need else f"{floor}..{need} (-inf/NaN may be padded)"
