@@ -146,19 +146,26 @@ class CheckResult:
             "files": len({r.site.file for r in self.reads}),
             "missing_from_contract": self.count(READ_NOT_IN_CONTRACT),
             "not_set_by_runner": self.count(CONTRACT_NOT_SET_BY_RUNNER),
+            "not_set_by_backend": self.count(NOT_SET_BY_BACKEND),
+            "read_before_backend_sets": self.count(READ_BEFORE_BACKEND_SETS),
             "conditional": sum(1 for r in self.reads if r.conditional),
             "soft": sum(1 for r in self.reads if r.soft),
         }
 
     def summary_line(self) -> str:
+        """One line whose counters agree with its verdict: every failure code has a counter (the
+        set_by = "backend" ones are shown where a backend is checked, or where they are not 0)."""
         c = self.counts()
         verdict = "OK" if self.ok else "FAILED"
         subject = f"backend {self.backend_src} against SGLang {self.release.version}" if self.backend_src \
             else f"SGLang {self.release.version}"
+        backend = "".join(f"{c[key]} {words}, " for key, words in (
+            ("not_set_by_backend", "not set by backend"), ("read_before_backend_sets", "read before the backend sets them"))
+            if self.backend_src or c[key])
         return (
             f"dsakit contract check: {subject}: {c['contract_entries']} contract entries, "
             f"{c['reads']} reads in {c['files']} files, {c['missing_from_contract']} missing from contract, "
-            f"{c['not_set_by_runner']} not set by runner, {c['conditional']} conditional, {c['soft']} soft "
+            f"{c['not_set_by_runner']} not set by runner, {backend}{c['conditional']} conditional, {c['soft']} soft "
             f"\u2192 {verdict}"
         )
 

@@ -227,12 +227,19 @@ set_by = "backend"
      "        model_runner.my_backend_state = seen\n", 1,
      "[read-before-backend-sets] model_runner.my_backend_state is read at "),
 ], ids=["sets-then-reads", "never-sets", "reads-first"])
-def test_contract_check_backend_owned_entry(tmp_path: Path, backend: str, code: int, expected: str | None) -> None:
+def test_contract_check_backend_owned_entry(tmp_path: Path, backend: str, code: int, expected: str | None,
+                                            request: pytest.FixtureRequest) -> None:
     (tmp_path / "backend.py").write_text(backend)
     (tmp_path / "pyproject.toml").write_text(OWN_STATE)
     result = _check(tmp_path, "--backend-src", "backend.py")
     assert result.returncode == code, result.stdout + result.stderr
     assert "contract-not-set-by-runner" not in result.stdout  # the runner is not who sets it
+    # the verdict line counts what failed (before: FAILED beside counters all 0, issue 34 item 7)
+    last = result.stdout.splitlines()[-1]
+    case = request.node.callspec.id
+    never, first = int(case == "never-sets"), int(case == "reads-first")
+    assert f"{never} not set by backend, {first} read before the backend sets them" in last, last
+    assert last.endswith("→ FAILED" if code else "→ OK"), last
     if expected is not None:
         assert expected in result.stdout
     else:

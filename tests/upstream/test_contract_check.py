@@ -223,7 +223,8 @@ def test_json_report_has_stable_keys(pristine: Path) -> None:
     assert set(report) == {"sglang", "ok", "exit_code", "counts", "summary", "entries", "reads", "findings"}
     assert report["ok"] is True and report["exit_code"] == 0
     assert set(report["counts"]) == {"contract_entries", "reads", "files", "missing_from_contract",
-                                     "not_set_by_runner", "conditional", "soft"}
+                                     "not_set_by_runner", "not_set_by_backend", "read_before_backend_sets",
+                                     "conditional", "soft"}
     entry = next(e for e in report["entries"] if e["path"] == "max_running_requests")
     assert set(entry) == {"path", "type", "optional", "target_default", "draft_default", "read_at",
                           "set_by_runner"}

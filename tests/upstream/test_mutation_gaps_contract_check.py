@@ -58,7 +58,8 @@ def test_the_exit_code_and_counts_follow_the_failures() -> None:
     result = _result()
     assert (result.ok, result.exit_code) == (False, 1)
     assert result.counts() == {"contract_entries": 9, "reads": 9, "files": 1, "missing_from_contract": 2,
-                               "not_set_by_runner": 2, "conditional": 2, "soft": 3}
+                               "not_set_by_runner": 2, "not_set_by_backend": 0, "read_before_backend_sets": 0,
+                               "conditional": 2, "soft": 3}
     clean = cc.CheckResult(RELEASE, CONTRACT, READS, ASSIGN, [  # type: ignore[arg-type]
         f for f in result.findings if f.severity == cc.INFO])
     assert (clean.ok, clean.exit_code) == (True, 0)
