@@ -540,17 +540,29 @@ class UpdateGuard:
             self.kept = why
         return (yield)
 
+    @pytest.hookimpl(trylast=True)  # after syrupy's report, whose "N snapshots unused" it explains
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.kept:
+            unused = _syrupy_unused(self.config)
+            kept = (f"the {unused} record(s) syrupy lists as unused above were kept, not deleted"
+                    if unused else "no unused golden was deleted")
             terminalreporter.write_line(
-                f"dsakit: --snapshot-update did not run to its end ({self.kept}): no unused golden "
-                "was deleted; every record of a test that did not run or failed is kept (goldens of "
-                "the tests that passed were written). Unused goldens are deleted only by an update "
-                "that runs the whole selection with no failure.", yellow=True)
+                f"dsakit: --snapshot-update did not run to its end ({self.kept}): {kept}; every record "
+                "of a test that did not run or failed is kept (goldens of the tests that passed were "
+                "written). Unused goldens are deleted only by an update that runs the whole selection "
+                "with no failure.", yellow=True)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.kept:
             config.option.no_cleanup = self._no_cleanup
+
+
+def _syrupy_unused(config: pytest.Config) -> int:
+    """How many records syrupy's report counts as unused (0 where it cannot say)."""
+    try:
+        return int(config._syrupy.report.num_unused)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def incomplete_update(session: pytest.Session) -> str | None:
