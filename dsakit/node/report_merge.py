@@ -3,7 +3,7 @@
 Owns: reading and validating `--dsakit-report` files (older formats and collect-only runs are
 refused, exit 2), shards grouped into nodes, per gate and test which node ran, skipped or failed
 it, what ran on no node, the fleet-wide must-run check, the text, the JSON and the exit code (1: a
-test failed somewhere or a must-run gate ran nowhere). Never imports torch or SGLang.
+test failed somewhere, a must-run gate ran nowhere, or a shard has no report). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
@@ -288,8 +288,15 @@ class Merged:
                                     covered, uncovered))
         return result
 
+    def missing_shards(self) -> list[str]:
+        """A sentence per node with a shard that has no report: its tests' outcomes are unknown."""
+        return [f"{n.label}: shard {', '.join(map(str, n.missing_shards))} of {n.splits} has no report"
+                for n in self.nodes if n.missing_shards]
+
     def exit_code(self) -> int:
-        return 1 if self.failures() or self.must_run_failures() else 0
+        """1: a test failed somewhere, a must-run gate ran nowhere, or a shard's report is missing
+        (a job that crashed or was cancelled: what it would have failed is unknown)."""
+        return 1 if self.failures() or self.must_run_failures() or self.missing_shards() else 0
 
 
 # ---------------------------------------------------------------- output
@@ -351,10 +358,7 @@ def comment(merged: Merged) -> Comment:
     note = _releases_note(merged)
     if note:
         summary.append(note)
-    for node in merged.nodes:
-        if node.missing_shards:
-            summary.append(f"{node.label}: shard {', '.join(map(str, node.missing_shards))} of {node.splits} "
-                           "has no report: its tests are counted as not run")
+    summary += [f"{line}: its tests are counted as not run" for line in merged.missing_shards()]
     nowhere = [code for code in merged.gate_codes() if not merged.gate_ran_on(code)]
     if nowhere:
         summary.append("gates that ran on no node: " + ", ".join(f"`{code}`" for code in nowhere))
@@ -449,5 +453,6 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
         why = [f"must-run gate {c} ran on no node ({w})" for c, w in merged.must_run_failures().items()]
         if merged.failures():
             why.append(f"{len(merged.failures())} test failure(s)")
+        why += [f"{line} (merge every shard's report, or rerun the shard)" for line in merged.missing_shards()]
         print("dsakit report merge: FAILED: " + "; ".join(why), file=sys.stderr)
     return code
