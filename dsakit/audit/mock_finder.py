@@ -47,6 +47,10 @@ class Scope:
     cls: ast.ClassDef | None = None
 
 
+MockKey = tuple[str, str, int]
+"""What tells two mocks apart: where each is built (file:line), its kind and its column."""
+
+
 @dataclass
 class MockValue:
     """A value a suite builds and may hand to a backend as `model_runner`.
@@ -72,7 +76,7 @@ class MockValue:
         return self.kind not in ("constant", "opaque")
 
     @property
-    def key(self) -> tuple[str, str, int]:
+    def key(self) -> MockKey:
         return (self.site, self.kind, self.column)
 
 
@@ -310,8 +314,8 @@ class SuiteIndex:
             namespace = params[3] if item.name == "__new__" and len(params) >= 4 else ""
             handed = [[root] for root in (*made, namespace) if root]
             for node in _own_nodes(item):
-                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-                if namespace and isinstance(target, ast.Subscript) and _chain(target.value) == [namespace]:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and namespace and \
+                        isinstance(target := node.targets[0], ast.Subscript) and _chain(target.value) == [namespace]:
                     key = target.slice
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         tree.set(key.value, self.value(node.value, scope).tree, _site(meta_file, node))
@@ -677,7 +681,7 @@ def _apply_additions(index: SuiteIndex, tree: AttrTree, root: list[str], scope: 
 def candidates(index: SuiteIndex) -> list[MockValue]:
     """Every mock runner the files define, used or not: `*ModelRunner*` classes and their subclasses,
     and literal mocks bound to a runner-named variable, attribute or fixture."""
-    found: dict[tuple[str, str], MockValue] = {}
+    found: dict[MockKey, MockValue] = {}
     runner_classes: set[tuple[str, int]] = set()
     changed = True
     while changed:  # subclasses of runner classes, across files, until nothing new

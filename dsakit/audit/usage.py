@@ -14,7 +14,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from dsakit.audit.mock_finder import MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
+from dsakit.audit.mock_finder import MockKey, MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
 from dsakit.audit.registry import Choice, factory_choices, registry
 from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
@@ -122,7 +122,7 @@ class BackendCall:
 class Usage:
     """The mocks reached from backend calls, and the calls whose runner the audit could not trace."""
 
-    used: dict[tuple[str, str], tuple[MockValue, list[BackendCall]]] = field(default_factory=dict)
+    used: dict[MockKey, tuple[MockValue, list[BackendCall]]] = field(default_factory=dict)
     untraced: list[BackendCall] = field(default_factory=list)
     strict: list[BackendCall] = field(default_factory=list)  # handed dsakit's strict MockModelRunner
     not_dsa: list[BackendCall] = field(default_factory=list)  # reach no DSA / DSv4 backend
