@@ -11,6 +11,7 @@ Must not import torch or SGLang; never edits dsakit's own table; a pyproject.tom
 from __future__ import annotations
 
 import functools
+import keyword
 import sys
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,11 @@ def parse_declarations(table: dict[str, Any], source: str, base: Contract | None
     known = set(base.entries)
     for path, spec in table.items():
         where = f'{source}: [{TABLE}."{path}"]'
+        if not all(part.isidentifier() and not keyword.iskeyword(part) for part in path.split(".")):
+            raise UsageError(f"{where}: {path!r} is not an attribute path: each dot-separated part must be a "
+                             "Python identifier (letters, digits and _, not starting with a digit, not a keyword) "
+                             'that a backend reads as model_runner.<path>, e.g. "sliding_window_size" or '
+                             '"model_config.my_field"')
         if not isinstance(spec, dict):
             raise UsageError(f"{where}: expected a table with type, target, set_by; got {spec!r}")
         unknown = sorted(set(spec) - set(_KEYS))

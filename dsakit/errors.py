@@ -16,6 +16,15 @@ class UsageError(DsakitError, ValueError):
     """Bad input: names what is wrong and what would be right."""
 
 
+class UnparsableSource(UsageError):
+    """A source file that does not parse (or decode): `what` names `file:line` and the problem;
+    the message adds what would be right, which a caller with other advice may replace."""
+
+    def __init__(self, what: str, advice: str) -> None:
+        super().__init__(f"{what}; {advice}")
+        self.what = what
+
+
 class ContractViolation(AttributeError):
     """An attribute access on a strict mock that the role contract does not allow."""
 

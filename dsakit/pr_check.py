@@ -228,18 +228,33 @@ class ReadChange:
                 "breaks": list(self.breaks)}
 
 
-def _reads_by_key(src: str) -> dict[tuple[str, str], list[Any]]:
-    from dsakit.sglang_release import release_from_tree
-    from dsakit.upstream.source_scan import scan_runner_reads
+Reads = dict[tuple[str, str], list[Any]]  # (path, function) -> the non-soft reads there
 
-    reads: dict[tuple[str, str], list[Any]] = {}
-    for read in scan_runner_reads(release_from_tree(src)):
+
+def tree_reads(flag: str, src: str) -> Reads:
+    """A tree's model_runner reads (and what its ModelRunner sets, read for the audit), scanned
+    before anything runs: a file of the static part that does not parse is bad input naming the
+    tree, `file:line` and the problem (a broken PR cannot be compared; its runs would say nothing
+    about a file no test imports), never a traceback or a silent pass."""
+    from dsakit.errors import UnparsableSource
+    from dsakit.sglang_release import release_from_tree
+    from dsakit.upstream.source_scan import runner_assignments, scan_runner_reads
+
+    release = release_from_tree(src)
+    try:
+        found = scan_runner_reads(release)
+        runner_assignments(release)
+    except UnparsableSource as error:
+        raise UsageError(f"the {flag} tree {src}: {error.what}; pr-check compares two trees whose backends "
+                         "and ModelRunner parse: fix the file and run again") from None
+    reads: Reads = {}
+    for read in found:
         if not read.soft:
             reads.setdefault((read.path, read.function), []).append(read)
     return reads
 
 
-def read_changes(base_src: str, pr_src: str, devices: Sequence[str]) -> list[ReadChange]:
+def read_changes(base: Reads, pr: Reads, devices: Sequence[str]) -> list[ReadChange]:
     from dsakit.audit.guard_eval import verdicts as guard_verdicts
 
     profiles = {d: simulated_model(d) for d in devices}
@@ -247,7 +262,6 @@ def read_changes(base_src: str, pr_src: str, devices: Sequence[str]) -> list[Rea
     def fires(guard: str) -> tuple[str, ...]:
         return tuple(v.device for v in guard_verdicts(guard, profiles) if v.fires)
 
-    base, pr = _reads_by_key(base_src), _reads_by_key(pr_src)
     changes: list[ReadChange] = []
     for key, reads in pr.items():
         guards = sorted({r.guard for r in reads})
@@ -503,21 +517,22 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
     for src in (base_src, pr_src):
         package_dir(src)  # a path that is not a tree: exit 2 before anything runs
     chosen = parse_devices(devices)
-    codes = validate_codes(split_codes(must_run)) if must_run else ()
+    codes = validate_codes(split_codes(must_run, "--must-run")) if must_run else ()
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
     if keep:
         writable_dir(keep, "--keep")
     check_timeout(timeout)  # inf: leave it out; nan, 0, negative: not a limit
+    reads = (tree_reads("--base", base_src), tree_reads("--pr", pr_src))  # a file that does not parse: exit 2
     with interruptible():  # Ctrl-C or SIGTERM: every run ends, then the workdir goes (unless --keep)
         return _pr_check_in(Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-pr-check-")), keep=bool(keep),
                             base_src=base_src, pr_src=pr_src, pytest_args=pytest_args, chosen=chosen, codes=codes,
-                            json_out=json_out, markdown_out=markdown_out, timeout=timeout)
+                            json_out=json_out, markdown_out=markdown_out, timeout=timeout, reads=reads)
 
 
 def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytest_args: Sequence[str],
                  chosen: Sequence[str], codes: tuple[str, ...], json_out: OutputFile | None,
-                 markdown_out: OutputFile | None, timeout: float | None) -> int:
+                 markdown_out: OutputFile | None, timeout: float | None, reads: tuple[Reads, Reads]) -> int:
     from dsakit.node.markdown import render
 
     try:
@@ -525,8 +540,8 @@ def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytes
         checks = [DeviceCheck(d, runs_as(d)) for d in chosen]
         print(f"dsakit pr-check: base {base_src} vs PR {pr_src} on {', '.join(c.label for c in checks)}", flush=True)
         run_all(checks, base_src, pr_src, pytest_args, workdir, timeout)
-        reads = broken_mocks(read_changes(base_src, pr_src, chosen), suites_in(pytest_args), pr_src, chosen)
-        result = PrCheck(base_src, pr_src, checks, failing_mocks(reads, checks), codes)
+        changes = broken_mocks(read_changes(*reads, chosen), suites_in(pytest_args), pr_src, chosen)
+        result = PrCheck(base_src, pr_src, checks, failing_mocks(changes, checks), codes)
         text = render(comment(result))
         print(text)
         if json_out is not None:

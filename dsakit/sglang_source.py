@@ -14,7 +14,7 @@ import tokenize
 from collections import OrderedDict
 from pathlib import Path
 
-from dsakit.errors import UsageError
+from dsakit.errors import UnparsableSource
 
 # Parsed trees kept at once. One tree costs ~0.7 MiB per 20 KiB of source (405 attention files:
 # 8.5 MiB of source, 290 MiB of trees), so the index keeps the trees one scan walks (the probe scan
@@ -22,12 +22,13 @@ from dsakit.errors import UsageError
 # (the probe scan reads ~640 files as text to tell callables from constants).
 MAX_TREES = 384
 MAX_FILES = 4096
+ADVICE = "fix the file or pass --sglang-src a clean SGLang tree"
 
 
 class Source:
     """One file as read now. `text` is "" when it cannot be read; `tree` (parsed on first use, so a
-    text probe costs no parse) is None when it does not parse, and `problem` then says why, with a
-    `{where}` placeholder for the name the caller shows."""
+    text probe costs no parse) is None when it does not parse, and `problem` then says why and what
+    would be right, with a `{where}` placeholder for the name the caller shows."""
 
     def __init__(self, path: Path, text: str, problem: str = "") -> None:
         self.path = path
@@ -48,8 +49,7 @@ class Source:
                 conflict = " (an unresolved merge conflict?)" if "\n<<<<<<< " in "\n" + self.text else ""
                 line = getattr(error, "lineno", None) or 1
                 message = getattr(error, "msg", str(error))
-                self._problem = (f"{{where}}:{line}: does not parse: {message}{conflict}; fix the file or "
-                                 "pass --sglang-src a clean SGLang tree")
+                self._problem = f"{{where}}:{line}: does not parse: {message}{conflict}"
         return self._tree
 
     def forget_tree(self) -> None:
@@ -59,13 +59,13 @@ class Source:
 
     @property
     def problem(self) -> str:
-        return self._problem if self.tree is None else ""
+        return f"{self._problem}; {ADVICE}" if self.tree is None else ""
 
     def require(self, where: str | None = None) -> ast.Module:
-        """The tree, or UsageError naming `where:line` and what would be right."""
+        """The tree, or UnparsableSource (a UsageError) naming `where:line` and what would be right."""
         tree = self.tree
         if tree is None:
-            raise UsageError(self._problem.format(where=where or str(self.path)))
+            raise UnparsableSource(self._problem.format(where=where or str(self.path)), ADVICE)
         return tree
 
 
@@ -97,15 +97,14 @@ def _read(path: Path) -> Source:
         encoding = tokenize.detect_encoding(io.BytesIO(raw).readline)[0]  # UTF-8 unless a coding cookie
     except SyntaxError as error:
         return Source(path, raw.decode("utf-8", "replace"),
-                      f"{{where}}:1: {error.msg}; fix the file or pass --sglang-src a clean SGLang tree")
+                      f"{{where}}:1: {error.msg}")
     try:
         return Source(path, raw.decode(encoding))
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         return Source(path, raw.decode(encoding, "replace"), (
             f"{{where}}:{line}: not {encoding} (byte {raw[error.start]:#04x} at offset {error.start}); Python "
-            "source is UTF-8 unless a coding cookie says otherwise: fix or re-check-out the file, or pass "
-            "--sglang-src a clean SGLang tree"))
+            "source is UTF-8 unless a coding cookie says otherwise"))
 
 
 def source(path: Path) -> Source:

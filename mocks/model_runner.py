@@ -79,7 +79,12 @@ class MockModelRunner(StrictNamespace):
                     )
         merged = dict(overrides) if overrides else {}
         for key, value in keyword_overrides.items():
-            merged[key.replace("__", ".")] = value
+            path = key.replace("__", ".")
+            if path in merged:  # which one wins would be a guess: the caller says
+                raise UsageError(
+                    f"model_runner.{path} is given twice: {key}={value!r} and overrides={{{path!r}: "
+                    f"{merged[path]!r}}}; give each attribute once, as a keyword or in overrides")
+            merged[path] = value
         super().__init__(contract, "", parsed_role, None, merged, omitted)
         object.__setattr__(self, "_dsakit_args", (parsed_role.value, merged, omitted))
         object.__setattr__(self, "_dsakit_writes", {})

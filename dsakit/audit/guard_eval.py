@@ -58,6 +58,11 @@ def _partial(node: ast.expr, device: DeviceModel) -> _Partial:
         return ast.UnaryOp(op=ast.Not(), operand=operand)
     if isinstance(node, ast.BoolOp):
         return _bool_op(node, device)
+    if isinstance(node, ast.Compare) and len(node.ops) > 1:  # `a <= b < c`: every link holds
+        operands = [node.left, *node.comparators]
+        links: list[ast.expr] = [ast.Compare(left=operands[i], ops=[op], comparators=[operands[i + 1]])
+                                 for i, op in enumerate(node.ops)]
+        return _bool_op(ast.BoolOp(op=ast.And(), values=links), device)
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         left, right = _partial(node.left, device), _partial(node.comparators[0], device)
         if isinstance(left, _Known) and isinstance(right, _Known):
@@ -66,9 +71,18 @@ def _partial(node: ast.expr, device: DeviceModel) -> _Partial:
             try:
                 return _Known(bool(_COMPARE[type(node.ops[0])](left.value, right.value)))
             except TypeError:
+                if isinstance(node.ops[0], _ORDER) and (_holds_none(left.value) or _holds_none(right.value)):
+                    return _Known(False)  # SGLang's (None, None) capability without a GPU: no SM branch
                 return node
         return node
     return node
+
+
+_ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _holds_none(value: Any) -> bool:
+    return value is None or isinstance(value, tuple) and any(item is None for item in value)
 
 
 def _bool_op(node: ast.BoolOp, device: DeviceModel) -> _Partial:

@@ -24,7 +24,9 @@ RUNNER_NAME = re.compile(r"runner", re.IGNORECASE)
 _MOCK_CLASSES = {"MagicMock", "Mock", "NonCallableMagicMock", "NonCallableMock", "AsyncMock"}
 _MOCK_OPTIONS = {"spec", "spec_set", "name", "side_effect", "return_value", "wraps", "unsafe", "new", "instance"}
 _PLAIN_BASES = {"object", "ABC", "Generic", "Protocol"}
+_PLAIN_METACLASSES = {"type", "ABCMeta"}  # set no attributes an audit would look for
 _MAX_DEPTH = 12
+_BUILDERS = {"type", "SimpleNamespace", "create_autospec", *_MOCK_CLASSES}  # calls that build a mock themselves
 
 
 @dataclass
@@ -45,6 +47,10 @@ class Scope:
     cls: ast.ClassDef | None = None
 
 
+MockKey = tuple[str, str, int]
+"""What tells two mocks apart: where each is built (file:line), its kind and its column."""
+
+
 @dataclass
 class MockValue:
     """A value a suite builds and may hand to a backend as `model_runner`.
@@ -63,14 +69,15 @@ class MockValue:
     name: str = ""
     added: list[str] = field(default_factory=list)
     class_site: str = ""  # the class, when this is an instance of a scanned class
+    column: int = 0  # where on its line it is built: two mocks of one line (`A() if c else B()`) are two
 
     @property
     def is_mock(self) -> bool:
         return self.kind not in ("constant", "opaque")
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.site, self.kind)
+    def key(self) -> MockKey:
+        return (self.site, self.kind, self.column)
 
 
 @dataclass(frozen=True)
@@ -271,6 +278,53 @@ class SuiteIndex:
                     _apply_additions(self, tree, ["self"], Scope(file, item, cls), own=False)
         for base in cls.bases:
             tree.merge(self._base_tree(file, cls, base, on_self))
+        for keyword in cls.keywords:
+            if keyword.arg == "metaclass":
+                tree.merge(self._metaclass_tree(file, cls, keyword.value, on_self))
+        return tree
+
+    def _metaclass_tree(self, file: SourceFile, cls: ast.ClassDef, meta: ast.expr, on_self: bool) -> AttrTree:
+        """What a metaclass visibly sets: on the class in its `__new__` (the namespace dict's keys,
+        `made.x = ...` on what `super().__new__` returns) and `__init__` (`cls.x = ...`), and on the
+        instance in its `__call__` (on_self). What it cannot read (a computed name, the class handed
+        to a helper, a metaclass outside the scanned files) opens the tree: never a silent OK."""
+        name = _last_name(meta)
+        if name in _PLAIN_METACLASSES:
+            return AttrTree()
+        found = self.find_class(name, file) if name is not None else None
+        if found is None:
+            module = file.modules.get(name or "", "")
+            where = f" (imported from {module})" if module else ""
+            return AttrTree.opaque(f"metaclass {ast.unparse(meta)}{where} of class {cls.name} is not in the scanned "
+                                   "paths, so what it sets is unknown: add the file that defines it")
+        meta_file, meta_cls = found
+        tree = AttrTree()
+        for item in meta_cls.body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                    item.name not in ("__new__", "__init__", "__call__") or item.name == "__call__" and not on_self:
+                continue
+            params = [a.arg for a in [*item.args.posonlyargs, *item.args.args]]
+            made = {params[0]} if item.name == "__init__" and params else set()
+            made |= {t.id for node in _own_nodes(item) if isinstance(node, ast.Assign)
+                     and isinstance(node.value, ast.Call) and _last_name(node.value.func) in ("__new__", "__call__")
+                     for t in node.targets if isinstance(t, ast.Name)}
+            scope = Scope(meta_file, item, meta_cls)
+            for root in made:
+                _apply_additions(self, tree, [root], scope, own=True)
+            namespace = params[3] if item.name == "__new__" and len(params) >= 4 else ""
+            handed = [[root] for root in (*made, namespace) if root]
+            for node in _own_nodes(item):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and namespace and \
+                        isinstance(target := node.targets[0], ast.Subscript) and _chain(target.value) == [namespace]:
+                    key = target.slice
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        tree.set(key.value, self.value(node.value, scope).tree, _site(meta_file, node))
+                    else:
+                        tree.open = f"metaclass {meta_cls.name} sets a computed name at {_site(meta_file, node)}"
+                elif isinstance(node, ast.Call) and _last_name(node.func) not in ("setattr", "__new__", "__call__") \
+                        and any(_chain(a) in handed for a in node.args):
+                    tree.open = (f"metaclass {meta_cls.name} hands the class to {ast.unparse(node.func)}() at "
+                                 f"{_site(meta_file, node)}, which the audit does not follow")
         return tree
 
     def _base_tree(self, file: SourceFile, cls: ast.ClassDef, base: ast.expr, on_self: bool) -> AttrTree:
@@ -316,12 +370,47 @@ class SuiteIndex:
             return MockValue("constant", "", site, AttrTree.constant())
         return MockValue("opaque", "", site, AttrTree.opaque(f"{ast.unparse(node)} is not a literal mock"))
 
+    def alternatives(self, node: ast.expr, scope: Scope, depth: int = 0) -> list[MockValue]:
+        """Every value `node` may denote: both branches of `A() if flag else B()` (each operand of
+        `a or b`), every return of the helper or fixture it calls, a local name or fixture argument
+        bound to one of those; `[value(node)]` where there is one."""
+        found = self._alternatives(node, scope, depth)
+        return found if len(found) > 1 else [self.value(node, scope, depth)]
+
+    def _alternatives(self, node: ast.expr, scope: Scope, depth: int) -> list[MockValue]:
+        if depth > _MAX_DEPTH:
+            return []
+        if isinstance(node, ast.IfExp):  # each branch named by its condition: two mocks of one line stay apart
+            test = ast.unparse(node.test)
+            negated = f"not {test}" if isinstance(node.test, (ast.Name, ast.Attribute, ast.Call)) else f"not ({test})"
+            return [*(_named(v, f"when {test}") for v in self.alternatives(node.body, scope, depth + 1)),
+                    *(_named(v, f"when {negated}") for v in self.alternatives(node.orelse, scope, depth + 1))]
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            return [value for operand in node.values for value in self.alternatives(operand, scope, depth + 1)]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in _BUILDERS \
+                and self.find_class(node.func.id, scope.file) is None:
+            helper = self.find_fixture(node.func.id, scope)
+            return self.returned_all(*helper, depth=depth + 1) if helper is not None else []
+        if isinstance(node, ast.Name) and scope.function is not None:
+            bound = _binding(scope.function, node.id)
+            if bound is not None:
+                found = self._alternatives(bound, scope, depth + 1)
+            elif node.id in _parameters(scope.function):
+                fixture = self.find_fixture(node.id, scope)
+                found = self.returned_all(*fixture, depth=depth + 1) \
+                    if fixture is not None and fixture[1] is not scope.function else []
+            else:
+                found = []
+            return [_named(_with_additions(self, value, [node.id], scope), node.id) if value.is_mock else value
+                    for value in found]
+        return []
+
     def _call_value(self, node: ast.Call, scope: Scope, depth: int) -> MockValue:
         site = _site(scope.file, node)
         func = node.func
         if isinstance(func, ast.Call) and _last_name(func.func) == "type":
             made = self._call_value(func, scope, depth + 1)  # type("X", (), {...})(): an instance
-            return MockValue(made.kind, made.label, site, made.tree, made.name)
+            return MockValue(made.kind, made.label, site, made.tree, made.name, column=node.col_offset)
         name = _last_name(func)
         if name == "type" and len(node.args) == 3:
             return self._type_value(node, scope, depth)
@@ -332,7 +421,7 @@ class SuiteIndex:
                     tree.open = f"SimpleNamespace(**{ast.unparse(keyword.value)}) at {site}"
                 else:
                     tree.set(keyword.arg, self.value(keyword.value, scope, depth + 1).tree, site)
-            return MockValue("SimpleNamespace", "SimpleNamespace", site, tree)
+            return MockValue("SimpleNamespace", "SimpleNamespace", site, tree, column=node.col_offset)
         if name in _MOCK_CLASSES or name == "create_autospec":
             return self._magicmock_value(node, name, scope, depth)
         if name is not None:
@@ -370,7 +459,7 @@ class SuiteIndex:
                 tree.merge(self.class_tree(*found))
             elif base_name not in _PLAIN_BASES:
                 tree.open = f"type(...) base {ast.unparse(base)} is not in the scanned paths"
-        return MockValue("type()", f'type("{title}", ...)()', site, tree)
+        return MockValue("type()", f'type("{title}", ...)()', site, tree, column=node.col_offset)
 
     def _magicmock_value(self, node: ast.Call, name: str, scope: Scope, depth: int) -> MockValue:
         site = _site(scope.file, node)
@@ -382,13 +471,13 @@ class SuiteIndex:
             spec = node.args[0]  # Mock(spec) / create_autospec(spec)
         if spec is None:
             tree = AttrTree.opaque(f"{name}() without spec provides every attribute")
-            return MockValue("MagicMock", f"{name}()", site, tree)
+            return MockValue("MagicMock", f"{name}()", site, tree, column=node.col_offset)
         tree = self.spec_tree(spec, scope, depth)
         for keyword in node.keywords:
             if keyword.arg is not None and keyword.arg not in _MOCK_OPTIONS:
                 tree.set(keyword.arg, self.value(keyword.value, scope, depth + 1).tree, site)
         spec_text = ast.unparse(spec)
-        return MockValue(f"{name}(spec={spec_text})", f"{name}(spec={spec_text})", site, tree)
+        return MockValue(f"{name}(spec={spec_text})", f"{name}(spec={spec_text})", site, tree, column=node.col_offset)
 
     def spec_tree(self, spec: ast.expr, scope: Scope, depth: int) -> AttrTree:
         """A spec'd mock allows the names of `dir(spec)`; each child is a MagicMock (open)."""
@@ -452,6 +541,16 @@ class SuiteIndex:
                     return value
         return MockValue("opaque", "", site, AttrTree.opaque(f"self.{member} is not assigned in its class"))
 
+    def returned_all(self, file: SourceFile, function: _FunctionNode, cls: ast.ClassDef | None,
+                     depth: int = 0) -> list[MockValue]:
+        """Every value a helper or fixture may return (or yield): each `return`, each branch."""
+        found: list[MockValue] = []
+        for node in _own_nodes(function):
+            if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
+                for value in self.alternatives(node.value, Scope(file, function, cls), depth + 1):
+                    found.append(_named(value, function.name) if value.is_mock and value.kind == "class" else value)
+        return found
+
     def returned(self, file: SourceFile, function: _FunctionNode, cls: ast.ClassDef | None,
                  depth: int = 0) -> MockValue | None:
         """What a fixture or helper returns (or yields), as a mock; None when it returns nothing."""
@@ -462,6 +561,14 @@ class SuiteIndex:
                     value.name = value.name if value.kind != "class" else function.name
                 return value
         return None
+
+
+def _named(value: MockValue, name: str) -> MockValue:
+    """`value` called `name` in the report, unless it has a name of its own (a class instance takes
+    its helper's name, as `returned` gives it)."""
+    if value.is_mock and (not value.name or value.kind == "class" and value.name == value.label):
+        value.name = name
+    return value
 
 
 def _fixture_names(function: _FunctionNode) -> list[str]:
@@ -574,7 +681,7 @@ def _apply_additions(index: SuiteIndex, tree: AttrTree, root: list[str], scope: 
 def candidates(index: SuiteIndex) -> list[MockValue]:
     """Every mock runner the files define, used or not: `*ModelRunner*` classes and their subclasses,
     and literal mocks bound to a runner-named variable, attribute or fixture."""
-    found: dict[tuple[str, str], MockValue] = {}
+    found: dict[MockKey, MockValue] = {}
     runner_classes: set[tuple[str, int]] = set()
     changed = True
     while changed:  # subclasses of runner classes, across files, until nothing new
@@ -596,18 +703,18 @@ def candidates(index: SuiteIndex) -> list[MockValue]:
         for function, owner in _functions(file):
             scope = Scope(file, function, owner)
             if RUNNER_NAME.search(function.name):
-                returned = index.returned(file, function, owner)
-                if returned is not None and returned.is_mock and returned.kind != "class":
-                    found.setdefault(returned.key, returned)
+                for returned in index.returned_all(file, function, owner):
+                    if returned.is_mock and returned.kind != "class":
+                        found.setdefault(returned.key, returned)
             for node in _own_nodes(function):
                 if not isinstance(node, ast.Assign):
                     continue
                 for target in node.targets:
                     chain = _chain(target)
                     if chain and RUNNER_NAME.search(chain[-1]) and len(chain) <= 2:
-                        value = index.value(target, scope)
-                        if value.is_mock and value.kind != "class":
-                            found.setdefault(value.key, value)
+                        for value in index.alternatives(target, scope):
+                            if value.is_mock and value.kind != "class":
+                                found.setdefault(value.key, value)
     return list(found.values())
 
 

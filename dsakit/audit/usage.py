@@ -14,7 +14,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from dsakit.audit.mock_finder import MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
+from dsakit.audit.mock_finder import MockKey, MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
 from dsakit.audit.registry import Choice, factory_choices, registry
 from dsakit.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
@@ -122,7 +122,7 @@ class BackendCall:
 class Usage:
     """The mocks reached from backend calls, and the calls whose runner the audit could not trace."""
 
-    used: dict[tuple[str, str], tuple[MockValue, list[BackendCall]]] = field(default_factory=dict)
+    used: dict[MockKey, tuple[MockValue, list[BackendCall]]] = field(default_factory=dict)
     untraced: list[BackendCall] = field(default_factory=list)
     strict: list[BackendCall] = field(default_factory=list)  # handed dsakit's strict MockModelRunner
     not_dsa: list[BackendCall] = field(default_factory=list)  # reach no DSA / DSv4 backend
@@ -335,19 +335,18 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
                 via, reached = found
                 call = BackendCall(via, reached, f"{file.display}:{node.lineno}", ast.unparse(argument), scope,
                                    expected.get(id(node), ""), skipped.get(id(node), wrapped))
+                values = index.alternatives(argument, scope)  # `A() if flag else B()`: each is audited
+                mocks = [value for value in values if value.is_mock]
+                for value in mocks:
+                    usage.used.setdefault(value.key, (value, []))[1].append(call)
                 if not reached:
                     usage.not_dsa.append(call)
-                    value = index.value(argument, scope)
-                    if value.is_mock:
-                        usage.used.setdefault(value.key, (value, []))[1].append(call)
-                    continue
-                value = index.value(argument, scope)
-                if not value.is_mock:
+                elif not mocks:
                     strict = (isinstance(argument, ast.Name) and argument.id in DSAKIT_FIXTURES
                               and index.find_fixture(argument.id, scope) is None)
                     (usage.strict if strict else usage.untraced).append(call)
-                    continue
-                usage.used.setdefault(value.key, (value, []))[1].append(call)
+                elif any(value.kind == "opaque" for value in values):
+                    usage.untraced.append(call)  # one branch is a mock, another one the audit cannot see
     return usage
 
 

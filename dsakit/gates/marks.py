@@ -138,7 +138,7 @@ def configure(config: pytest.Config, on_use: Callable[[], None] | None = None) -
         if option_value(config, "dsakit_must_run"):
             from dsakit.gates.table import split_codes, validate_codes
 
-            must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run")))
+            must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run"), "--dsakit-must-run"))
         report_path = option_value(config, "dsakit_report")
         if report_path is not None and workerinput is None:
             from dsakit.output_paths import output_file

@@ -489,8 +489,9 @@ def validate_codes(codes: Iterable[str]) -> tuple[str, ...]:
     return tuple(result)
 
 
-def split_codes(text: str) -> list[str]:
-    """Codes from a comma-separated option value, keeping 'gfx in gfxA,gfxB' whole."""
+def split_codes(text: str, what: str) -> list[str]:
+    """Codes from the comma-separated value of option `what`, keeping 'gfx in gfxA,gfxB' whole.
+    A value of commas only (`,,`) names no code: UsageError (an empty value is no codes)."""
     pieces: list[str] = []
     for piece in (p.strip() for p in text.split(",")):
         if not piece:
@@ -499,6 +500,9 @@ def split_codes(text: str) -> list[str]:
             pieces[-1] = f"{pieces[-1]},{piece}"
         else:
             pieces.append(piece)
+    if not pieces and text.strip():
+        raise UsageError(f"{what} {text!r} names no gate code: pass CODE[,CODE...] (for example cuda,fa3; "
+                         f"`dsakit capabilities` lists the codes), or leave {what} out")
     return pieces
 
 

@@ -3,7 +3,7 @@
 Owns: reading and validating `--dsakit-report` files (older formats and collect-only runs are
 refused, exit 2), shards grouped into nodes, per gate and test which node ran, skipped or failed
 it, what ran on no node, the fleet-wide must-run check, the text, the JSON and the exit code (1: a
-test failed somewhere or a must-run gate ran nowhere). Never imports torch or SGLang.
+test failed somewhere, a must-run gate ran nowhere, or a shard has no report). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
@@ -289,8 +289,15 @@ class Merged:
                                     covered, uncovered))
         return result
 
+    def missing_shards(self) -> list[str]:
+        """A sentence per node with a shard that has no report: its tests' outcomes are unknown."""
+        return [f"{n.label}: shard {', '.join(map(str, n.missing_shards))} of {n.splits} has no report"
+                for n in self.nodes if n.missing_shards]
+
     def exit_code(self) -> int:
-        return 1 if self.failures() or self.must_run_failures() else 0
+        """1: a test failed somewhere, a must-run gate ran nowhere, or a shard's report is missing
+        (a job that crashed or was cancelled: what it would have failed is unknown)."""
+        return 1 if self.failures() or self.must_run_failures() or self.missing_shards() else 0
 
 
 # ---------------------------------------------------------------- output
@@ -352,10 +359,7 @@ def comment(merged: Merged) -> Comment:
     note = _releases_note(merged)
     if note:
         summary.append(note)
-    for node in merged.nodes:
-        if node.missing_shards:
-            summary.append(f"{node.label}: shard {', '.join(map(str, node.missing_shards))} of {node.splits} "
-                           "has no report: its tests are counted as not run")
+    summary += [f"{line}: its tests are counted as not run" for line in merged.missing_shards()]
     nowhere = [code for code in merged.gate_codes() if not merged.gate_ran_on(code)]
     if nowhere:
         summary.append("gates that ran on no node: " + ", ".join(f"`{code}`" for code in nowhere))
@@ -439,7 +443,7 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
 
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None
-    merged = merge(paths, split_codes(must_run), must_run_real=must_run_real)
+    merged = merge(paths, split_codes(must_run, "--must-run"), must_run_real=must_run_real)
     print("\n".join(format_text(merged)))
     if json_out is not None:
         json_out.write_json(as_json(merged))
@@ -450,5 +454,6 @@ def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str
         why = [f"must-run gate {c} ran on no node ({w})" for c, w in merged.must_run_failures().items()]
         if merged.failures():
             why.append(f"{len(merged.failures())} test failure(s)")
+        why += [f"{line} (merge every shard's report, or rerun the shard)" for line in merged.missing_shards()]
         print("dsakit report merge: FAILED: " + "; ".join(why), file=sys.stderr)
     return code

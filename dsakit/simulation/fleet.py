@@ -33,14 +33,20 @@ def fleet_devices(raw: str | None) -> list[str] | None:
         return None
     from dsakit.errors import UsageError
 
+    spelled = [part.strip() for part in raw.split(",") if part.strip()]
     try:
-        names = [validate_device_name(part.strip()) for part in raw.split(",") if part.strip()]
+        names = [validate_device_name(part) for part in spelled]
     except UsageError as error:
         raise pytest.UsageError(f"--dsakit-device {raw}: {error}") from None
-    unique = list(dict.fromkeys(names))
-    if len(unique) < 2:
-        return None
-    return unique
+    first: dict[str, str] = {}
+    for spelling, name in zip(spelled, names):
+        if name in first:  # `sm103,sm103`, `b300,sm103`: one run would be the other's copy
+            raise pytest.UsageError(
+                f"--dsakit-device {raw}: {first[name]!r} and {spelling!r} are the same device ({name}) given "
+                f"twice; name each device once (one device: --dsakit-device {name}; a fleet: two or more "
+                "different devices, e.g. sm90,sm103)")
+        first[name] = spelling
+    return names if len(names) > 1 else None
 
 
 @dataclass
@@ -65,8 +71,17 @@ class DeviceRun:
 
 
 def _report_paths(given: str | None, devices: list[str]) -> tuple[Path, bool]:
-    """Where the per-device reports go: beside --dsakit-report PATH (kept) or a temp dir (removed)."""
+    """Where the per-device reports go: beside --dsakit-report PATH (kept) or a temp dir (removed).
+    PATH is checked as a single run checks it, before any run starts: a path under a file or in a
+    folder that cannot be written is a usage error (exit 4), never an OSError traceback."""
     if given:
+        from dsakit.errors import UsageError
+        from dsakit.output_paths import output_file
+
+        try:
+            output_file(given, "--dsakit-report")
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
         folder = Path(given).expanduser().resolve().parent
         folder.mkdir(parents=True, exist_ok=True)
         return folder, True

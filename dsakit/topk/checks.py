@@ -94,7 +94,12 @@ def _exact_scores(scores: Any) -> Any:
     float32, float64 stays, integers become int64 (a float32 cast merges 2**25 and 2**25+1)."""
     import torch
 
+    from dsakit.errors import UsageError
+
     sc = torch.as_tensor(scores).detach().to("cpu")
+    if sc.is_complex():  # a cast would drop the imaginary part (or rank by it) without a word
+        raise UsageError(f"top-k scores are complex ({sc.dtype}): a top-k ranks real numbers; pass the "
+                         "real scores the kernel ranked (float32, float16, bfloat16, float64 or integers)")
     if sc.is_floating_point():
         return sc if sc.dtype == torch.float64 else sc.to(torch.float32)
     return sc.to(torch.int64)
@@ -310,10 +315,22 @@ def check_topk(indices: Any, scores: Any, lengths: Any, topk: int, *,
                 row, "duplicate", f"positions {real[real_counts > 1][:_SHOW].tolist()} selected "
                 "twice", length))
         ranked = ~nan & (w != float("-inf"))
+        n_ranked = int(ranked.sum())
         need = min(length, topk)
-        floor = max(0, min(int(ranked.sum()), topk) - n_nan)
+        # NaN: a kernel may select a NaN position or cost the row one slot per NaN (-1 padded, or
+        # the v2 JIT's filler), but a row whose window holds min(length, k) ranked scores selects
+        # something: an empty row there is a kernel that gave up on the row, not a NaN's slot
+        whole = n_ranked >= need > 0
+        floor = max(1 if whole else 0, min(n_ranked, topk) - n_nan)
         count = uniq.numel()
-        if count > need or count < floor:
+        if count == 0 and whole and n_nan:
+            report.problems.append(RowProblem(
+                row, "count", f"selected nothing, but the window holds {n_ranked} ranked (finite) scores "
+                f"beside its {n_nan} NaN, at least min(length, k) = {need}: a NaN may take a slot or "
+                f"cost one (-1), never the whole row; expected {floor if floor == need else f'{floor}..{need}'} "
+                f"positions", length,
+                _kth_largest(w, topk)))
+        elif count > need or count < floor:
             allowed = f"{need}" if floor == need else f"{floor}..{need} (-inf/NaN may be padded)"
             report.problems.append(RowProblem(
                 row, "count", f"selected {count} positions, expected {allowed}", length,

@@ -379,24 +379,38 @@ def _parse(text: str) -> tuple[dict[str, str], dict[int, str], dict[int, str], i
     return keyed, heads, digests, block
 
 
-def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validated: bool = True) -> str:
-    """Why `summary` differs from the stored `golden`: the input (a case-generator change: not
-    the path's fault), or the selection (which rows, and this path's normal form of each).
-    `validated`: the selection passed the validity check against the scores summarized."""
+def regenerate_command(test_file: str | Path | None) -> str:
+    """The command that rewrites the goldens of the test file that reads them (the user's own)."""
+    if not test_file:
+        return "pytest --snapshot-update (on the test file that reads the golden)"
+    shown = Path(test_file)
+    try:
+        shown = shown.resolve().relative_to(Path.cwd().resolve())
+    except (OSError, ValueError):
+        pass
+    return f"python -m pytest {shown} --snapshot-update"
+
+
+def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validated: bool = True,
+                     test_file: str | Path | None = None) -> str:
+    """Why `summary` differs from the stored `golden`: the input (a case-generator change, or
+    other scores given: not the path's fault), or the selection (which rows, and this path's
+    normal form of each). `validated`: the selection passed the validity check against the scores
+    summarized. `test_file`: the test reading the golden, named in the command that regenerates it."""
+    regenerate = regenerate_command(test_file)
     if golden is None:
-        return (f"{case_id}: no golden stored (or one of an older format): regenerate with "
-                "--snapshot-update")
+        return f"{case_id}: no golden stored (or one of an older format): regenerate with {regenerate}"
     g_keys, g_heads, g_digests, g_block = _parse(golden)
     s_keys, s_heads, s_digests, s_block = _parse(summary)
     changed_input = [k for k in _INPUT_KEYS if g_keys.get(k) != s_keys.get(k)]
     if changed_input:
+        source = ("The case generator (dsakit.topk.cases: recipe, seed, shape or the generator code) now "
+                  "makes other scores than when the golden was recorded" if "input" in s_keys else
+                  "The test now passes other scores (or lengths) than when the golden was recorded")
         lines = [
             f"{case_id}: the INPUT changed: {', '.join(changed_input)} differ from the input "
-            "the golden was written from. The case generator (dsakit.topk.cases: recipe, seed, "
-            "shape or the generator code) now makes other scores than when the golden was "
-            "recorded; this is not a bug of the path under test. Review the generator change, "
-            "then regenerate the goldens on CPU: "
-            "pytest contracts/test_topk_selection.py --snapshot-update"]
+            f"the golden was written from. {source}; this is not a bug of the path under test. Review "
+            f"the input change, then regenerate the goldens on CPU: {regenerate}"]
         for key in changed_input:
             lines.append(f"    golden {key}: {g_keys.get(key, '(absent)')}")
             lines.append(f"    now    {key}: {s_keys.get(key, '(absent)')}")
@@ -430,7 +444,7 @@ def explain_mismatch(case_id: str, golden: str | None, summary: str, *, validate
             "  This selection passed the validity check against the scores it was given, and "
             "every valid top-k of one input has the same normal form (ties allowed); so the "
             "scores most likely changed outside the sampled values (a case-generator change: "
-            "review it and regenerate with --snapshot-update), or the golden was written from "
+            f"review it and regenerate with {regenerate}), or the golden was written from "
             "an invalid selection.")
     return "\n".join(lines)
 
@@ -488,7 +502,7 @@ def golden_damage(path: str | Path) -> str | None:
 
 def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str:
     return (f"golden file {path} cannot be read: {damage}. Regenerate it on CPU (the reference path "
-            f"writes goldens): python -m pytest {test_file} --snapshot-update; or restore it from git "
+            f"writes goldens): {regenerate_command(test_file)}; or restore it from git "
             f"(git checkout -- {path})")
 
 
@@ -526,17 +540,29 @@ class UpdateGuard:
             self.kept = why
         return (yield)
 
+    @pytest.hookimpl(trylast=True)  # after syrupy's report, whose "N snapshots unused" it explains
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.kept:
+            unused = _syrupy_unused(self.config)
+            kept = (f"the {unused} record(s) syrupy lists as unused above were kept, not deleted"
+                    if unused else "no unused golden was deleted")
             terminalreporter.write_line(
-                f"dsakit: --snapshot-update did not run to its end ({self.kept}): no unused golden "
-                "was deleted; every record of a test that did not run or failed is kept (goldens of "
-                "the tests that passed were written). Unused goldens are deleted only by an update "
-                "that runs the whole selection with no failure.", yellow=True)
+                f"dsakit: --snapshot-update did not run to its end ({self.kept}): {kept}; every record "
+                "of a test that did not run or failed is kept (goldens of the tests that passed were "
+                "written). Unused goldens are deleted only by an update that runs the whole selection "
+                "with no failure.", yellow=True)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.kept:
             config.option.no_cleanup = self._no_cleanup
+
+
+def _syrupy_unused(config: pytest.Config) -> int:
+    """How many records syrupy's report counts as unused (0 where it cannot say)."""
+    try:
+        return int(config._syrupy.report.num_unused)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def incomplete_update(session: pytest.Session) -> str | None:
@@ -628,7 +654,7 @@ class SelectionSnapshot:
                 self._compare_without_writing(case_id, summary, golden)
             return
         assert self._snapshot(name=case_id) == summary, \
-            explain_mismatch(case_id, self._stored(case_id)[0], summary)
+            explain_mismatch(case_id, self._stored(case_id)[0], summary, test_file=self._test_file)
 
     def assert_case(self, case: TopkCase, positions: Any, *, reference: bool = False,
                     nan_slot_filler: bool = False) -> None:
@@ -637,6 +663,11 @@ class SelectionSnapshot:
                               row_starts=case.row_starts, reference=reference,
                               nan_slot_filler=nan_slot_filler,
                               identity=f"recipe={case.recipe} seed={case.seed} shape={case.shape}")
+
+    @property
+    def _test_file(self) -> str:
+        """The user's test file that reads these goldens (never one of dsakit's)."""
+        return str(self._snapshot.test_location.filepath)
 
     def _refuse_damaged(self, case_id: str) -> None:
         __tracebackhide__ = True
@@ -672,7 +703,7 @@ class SelectionSnapshot:
                                        scores, lengths, k, row_starts=row_starts, identity=identity)
         if str(summary) != str(expected):
             raise AssertionError(
-                explain_mismatch(case_id, expected, summary)
+                explain_mismatch(case_id, expected, summary, test_file=self._test_file)
                 + "\n(no golden written: this path's selection differs from dsakit's reference top-k "
                 "of the same input, dsakit.topk.reference; fix the path, or mark the path whose "
                 "selection IS the golden with assert_case(..., reference=True))")
@@ -685,10 +716,11 @@ class SelectionSnapshot:
         used: a record no assertion touched is deleted as unused at the end of the update)."""
         __tracebackhide__ = True
         if golden == summary:
-            assert self._snapshot(name=case_id) == summary, explain_mismatch(case_id, golden, summary)
+            assert self._snapshot(name=case_id) == summary, \
+                explain_mismatch(case_id, golden, summary, test_file=self._test_file)
         else:
             raise AssertionError(
-                    explain_mismatch(case_id, golden, summary)
+                    explain_mismatch(case_id, golden, summary, test_file=self._test_file)
                     + "\n(not rewritten: under --snapshot-update only a reference=True path rewrites "
                     "an existing golden)"
                     + f"\n--- golden\n{golden}\n--- this path\n{summary}")

@@ -14,7 +14,6 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsakit import sglang_source
 from dsakit.contract_extension import SET_BY_BACKEND
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
@@ -22,7 +21,9 @@ from dsakit.reasons import Reason
 from dsakit.sglang_release import SGLangRelease, installed_release, release_from_tree
 from dsakit.upstream.source_scan import (
     RunnerRead,
+    RunnerWrite,
     SourceSite,
+    _relative,
     runner_assignments,
     scan_backend_reads,
     scan_runner_reads,
@@ -145,19 +146,26 @@ class CheckResult:
             "files": len({r.site.file for r in self.reads}),
             "missing_from_contract": self.count(READ_NOT_IN_CONTRACT),
             "not_set_by_runner": self.count(CONTRACT_NOT_SET_BY_RUNNER),
+            "not_set_by_backend": self.count(NOT_SET_BY_BACKEND),
+            "read_before_backend_sets": self.count(READ_BEFORE_BACKEND_SETS),
             "conditional": sum(1 for r in self.reads if r.conditional),
             "soft": sum(1 for r in self.reads if r.soft),
         }
 
     def summary_line(self) -> str:
+        """One line whose counters agree with its verdict: every failure code has a counter (the
+        set_by = "backend" ones are shown where a backend is checked, or where they are not 0)."""
         c = self.counts()
         verdict = "OK" if self.ok else "FAILED"
         subject = f"backend {self.backend_src} against SGLang {self.release.version}" if self.backend_src \
             else f"SGLang {self.release.version}"
+        backend = "".join(f"{c[key]} {words}, " for key, words in (
+            ("not_set_by_backend", "not set by backend"), ("read_before_backend_sets", "read before the backend sets them"))
+            if self.backend_src or c[key])
         return (
             f"dsakit contract check: {subject}: {c['contract_entries']} contract entries, "
             f"{c['reads']} reads in {c['files']} files, {c['missing_from_contract']} missing from contract, "
-            f"{c['not_set_by_runner']} not set by runner, {c['conditional']} conditional, {c['soft']} soft "
+            f"{c['not_set_by_runner']} not set by runner, {backend}{c['conditional']} conditional, {c['soft']} soft "
             f"\u2192 {verdict}"
         )
 
@@ -288,61 +296,23 @@ def _declare_hint(path: str, downstream: bool) -> str:
             "target (and draft) default, readers and set_by")
 
 
-@dataclass(frozen=True)
-class BackendSet:
-    """One assignment `model_runner.<path> = ...` in a downstream backend."""
+def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[RunnerWrite]]:
+    """Every assignment below the runner in the backend's files, by path: the read scanner's
+    writes, through the same aliases as its reads (`model_runner.X = ...`, `self.model_runner.X`,
+    `self.runner.X` after `self.runner = model_runner`; also `+=` and annotated)."""
+    from dsakit.upstream.source_scan import backend_files, scan_files_flow
 
-    path: str
-    site: SourceSite
-    function: str
-
-
-def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[BackendSet]]:
-    """Every `model_runner.X = ...` / `self.model_runner.X = ...` (also `+=`, annotated) in the
-    backend's files, by path; sites and function names spelled as the read scanner spells them."""
-    import ast
-
-    from dsakit.upstream.source_scan import RUNNER_NAME, _relative, backend_files
-
-    found: dict[str, list[BackendSet]] = {}
-
-    def runner_path(node: ast.expr) -> str | None:
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        parts.reverse()
-        if isinstance(node, ast.Name) and node.id == RUNNER_NAME:
-            return ".".join(parts) or None
-        if isinstance(node, ast.Name) and node.id == "self" and parts[:1] == [RUNNER_NAME]:
-            return ".".join(parts[1:]) or None
-        return None
-
-    def walk(body: list[ast.stmt], prefix: str, file: str) -> None:
-        for statement in body:
-            if isinstance(statement, ast.ClassDef):
-                walk(statement.body, f"{prefix}{statement.name}.", file)
-            elif isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                function = f"{prefix}{statement.name}"
-                for node in ast.walk(statement):
-                    targets = (node.targets if isinstance(node, ast.Assign) else
-                               [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
-                    for target in targets:
-                        path = runner_path(target)
-                        if path:
-                            found.setdefault(path, []).append(
-                                BackendSet(path, SourceSite(file, target.lineno), function))
-
-    for path in backend_files(backend_src):
-        tree = sglang_source.tree(path)
-        if tree is None:
-            continue  # the read scanner reports unreadable files
-        walk(tree.body, "", _relative(release, path))
+    files = backend_files(backend_src)
+    mine = {_relative(release, path) for path in files}
+    found: dict[str, list[RunnerWrite]] = {}
+    for write in scan_files_flow(release, files).writes:
+        if write.site.file in mine:
+            found.setdefault(write.path, []).append(write)
     return found
 
 
 def _backend_set_findings(entry: ContractEntry, reads: list[RunnerRead],
-                          sets: dict[str, list[BackendSet]] | None) -> list[Finding]:
+                          sets: dict[str, list[RunnerWrite]] | None) -> list[Finding]:
     """The check of a `set_by = "backend"` entry (failures), or one informational finding when no
     backend was scanned."""
     if sets is None:
@@ -376,7 +346,7 @@ def find_drift(
     contract: Contract, reads: list[RunnerRead], assignments: dict[str, SourceSite], version: str,
     *, downstream: bool = False,
     has_feature: Callable[[str], bool] | None = None,
-    sets_by_backend: dict[str, list[BackendSet]] | None = None,
+    sets_by_backend: dict[str, list[RunnerWrite]] | None = None,
 ) -> list[Finding]:
     """The rules of the check, as findings (failures first, then informational, each sorted)."""
     failures: list[Finding] = []

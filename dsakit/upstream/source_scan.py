@@ -416,24 +416,22 @@ class _Scanner:
 
     def __init__(self, release: SGLangRelease) -> None:
         self.release = release
-        self.modules: dict[Path, _Module | None] = {}
+        self.modules: dict[Path, _Module] = {}
         self.reads: list[RunnerRead] = []
+        self.writes: list[RunnerWrite] = []
         self.followed: set[tuple[Path, str, tuple[tuple[str, str], ...]]] = set()
         self.direct: set[Path] = set()
         self.calls: set[RunnerCall] = set()
+        self._self_aliases: dict[tuple[Path, str], dict[str, str]] = {}
 
     # ------------------------------------------------------------ modules
 
-    def module(self, path: Path, *, required: bool = False) -> _Module | None:
+    def module(self, path: Path) -> _Module:
+        """The parsed module of a scanned or followed file; UnparsableSource naming `file:line`
+        when it does not parse: its reads cannot be seen, so no scan says OK without them."""
         if path in self.modules:
             return self.modules[path]
-        tree = sglang_source.tree(path)
-        if tree is None:
-            if required:
-                raise UsageError(f"cannot parse {path}: "
-                                 f"{sglang_source.source(path).problem.format(where=path.name)}") from None
-            self.modules[path] = None
-            return None
+        tree = sglang_source.source(path).require(_relative(self.release, path))
         functions: dict[str, _FunctionNode] = {}
         classes: dict[str, ast.ClassDef] = {}
         imports: dict[str, str] = {}
@@ -464,11 +462,43 @@ class _Scanner:
                 return self.module(candidate)
         return None
 
+    def self_aliases(self, module: _Module, class_name: str | None) -> dict[str, str]:
+        """`self.X` names that the class's methods bind to the runner itself and nothing else
+        (`self.runner = model_runner`, `self.mr = mr`), so `self.runner.x` reads `x` in any method.
+        A name also bound to something else (`self.runner = None`) is no alias; neither is one bound
+        to a part of the runner (`self.pool = model_runner.token_to_kv_pool`: what the backend then
+        does with its own pool is not a read of the runner)."""
+        if class_name is None or class_name not in module.classes:
+            return {}
+        key = (module.path, class_name)
+        if key in self._self_aliases:
+            return self._self_aliases[key]
+        self._self_aliases[key] = {}  # while computing: methods resolve `self.X` without them
+        methods = [(qualname, function) for qualname, function in module.functions.items()
+                   if qualname.startswith(class_name + ".") and qualname.count(".") == 1]
+        found: dict[str, str] = {}
+        for _ in range(3):  # `self.a = model_runner; self.b = self.a` chains
+            values: dict[str, set[str | None]] = {}
+            for qualname, function in methods:
+                scan = _FunctionScan(self, module, function, qualname, class_name, {}, (), ())
+                for node in ast.walk(function):
+                    targets = list(node.targets) if isinstance(node, ast.Assign) else (
+                        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+                    value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+                    for target in targets:
+                        for name in _self_targets(target):
+                            single = isinstance(target, ast.Attribute) and value is not None
+                            values.setdefault(name, set()).add(scan.resolve(value) if single else None)
+            found = {name: "" for name, paths in values.items() if name != RUNNER_NAME and paths == {""}}
+            if found == self._self_aliases[key]:
+                break
+            self._self_aliases[key] = found
+        return found
+
     # ------------------------------------------------------------ entry points
 
     def scan_file(self, path: Path) -> None:
-        module = self.module(path, required=True)
-        assert module is not None
+        module = self.module(path)
         self._scan_body(module, module.tree.body, prefix="", class_name=None)
 
     def _scan_body(self, module: _Module, body: list[ast.stmt], prefix: str, class_name: str | None) -> None:
@@ -519,6 +549,7 @@ class _FunctionScan:
         self.via = via
         self.aliases: dict[str, str] = {RUNNER_NAME: ""}
         self.aliases.update(bindings)
+        self.self_aliases = scanner.self_aliases(module, class_name)
         self.local_imports: dict[str, str] = {}
         self._collect_aliases()
 
@@ -548,12 +579,14 @@ class _FunctionScan:
             for target in targets:
                 if isinstance(target, ast.Name):
                     assignments.append((target.id, value))
-                else:
-                    assignments.extend((sub.id, None) for sub in ast.walk(target) if isinstance(sub, ast.Name))
+                else:  # names a tuple target rebinds; `mr.x = 1` or `mr[0] = 1` rebinds no name
+                    assignments.extend((name, None) for name in _bound_names(target))
         # Iterate so that `cfg = model_runner.model_config; hf = cfg.hf_config` chains.
         for _ in range(3):
             values: dict[str, set[str | None]] = {}
             for name, value in assignments:
+                if isinstance(value, ast.Name) and value.id == name:
+                    continue  # `mr = mr` binds nothing new
                 values.setdefault(name, set()).add(self.resolve(value) if value is not None else None)
             changed = False
             for name, found in values.items():
@@ -574,8 +607,11 @@ class _FunctionScan:
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id)
         if isinstance(node, ast.Attribute):
-            if isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr == RUNNER_NAME:
-                return ""
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                if node.attr == RUNNER_NAME:
+                    return ""
+                if node.attr in self.self_aliases:
+                    return self.self_aliases[node.attr]
             base = self.resolve(node.value)
             if base is None:
                 return None
@@ -634,6 +670,9 @@ class _FunctionScan:
                     self.record(path, node, guards)
                 else:
                     self.record(self.resolve(node.value) or "", node, guards)
+                    if path and isinstance(node.ctx, ast.Store):
+                        site = SourceSite(self.module.relative, node.lineno)
+                        self.scanner.writes.append(RunnerWrite(path, site, self.qualname))
                 return
         if isinstance(node, ast.Call):
             if self._visit_getattr(node, guards):
@@ -733,6 +772,18 @@ class _FunctionScan:
         self.scanner.follow(module, function, qualname, class_name, bindings, guards, self.via + (call_site,))
 
 
+def _bound_names(target: ast.expr) -> list[str]:
+    """The names an assignment target rebinds (`a, (b, *c)`), not the bases of an attribute or
+    subscript target."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _bound_names(element)]
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return []
+
+
 def _parameters(function: _FunctionNode) -> set[str]:
     args = function.args
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
@@ -768,11 +819,22 @@ class RunnerCall:
 
 
 @dataclass(frozen=True)
+class RunnerWrite:
+    """An assignment below the runner, `model_runner.<path> = ...` (also `+=`, annotated, and
+    through the same aliases as the reads: `self.runner.<path> = ...`)."""
+
+    path: str
+    site: SourceSite
+    function: str
+
+
+@dataclass(frozen=True)
 class RunnerFlow:
     """The reads of one scan and the calls through which the runner travels between functions."""
 
     reads: tuple[RunnerRead, ...]
     calls: frozenset[RunnerCall]
+    writes: tuple[RunnerWrite, ...] = ()
 
     def reached_from(self, file: str, qualname: str) -> set[tuple[str, str]]:
         """(file, qualname) of the functions whose body a runner given to `qualname` (or to any
@@ -841,7 +903,7 @@ def _scan(release: SGLangRelease, files: list[Path]) -> RunnerFlow:
     scanner.direct = set(files)
     for path in files:
         scanner.scan_file(path)
-    return RunnerFlow(tuple(_dedupe(scanner.reads)), frozenset(scanner.calls))
+    return RunnerFlow(tuple(_dedupe(scanner.reads)), frozenset(scanner.calls), tuple(scanner.writes))
 
 
 def scan_runner_reads(release: SGLangRelease) -> list[RunnerRead]:

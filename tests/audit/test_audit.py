@@ -524,3 +524,182 @@ def test_attention_kits_of_0517_and_0523(sglang_0517: Path, installed_sglang: SG
         model = _missing(dsv4, "model")
         amd = [k for k, d in SIMULATED.items() if d.vendor == "amd"]
         assert model["fails_on"] == amd
+
+
+# ---------------------------------------------------------------- one of two mocks (issue 34 item 5)
+
+
+@pytest.mark.usefixtures("installed_sglang")
+def test_a_helper_returning_one_of_two_mocks_has_both_audited(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    """`return A() if flag else B()`, a helper with two `return`s and a fixture doing the same: each
+    mock is audited against the backend the call builds (before: the call was untraced, a note, and
+    the audit said OK with exit 0)."""
+    write_files({"test_cond.py": '''
+        from types import SimpleNamespace
+
+        import pytest
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+
+        def make(full):
+            return SimpleNamespace(page_size=64) if full else SimpleNamespace(device="cpu")
+
+
+        def build(full):
+            if full:
+                return SimpleNamespace(kv_cache_dtype=None)
+            return SimpleNamespace(hisparse_coordinator=None)
+
+
+        @pytest.fixture
+        def either(request):
+            return SimpleNamespace(is_draft_worker=False) if request.param else SimpleNamespace(is_draft_worker=True)
+
+
+        def test_ternary():
+            DeepseekSparseAttnBackend(make(True))
+
+
+        def test_two_returns():
+            runner = build(False)
+            runner.extra = 1
+            DeepseekSparseAttnBackend(runner)
+
+
+        def test_fixture(either):
+            DeepseekSparseAttnBackend(either)
+    '''})
+    result = _audit(tmp_path, ".", "--device", "sm90")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "not a mock the audit can trace" not in result.stdout
+    data = _json(tmp_path, ".", "--device", "sm90")
+    found = {(m["name"], m["site"]): [c["site"] for c in m["calls"]] for m in data["mocks"]}
+    assert found == {
+        ("when full", "test_cond.py:8"): ["test_cond.py:23"],
+        ("when not full", "test_cond.py:8"): ["test_cond.py:23"],
+        ("runner", "test_cond.py:13"): ["test_cond.py:29"],
+        ("runner", "test_cond.py:14"): ["test_cond.py:29"],
+        ("when request.param", "test_cond.py:19"): ["test_cond.py:33"],
+        ("when not request.param", "test_cond.py:19"): ["test_cond.py:33"],
+    }, found
+    lacking = {(m["name"], m["site"]): {e["path"] for e in m["missing"]} for m in data["mocks"]}
+    assert "page_size" not in lacking[("when full", "test_cond.py:8")]
+    assert "page_size" in lacking[("when not full", "test_cond.py:8")]
+    assert {"kv_cache_dtype", "extra"}.isdisjoint(lacking[("runner", "test_cond.py:13")])
+    assert "hisparse_coordinator" in lacking[("runner", "test_cond.py:13")]
+    assert "hisparse_coordinator" not in lacking[("runner", "test_cond.py:14")]
+
+
+@pytest.mark.usefixtures("installed_sglang")
+def test_a_mock_or_a_value_the_audit_cannot_see_is_audited_and_the_call_noted(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    write_files({"test_or.py": '''
+        from types import SimpleNamespace
+
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+
+        def test_or(some_runner):
+            DeepseekSparseAttnBackend(some_runner or SimpleNamespace(device="cpu"))
+    '''})
+    data = _json(tmp_path, ".", "--device", "sm90")
+    assert [m["site"] for m in data["mocks"]] == ["test_or.py:7"]
+    assert [c["argument"] for c in data["untraced_calls"]] == ["some_runner or SimpleNamespace(device='cpu')"]
+
+
+# ---------------------------------------------------------------- metaclasses (issue 34 item 6)
+
+
+@pytest.mark.usefixtures("installed_sglang")
+def test_what_a_metaclass_visibly_sets_is_provided_and_what_it_hides_opens_the_mock(
+        tmp_path: Path, write_files: Callable[[dict[str, str]], Path]) -> None:
+    """A metaclass's `__new__` (namespace keys, attributes on the made class), `__init__` and
+    `__call__` (the instance) provide attributes; a metaclass the audit cannot read says so instead
+    of a silent verdict (before: every metaclass was ignored)."""
+    write_files({"meta.py": '''
+        class Sets(type):
+            def __new__(mcs, name, bases, namespace):
+                namespace["device"] = "cpu"
+                made = super().__new__(mcs, name, bases, namespace)
+                made.is_draft_worker = False
+                return made
+
+            def __init__(cls, name, bases, namespace):
+                super().__init__(name, bases, namespace)
+                cls.kv_cache_dtype = None
+
+            def __call__(cls, *args):
+                runner = super().__call__(*args)
+                runner.hisparse_coordinator = None
+                return runner
+
+
+        class Computed(type):
+            def __init__(cls, name, bases, namespace):
+                for key in ("is_draft_worker",):
+                    setattr(cls, key, False)
+
+
+        class Helper(type):
+            def __new__(mcs, name, bases, namespace):
+                made = super().__new__(mcs, name, bases, namespace)
+                install(made)
+                return made
+    ''', "test_meta.py": '''
+        from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
+        from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
+        from meta import Computed, Helper, Sets
+        from elsewhere import Unseen
+
+
+        class SetsModelRunner(metaclass=Sets):
+            pass
+
+
+        class PlainModelRunner:
+            pass
+
+
+        class ComputedModelRunner(metaclass=Computed):
+            pass
+
+
+        class HelperModelRunner(metaclass=Helper):
+            pass
+
+
+        class UnseenModelRunner(metaclass=Unseen):
+            pass
+
+
+        def test_sets():
+            DeepseekSparseAttnBackend(SetsModelRunner())
+
+
+        def test_plain():
+            DSATopKBackend.resolve(PlainModelRunner())
+
+
+        def test_hidden():
+            DSATopKBackend.resolve(ComputedModelRunner())
+            DSATopKBackend.resolve(HelperModelRunner())
+            DSATopKBackend.resolve(UnseenModelRunner())
+    '''})
+    data = _json(tmp_path, ".", "--device", "sm90")
+    sets = _mock(data, "SetsModelRunner")
+    assert {"device", "is_draft_worker", "kv_cache_dtype", "hisparse_coordinator"} <= set(sets["provides"])
+    assert {"device", "is_draft_worker", "kv_cache_dtype", "hisparse_coordinator"}.isdisjoint(
+        m["path"] for m in sets["missing"])
+    assert _missing(_mock(data, "PlainModelRunner"), "is_draft_worker")["failing"]  # the same read, no metaclass
+    assert _mock(data, "ComputedModelRunner")["open"] == "setattr with a computed name at meta.py:21"
+    assert _mock(data, "HelperModelRunner")["open"] == (
+        "metaclass Helper hands the class to install() at meta.py:27, which the audit does not follow")
+    assert _mock(data, "UnseenModelRunner")["open"] == (
+        "metaclass Unseen (imported from elsewhere) of class UnseenModelRunner is not in the scanned paths, "
+        "so what it sets is unknown: add the file that defines it")
+    for label in ("ComputedModelRunner", "HelperModelRunner", "UnseenModelRunner"):
+        assert _mock(data, label)["missing"] == [], label  # open: nothing it lacks can be shown
+    text = _audit(tmp_path, ".", "--device", "sm90").stdout
+    assert "provides anything below: metaclass Unseen (imported from elsewhere)" in text

@@ -42,6 +42,14 @@ def test_membership_of_probe_values(guard: str, devices: list[str]) -> None:
     ("get_device_capability() == (None, None)", True),
     ("get_device_sm() is not True", True),
     ("not self.device_sm_major >= 10", True),
+    # a subscript of the missing capability is None too (issue 34 item 9), so the rule above holds
+    ("self.device_capability[0] >= 9", False),
+    ("self.device_capability[0] < 9", False),
+    ("self.device_capability[0] is None", True),
+    ("get_device_capability()[0] >= 9", False),
+    ("get_device_capability() >= (9, 0)", False),  # (None, None): no ordering, no SM branch
+    ("(9, 0) <= self.device_capability < (10, 0)", False),
+    ("(9, 0) <= get_device_capability() < (10, 0)", False),
 ])
 def test_cpu_has_no_capability(guard: str, expected: bool) -> None:
     assert decided(guard, SIMULATED["cpu"]) is expected
@@ -88,3 +96,25 @@ def test_a_tuple_with_configuration_in_it_stays_configuration() -> None:
     guard = "get_device_sm() in (100, self.extra_sm)"
     on_sm100 = verdict(guard, "sm100", SIMULATED["sm100"])
     assert not on_sm100.fires and on_sm100.condition == guard
+
+
+@pytest.mark.parametrize("guard, devices", [
+    ("(9, 0) <= self.device_capability < (10, 0)", ["sm90", "gfx90a", "gfx942", "gfx950"]),
+    ("(10, 0) <= self.device_capability < (12, 0)", ["sm100", "sm103"]),
+    ("(10, 0) <= get_device_capability() < (12, 0)", ["sm100", "sm103"]),
+    ("90 <= get_device_sm() < 100 != 0", ["sm90", "gfx90a", "gfx942", "gfx950"]),
+    ("100 > get_device_sm() >= 95", ["gfx950"]),
+])
+def test_a_chained_comparison_holds_only_where_every_link_does(guard: str, devices: list[str]) -> None:
+    """`a <= b < c` is `a <= b and b < c` (issue 34 item 9: a chain was judged as configuration,
+    firing on no device, and a mutant judging its first link alone survived)."""
+    assert fired(guard) == devices
+    assert all(decided(guard, device) is not None for device in SIMULATED.values())
+
+
+def test_a_chain_with_configuration_in_a_link_needs_that_configuration() -> None:
+    guard = "(9, 0) <= self.device_capability < self.limit"
+    on_sm90 = verdict(guard, "sm90", SIMULATED["sm90"])
+    assert not on_sm90.fires and on_sm90.condition == "self.device_capability < self.limit"
+    assert verdict(guard, "sm100", SIMULATED["sm100"]).condition == "self.device_capability < self.limit"
+    assert decided(guard, SIMULATED["cpu"]) is False

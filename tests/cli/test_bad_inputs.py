@@ -83,9 +83,12 @@ def dsakit(*args: str, files: dict[str, str] | None = None,
     return run
 
 
-def pytest_run(*args: str, files: dict[str, str]) -> Callable[[Path], Outcome]:
+def pytest_run(*args: str, files: dict[str, str],
+               setup: Callable[[Path], None] | None = None) -> Callable[[Path], Outcome]:
     def run(tmp: Path) -> Outcome:
         _write(tmp, files)
+        if setup is not None:
+            setup(tmp)
         return _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider",
                               "--dsakit-device=cpu", *args])
     return run
@@ -137,6 +140,45 @@ def _trees(pr_behaviour: str = _BEHAVIOUR) -> Callable[[Path], None]:
     return setup
 
 
+def _broken_pr(changed: str) -> Callable[[Path], None]:
+    """`base/sglang`: the installed SGLang; `pr/sglang`: links to it, but `changed` (a file under
+    the package) is a copy whose first line does not parse (`x = 1 +`)."""
+    def setup(tmp: Path) -> None:
+        from dsakit.errors import UsageError
+        from dsakit.sglang_release import installed_release
+
+        try:
+            package = installed_release().package_dir
+        except UsageError:
+            pytest.skip("[module:sglang] pr-check reads a real SGLang tree")
+        (tmp / "base").mkdir()
+        (tmp / "base" / "sglang").symlink_to(package)
+        parts = Path(changed).parts
+        source, here = package, tmp / "pr" / "sglang"
+        for part in parts:
+            here.mkdir(parents=True)
+            for entry in source.iterdir():
+                if entry.name != part:
+                    (here / entry.name).symlink_to(entry)
+            source, here = source / part, here / part
+        here.write_text("x = 1 +\n" + source.read_text(encoding="utf-8"), encoding="utf-8")
+    return setup
+
+
+def _no_leftovers_nor_outputs(tmp: Path, outcome: Outcome) -> None:
+    _no_leftovers(tmp, outcome)
+    assert not (tmp / "out.json").exists(), "an output of a refused run was written"
+
+
+def _read_only_dir(tmp: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder: the case needs an ordinary user")
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o555)
+
+
+FLEET = ("--dsakit-device", "sm90,sm103")
+PR_CHECK = ("pr-check", "--base", "base", "--pr", "pr", "--devices", "sm90", "--json", "out.json", "--", "test_ok.py")
 USES_TREE = {"test_tree.py": "from sglang import behaviour\ndef test_value():\n    assert behaviour.value() == 1\n"}
 COMPARE = ("compare", "--base", "0.0.1", "--pr", "0.0.2")
 
@@ -212,6 +254,14 @@ def _bogus_server_arg() -> Any:
     from dsakit.mocks.model_runner import MockModelRunner
 
     return MockModelRunner().server_args.bogus_arg
+
+
+def _mock_given_twice(**given: Any) -> Callable[[], Any]:
+    def call() -> Any:
+        from dsakit.mocks.model_runner import MockModelRunner
+
+        return MockModelRunner(**given)
+    return call
 
 
 def _copy_nested_node() -> Any:
@@ -342,6 +392,18 @@ CASES: list[Case] = [
          dsakit("rerun-test", "--junitxml", "test_ok.py/junit", "test_ok.py", files=PASSING),
          "exit 2", ("--junitxml 'test_ok.py/junit' cannot be used: test_ok.py is a file",),
          absent=("Traceback (most recent call last)", "result:")),
+    # issue 34 item 2 -- pr-check on a PR tree that does not parse
+    Case("pr-check-topk-backend-does-not-parse", "34.2", "dsakit pr-check ... (the PR's dsa_topk_backend.py: `x = 1 +`)",
+         dsakit(*PR_CHECK, files=PASSING, setup=_broken_pr("srt/layers/attention/dsa/dsa_topk_backend.py")),
+         "exit 2", ("dsakit: error: the --pr tree pr: sglang/srt/layers/attention/dsa/dsa_topk_backend.py:1: "
+                    "does not parse: invalid syntax; pr-check compares two trees whose backends and ModelRunner "
+                    "parse: fix the file and run again",),
+         absent=("Traceback (most recent call last)", "AssertionError", "dsakit pr-check: base"),
+         extra=_no_leftovers_nor_outputs),
+    Case("pr-check-model-runner-does-not-parse", "34.2", "dsakit pr-check ... (the PR's model_runner.py: `x = 1 +`)",
+         dsakit(*PR_CHECK, files=PASSING, setup=_broken_pr("srt/model_executor/model_runner.py")),
+         "exit 2", ("dsakit: error: the --pr tree pr: sglang/srt/model_executor/model_runner.py:1: does not parse",),
+         absent=("Traceback (most recent call last)", "dsakit pr-check: base"), extra=_no_leftovers_nor_outputs),
     # 10 -- the CLI's error prefix
     Case("cli-single-error-prefix", "10", "dsakit compare --base x",
          dsakit("compare", "--base", "x"),
@@ -367,14 +429,46 @@ CASES: list[Case] = [
          "exit 4", ("1 skipped  [cuda]", "not written at the end of the run: --dsakit-report "
                     "'out/r.json' cannot be written: out is a file", "1 passed, 1 skipped"),
          extra=_no_tmp_files),
+    Case("device-given-twice", "34.7", "pytest --dsakit-device sm103,sm103",
+         pytest_run("--dsakit-device", "sm103,sm103", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-device sm103,sm103: 'sm103' and 'sm103' are the same device (sm103) given "
+                    "twice; name each device once (one device: --dsakit-device sm103;",),
+         absent=("Traceback (most recent call last)", "unknown dsakit device", "dsakit fleet:")),
+    Case("device-alias-and-name-given", "34.7", "pytest --dsakit-device b300,sm103",
+         pytest_run("--dsakit-device", "b300,sm103", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-device b300,sm103: 'b300' and 'sm103' are the same device (sm103) given twice",),
+         absent=("Traceback (most recent call last)", "unknown dsakit device", "dsakit fleet:")),
+    Case("fleet-report-under-a-file", "34.3", "pytest --dsakit-device sm90,sm103 --dsakit-report test_ok.py/r.json",
+         pytest_run(*FLEET, "--dsakit-report", "test_ok.py/r.json", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-report 'test_ok.py/r.json' cannot be written: test_ok.py is a file, not a "
+                    "directory; pass a file path you can write",),
+         absent=("Traceback (most recent call last)", "dsakit fleet:"), extra=_no_leftovers),
+    Case("fleet-report-read-only-dir", "34.3", "pytest --dsakit-device sm90,sm103 --dsakit-report ro/r.json (ro: mode 555)",
+         pytest_run(*FLEET, "--dsakit-report", "ro/r.json", files=PASSING, setup=_read_only_dir),
+         "exit 4", ("ERROR: --dsakit-report 'ro/r.json' cannot be written: ro is not writable",),
+         absent=("Traceback (most recent call last)", "dsakit fleet:"), extra=_no_leftovers),
     # 8 -- --dsakit-must-run with nothing behind the gate
     Case("must-run-no-test-behind-gate", "8", "pytest --dsakit-must-run cuda (no test gated on cuda)",
          pytest_run("--dsakit-must-run", "cuda", files=PASSING),
          "exit 0", ("--dsakit-must-run cuda: no collected test sits behind gate cuda",
                     "--dsakit-must-run-strict makes this fail")),
+    Case("must-run-commas-only", "34.4", "pytest --dsakit-must-run ',,'",
+         pytest_run("--dsakit-must-run", ",,", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-must-run ',,' names no gate code: pass CODE[,CODE...] (for example cuda,fa3; "
+                    "`dsakit capabilities` lists the codes), or leave --dsakit-must-run out",),
+         absent=("Traceback (most recent call last)", "1 passed")),
+    Case("report-merge-must-run-commas-only", "34.4", "dsakit report merge r.json --must-run ' , '",
+         dsakit("report", "merge", "r.json", "--must-run", " , ", files={"r.json": "{}"}),
+         "exit 2", ("dsakit: error: --must-run ' , ' names no gate code",)),
     Case("must-run-strict-no-test", "8", "pytest --dsakit-must-run cuda --dsakit-must-run-strict",
          pytest_run("--dsakit-must-run", "cuda", "--dsakit-must-run-strict", files=PASSING),
          "exit 1", ("no collected test sits behind gate cuda: fails the run",)),
+    Case("contract-entry-bad-name", "34.6", "pytest with [tool.dsakit.contract.\"Bad Name!\"] in pyproject.toml",
+         pytest_run(files={**PASSING, "pyproject.toml": '[tool.dsakit.contract."Bad Name!"]\ntype = "int"\n'
+                                                        'target = 1\nset_by = "backend"\n'}),
+         "exit 4", ('ERROR: ', 'pyproject.toml: [tool.dsakit.contract."Bad Name!"]: \'Bad Name!\' is not an attribute '
+                    "path: each dot-separated part must be a Python identifier (letters, digits and _, not starting "
+                    "with a digit, not a keyword)"), absent=("Traceback (most recent call last)", "1 passed")),
     # 10 -- --dsakit-roles
     Case("roles-unknown", "10", "pytest --dsakit-roles=foo (a model_runner test)",
          pytest_run("--dsakit-roles=foo", files={"test_mr.py": "def test_mr(model_runner):\n    pass\n"}),
@@ -444,6 +538,14 @@ CASES: list[Case] = [
     Case("topk-index-equal-to-length", "survivor 2", "assert_topk_valid([[9, 10, 8, 7]], 12-wide, [10], 4)",
          api(_topk([[9, 10, 8, 7]], [[float(i) for i in range(12)]], [10], 4)),
          "AssertionError", ("row 0 [out-of-range] (length 10): entries [10] are neither -1 nor in [0, 10)",)),
+    Case("topk-nan-row-selects-nothing", "34.6", "assert_topk_valid([[-1, -1]], [[nan, nan, 5, 4, 3]], [5], 2)",
+         api(_topk([[-1, -1]], [[float("nan"), float("nan"), 5.0, 4.0, 3.0]], [5], 2)),
+         "AssertionError", ("row 0 [count] (length 5, k-th largest valid score 4.0): selected nothing, but the "
+                            "window holds 3 ranked (finite) scores beside its 2 NaN, at least min(length, k) = 2: "
+                            "a NaN may take a slot or cost one (-1), never the whole row; expected 1..2 positions",)),
+    Case("topk-complex-scores", "34.6", "assert_topk_valid([[1]], [[1+1j, 2+0j]], [2], 1)",
+         api(_topk([[1]], [[1 + 1j, 2 + 0j]], [2], 1)),
+         "UsageError", ("top-k scores are complex (torch.complex64): a top-k ranks real numbers",)),
     # 9 -- copying the mock
     Case("mock-copy", "9", "copy.copy(MockModelRunner(role='draft', ...))", api(_mock_copies("copy")),
          "ok", ("<strict model_runner role=draft> max_running_requests=16",)),
@@ -452,6 +554,15 @@ CASES: list[Case] = [
     Case("mock-pickle", "9", "pickle.loads(pickle.dumps(MockModelRunner(role='draft', ...)))",
          api(_mock_copies("pickle")),
          "ok", ("<strict model_runner role=draft> max_running_requests=4",)),
+    Case("mock-override-given-twice", "34.6", "MockModelRunner(max_running_requests=8, overrides={'max_running_requests': 16})",
+         api(_mock_given_twice(max_running_requests=8, overrides={"max_running_requests": 16})),
+         "UsageError", ("model_runner.max_running_requests is given twice: max_running_requests=8 and "
+                        "overrides={'max_running_requests': 16}; give each attribute once",)),
+    Case("mock-nested-override-given-twice", "34.6",
+         "MockModelRunner(model_config__context_len=1, overrides={'model_config.context_len': 2})",
+         api(_mock_given_twice(model_config__context_len=1, overrides={"model_config.context_len": 2})),
+         "UsageError", ("model_runner.model_config.context_len is given twice: model_config__context_len=1 and "
+                        "overrides={'model_config.context_len': 2}",)),
     Case("mock-copy-nested-node", "9", "copy.copy(MockModelRunner().server_args)", api(_copy_nested_node),
          "TypeError", ("cannot copy or pickle <strict model_runner.server_args role=target> on its own",
                        "copy the runner")),

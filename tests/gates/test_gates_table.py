@@ -234,7 +234,7 @@ def test_never_open_combinations() -> None:
 
 
 def test_split_codes_keeps_gfx_lists_whole() -> None:
-    assert split_codes("fa3, gfx in gfx942,gfx950,cuda,") == ["fa3", "gfx in gfx942,gfx950", "cuda"]
+    assert split_codes("fa3, gfx in gfx942,gfx950,cuda,", "--dsakit-must-run") == ["fa3", "gfx in gfx942,gfx950", "cuda"]
 
 
 # ---------------------------------------------------------------- gaps found by mutation testing
@@ -292,8 +292,8 @@ def test_jit_gate_names_the_missing_tvm_ffi(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_split_codes_joins_gfx_archs_to_the_list_just_before() -> None:
-    assert split_codes("gfx in gfx942,gfx950") == ["gfx in gfx942,gfx950"]
-    assert split_codes("fa3,cuda,rocm,gfx in gfx90a,gfx942") == ["fa3", "cuda", "rocm", "gfx in gfx90a,gfx942"]
+    assert split_codes("gfx in gfx942,gfx950", "--dsakit-must-run") == ["gfx in gfx942,gfx950"]
+    assert split_codes("fa3,cuda,rocm,gfx in gfx90a,gfx942", "--dsakit-must-run") == ["fa3", "cuda", "rocm", "gfx in gfx90a,gfx942"]
 
 
 @pytest.mark.usefixtures("as_its_own_process")  # SGLang imports here: the import-chain gate is open either way
@@ -309,3 +309,40 @@ def test_closed_gate_reasons_are_neutral_for_any_suite() -> None:
             text = reason.message if reason is not None else ""
             for phrase in ("contract suites", "CPU mocks", "dsakit's own", "the Python side"):
                 assert phrase not in text, (code, device.key, text)
+
+
+# ---------------------------------------------------------------- a simulation's stand-ins (issue 34 item 9)
+
+
+@pytest.mark.parametrize(("code", "libraries"), [
+    ("module:deep_gemm", ["deep_gemm"]),
+    ("module:sgl_kernel.flashmla_ops", ["sgl_kernel"]),  # found by file inside the package
+    ("flashmla-sparse", ["flash_mla", "sgl_kernel"]),  # a device gate with a module part
+])
+def test_a_simulations_stand_in_module_is_not_installed_for_a_gate(
+        monkeypatch: pytest.MonkeyPatch, code: str, libraries: list[str]) -> None:
+    """Under `--dsakit-device`, a kernel library this machine lacks imports as a stand-in (so
+    SGLang's modules import); module gates still find it absent, imported or not: a stand-in's
+    every call refuses to launch, so a test behind the gate could only skip later, unexplained."""
+    import importlib
+    import sys
+
+    from dsakit.simulation.kernels import StandIn, StandInFinder
+
+    if any(name in sys.modules for name in libraries):
+        pytest.skip(f"[module-imported] {libraries} already imported in this process")
+    device = SIMULATED["sm90"]
+    finder = StandInFinder(libraries, device)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    _clear_caches()
+    try:
+        assert all(importlib.util.find_spec(name).loader is finder for name in libraries)  # type: ignore[union-attr]
+        closed = evaluate(code, device)
+        assert not closed.open and "(module and tool gates check this machine even with a simulated device)" in str(closed.reason)
+        assert all(isinstance(importlib.import_module(name), StandIn) for name in libraries)
+        _clear_caches()
+        assert not evaluate(code, device).open  # once imported, the stand-in still counts as absent
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] in libraries]:
+            del sys.modules[name]
+        _clear_caches()

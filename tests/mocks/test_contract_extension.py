@@ -108,6 +108,12 @@ def test_mocks_outside_the_run_keep_dsakit_contract(tmp_path: Path) -> None:
     ('[tool.dsakit.contract.x]\ntype = "integer"\ntarget = 1\nset_by = "s"\n', "did you mean 'int'? Valid types:"),
     ('[tool.dsakit.contract.x]\ntype = "int | None"\ntarget = 1\nset_by = "s"\n', "add `optional = true`"),
     ('[tool.dsakit.contract.x]\ntype = "int"\ntarget = 1\nset_by = ""\n', "set_by is empty"),
+    # an entry name a backend cannot read as model_runner.<path> (issue 34 item 6)
+    ('[tool.dsakit.contract."Bad Name!"]\ntype = "int"\ntarget = 1\nset_by = "s"\n',
+     "'Bad Name!' is not an attribute path: each dot-separated part must be a Python identifier"),
+    ('[tool.dsakit.contract."model_config.2nd"]\ntype = "int"\ntarget = 1\nset_by = "s"\n',
+     "'model_config.2nd' is not an attribute path"),
+    ('[tool.dsakit.contract."class"]\ntype = "int"\ntarget = 1\nset_by = "s"\n', "'class' is not an attribute path"),
 ])
 def test_bad_declarations_are_usage_errors(tmp_path: Path, declaration: str, expected: str) -> None:
     (tmp_path / "pyproject.toml").write_text(declaration)
@@ -151,6 +157,47 @@ def test_contract_check_scans_the_suites_own_backend(tmp_path: Path) -> None:
     assert "2 reads in 1 files, 0 missing from contract" in declared.stdout.splitlines()[-1]
 
 
+ALIASED = """
+class ThroughSelf:
+    def __init__(self, model_runner):
+        self.runner = model_runner                      # 4
+        self.window = self.runner.my_window             # 5
+
+    def forward(self):
+        mr = self.runner                                # 8
+        return mr.my_forward_state                      # 9
+
+
+def build(model_runner):
+    mr = model_runner
+    return mr.my_local_state                            # 14
+
+
+class Rebound:
+    def __init__(self, model_runner):
+        self.runner = model_runner
+        self.runner.my_backend_state = {}               # 20: a set, through the alias
+
+    def reset(self):
+        return self.runner.my_backend_state             # 23
+"""
+
+
+def test_contract_check_follows_the_runner_through_self_and_local_aliases(tmp_path: Path) -> None:
+    """`self.runner = model_runner` (read in any method, also through a local `mr = self.runner`)
+    and `mr = model_runner` are the runner: their reads are checked, and a set through them counts
+    for a `set_by = "backend"` entry (issue 34 item 5: before, the check saw 0 reads -> OK)."""
+    (tmp_path / "backend.py").write_text(ALIASED)
+    (tmp_path / "pyproject.toml").write_text(OWN_STATE)
+    result = _check(tmp_path, "--backend-src", "backend.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    for name, line in (("my_window", 5), ("my_forward_state", 9), ("my_local_state", 14)):
+        assert f"[read-not-in-contract] model_runner.{name} is read at backend.py:{line}" in result.stdout, name
+    assert "my_backend_state is read at" not in result.stdout  # declared, and set before it is read
+    assert "contract-not-set-by-backend" not in result.stdout
+    assert "4 reads in 1 files, 3 missing from contract" in result.stdout.splitlines()[-1]
+
+
 def test_contract_check_fails_an_extension_entry_the_real_runner_never_sets(tmp_path: Path) -> None:
     (tmp_path / "backend.py").write_text(BACKEND)
     (tmp_path / "pyproject.toml").write_text(DECLARED)
@@ -180,12 +227,19 @@ set_by = "backend"
      "        model_runner.my_backend_state = seen\n", 1,
      "[read-before-backend-sets] model_runner.my_backend_state is read at "),
 ], ids=["sets-then-reads", "never-sets", "reads-first"])
-def test_contract_check_backend_owned_entry(tmp_path: Path, backend: str, code: int, expected: str | None) -> None:
+def test_contract_check_backend_owned_entry(tmp_path: Path, backend: str, code: int, expected: str | None,
+                                            request: pytest.FixtureRequest) -> None:
     (tmp_path / "backend.py").write_text(backend)
     (tmp_path / "pyproject.toml").write_text(OWN_STATE)
     result = _check(tmp_path, "--backend-src", "backend.py")
     assert result.returncode == code, result.stdout + result.stderr
     assert "contract-not-set-by-runner" not in result.stdout  # the runner is not who sets it
+    # the verdict line counts what failed (before: FAILED beside counters all 0, issue 34 item 7)
+    last = result.stdout.splitlines()[-1]
+    case = request.node.callspec.id
+    never, first = int(case == "never-sets"), int(case == "reads-first")
+    assert f"{never} not set by backend, {first} read before the backend sets them" in last, last
+    assert last.endswith("→ FAILED" if code else "→ OK"), last
     if expected is not None:
         assert expected in result.stdout
     else:

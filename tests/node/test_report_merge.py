@@ -85,6 +85,54 @@ def test_missing_shard_is_named(pytester: pytest.Pytester) -> None:
     assert "MISSING shard 1" in done.stdout
 
 
+def _node_report(template: dict[str, Any], pytester: pytest.Pytester, name: str, group: int, splits: int,
+                 tests: dict[str, str]) -> Path:
+    """A report of a real run (`template`) recast as shard `group` of `splits` holding `tests`."""
+    path = pytester.path / name
+    entries = {t: {"outcome": o, "gates": [], **({"signature": f"E   {t} broke"} if o == "failed" else {})}
+               for t, o in tests.items()}
+    path.write_text(json.dumps({**template, "host": "h200", "shard": {"group": group, "splits": splits},
+                                "tests": entries}))
+    return path
+
+
+@pytest.mark.parametrize("missing", [1, 3], ids=["first", "last"])
+def test_a_missing_shard_is_named_and_fails_the_merge(pytester: pytest.Pytester, missing: int) -> None:
+    """A shard without a report (its job crashed or was cancelled) leaves its tests' outcomes
+    unknown: named in the table and the summary, and the merge exits 1 (issue 34 item 9: a missing
+    *last* shard went unnamed by an off-by-one, and a missing shard never failed the merge)."""
+    template = _report(pytester)
+    shards = [_node_report(template, pytester, f"g{g}.json", g, 3, {f"t.py::test_{g}": "passed"})
+              for g in (1, 2, 3) if g != missing]
+    done = _merge(pytester, *shards, "--json", "merged.json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"MISSING shard {missing}" in done.stdout
+    assert f"h200 (cpu simulated): shard {missing} of 3 has no report: its tests are counted as not run" in done.stdout
+    assert done.stderr.strip() == (f"dsakit report merge: FAILED: h200 (cpu simulated): shard {missing} of 3 has no "
+                                   "report (merge every shard's report, or rerun the shard)")
+    data = json.loads((pytester.path / "merged.json").read_text())
+    assert data["nodes"][0]["missing_shards"] == [missing] and data["exit"] == 1
+    every = [_node_report(template, pytester, f"all{g}.json", g, 3, {f"t.py::test_{g}": "passed"}) for g in (1, 2, 3)]
+    assert _merge(pytester, *every).returncode == 0
+
+
+@pytest.mark.parametrize("order", ["failed-first", "passed-first"])
+def test_a_test_one_node_reports_twice_keeps_its_worst_outcome(pytester: pytest.Pytester, order: str) -> None:
+    """Two shards of one node that both ran a test (overlapping selections): a pass in one never
+    hides the failure in the other, whichever report comes first (issue 34 item 9)."""
+    template = _report(pytester)
+    failed = _node_report(template, pytester, "g1.json", 1, 2, {"t.py::test_x": "failed", "t.py::test_y": "skipped"})
+    passed = _node_report(template, pytester, "g2.json", 2, 2, {"t.py::test_x": "passed", "t.py::test_y": "passed"})
+    done = _merge(pytester, *((failed, passed) if order == "failed-first" else (passed, failed)), "--json", "m.json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads((pytester.path / "m.json").read_text())
+    assert data["tests"] == {"t.py::test_x": {"h200 (cpu simulated)": "failed"},
+                             "t.py::test_y": {"h200 (cpu simulated)": "passed"}}  # a run beats a skip
+    assert data["failures"] == [{"test": "t.py::test_x", "where": "h200 (cpu simulated)",
+                                 "signature": "E   t.py::test_x broke"}]
+    assert "dsakit report merge: FAILED: 1 test failure(s)" in done.stderr
+
+
 def test_simulated_sm103_and_cpu_runs_share_one_table(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite=SUITE)
     b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=ci", "-k", "not b300")

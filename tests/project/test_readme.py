@@ -67,6 +67,20 @@ def test_topk_example_runs(pytester: pytest.Pytester) -> None:
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_goldens_example_runs_as_written(pytester: pytest.Pytester) -> None:
+    """The README's goldens block, unchanged: the first `--snapshot-update` writes its goldens, the
+    next run compares (issue 34 item 8: a whole-row torch.topk there failed "3 of 4 rows fail")."""
+    from dsakit.pytest_invocation import plugin_args
+
+    code = _between("goldens-example").removeprefix("```python\n").removesuffix("\n```")
+    pytester.makepyfile(test_goldens_example=code)
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "--snapshot-update").assert_outcomes(passed=2)
+    [golden] = pytester.path.glob("__snapshots__/test_goldens_example/*.topksel")
+    assert re.findall(r"^# name: (\S+)", golden.read_text(), re.M) == [
+        "test_my_topk[decode-ps64-k512]", "test_my_topk[extend-ragged-k512]"]
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider").assert_outcomes(passed=2)  # compares
+
+
 def test_scope_example_runs(pytester: pytest.Pytester) -> None:
     import importlib.util
 

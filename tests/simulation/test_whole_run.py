@@ -204,6 +204,40 @@ def test_omitted():
 
 
 @torch_needed
+@no_gpu_here
+def test_a_stand_in_kernel_library_keeps_its_module_gate_closed(pytester: pytest.Pytester) -> None:
+    """Under `--dsakit-device sm90` a kernel library this machine lacks imports as a stand-in, and
+    its module gate stays closed, before and after the import (issue 34 item 9): a test behind the
+    gate skips with the gate's reason, not later with a refused launch."""
+    import importlib.util
+
+    from dsakit.gates.table import gate_table
+    from dsakit.simulation.kernels import KERNEL_LIBRARIES
+
+    absent = [n for n in KERNEL_LIBRARIES["nvidia"] if f"module:{n}" in gate_table() and importlib.util.find_spec(n) is None]
+    if not absent:
+        pytest.skip("[kernel-libraries-installed] every NVIDIA kernel library is installed here")
+    name = absent[0]
+    pytester.makepyfile(test_stand_in=f"""
+import dsakit
+
+
+@dsakit.gate("module:{name}")
+def test_gated():
+    pass
+
+
+def test_imported_then_required():
+    import {name}  # the stand-in: the simulated GPU has it, this machine has not
+    assert type({name}).__name__ == "StandIn"
+    dsakit.require("module:{name}")
+""")
+    result = _run(pytester, "--dsakit-device", "sm90")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([f"*[[]module:{name}[]] needs the Python module '{name}', but it is not installed*"])
+
+
+@torch_needed
 @sglang_needed
 @no_gpu_here
 def test_an_sglang_shaped_suite_and_dsakits_own_mock_fail_on_the_simulated_b300_with_the_read_explained(

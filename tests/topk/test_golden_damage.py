@@ -66,19 +66,27 @@ def test_a_non_utf8_byte_in_a_golden_fails_its_test_not_the_session(pytester: py
 
 
 def test_a_nan_row_selecting_nothing_never_becomes_a_golden(pytester: pytest.Pytester) -> None:
-    """Issue 28 item 10: validity lets NaN cost a kernel its slots, so at k=1 a NaN row may select
-    nothing; the reference path, whose selection is written as the golden, may not."""
+    """Issue 28 item 10: validity lets NaN cost a kernel a slot each, but the reference path, whose
+    selection is written as the golden, selects every slot. Issue 34 item 6: a NaN row that selects
+    nothing where its window holds min(length, k) ranked scores is invalid for every path."""
     pytester.makepyfile(test_nan="""
         import torch
 
-        def test_nan(selection_snapshot):
+        def test_nothing(selection_snapshot):
             scores = torch.tensor([[float("nan"), 1.0], [2.0, 1.0]])
             selection_snapshot.assert_selection("nan-k1", torch.tensor([[-1], [0]]), scores, [2, 2], 1,
+                                                reference=True)
+
+        def test_short(selection_snapshot):
+            scores = torch.tensor([[float("nan"), float("nan"), 1.0, 2.0]])
+            selection_snapshot.assert_selection("nan-k2", torch.tensor([[3, -1]]), scores, [4], 2,
                                                 reference=True)
     """)
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device=cpu",
                                            "--snapshot-update")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*nan-k1: no golden written: row 0 (its window holds NaN) selects 0 of "
-                                 "min(length 2, k 1) = 1 positions*"])
+    result.stdout.fnmatch_lines(["*row 0 [[]count[]] (length 2, k-th largest valid score 1.0): selected nothing, "
+                                 "but the window holds 1 ranked (finite) scores beside its 1 NaN*"])
+    result.stdout.fnmatch_lines(["*nan-k2: no golden written: row 0 (its window holds NaN) selects 1 of "
+                                 "min(length 4, k 2) = 2 positions*"])
     assert not list(pytester.path.rglob("*.topksel"))

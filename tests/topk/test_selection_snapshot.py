@@ -220,6 +220,10 @@ def test_changed_input_is_blamed_on_the_input(scenario_run: ScenarioRun) -> None
         "*assert [[]- snapshot[]] == [[]+ received[]]*",
     ])
     assert "selection differs" not in changed.str()
+    # the command that regenerates the goldens names this test file, never one of dsakit's (issue 34 item 7)
+    changed.fnmatch_lines([f"*regenerate the goldens on CPU: python -m pytest {_scenario_module('new-scores')}.py "
+                           "--snapshot-update*"])
+    assert "contracts/" not in changed.str()
 
 
 def test_golden_of_an_older_format_must_be_regenerated(mod: pytest.Pytester, updated_golden: str,
@@ -256,7 +260,7 @@ def test_a_suite_without_a_reference_path_gets_its_goldens_from_one_update(mod: 
     (mod.path / GOLDEN).unlink()
     first = _run(mod, "-k", "other")
     first.assert_outcomes(failed=2)
-    first.stdout.fnmatch_lines(["*tiny-a: no golden stored*regenerate with --snapshot-update*"])
+    first.stdout.fnmatch_lines(["*tiny-a: no golden stored*regenerate with python -m pytest test_sel_mod.py --snapshot-update*"])
     _run(mod, "--snapshot-update", "-k", "other").assert_outcomes(passed=2)
     assert (mod.path / GOLDEN).read_text() == by_reference_path  # dsakit's reference, not "other"'s order
     _run(mod, "-k", "other").assert_outcomes(passed=2)

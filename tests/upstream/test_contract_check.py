@@ -223,7 +223,8 @@ def test_json_report_has_stable_keys(pristine: Path) -> None:
     assert set(report) == {"sglang", "ok", "exit_code", "counts", "summary", "entries", "reads", "findings"}
     assert report["ok"] is True and report["exit_code"] == 0
     assert set(report["counts"]) == {"contract_entries", "reads", "files", "missing_from_contract",
-                                     "not_set_by_runner", "conditional", "soft"}
+                                     "not_set_by_runner", "not_set_by_backend", "read_before_backend_sets",
+                                     "conditional", "soft"}
     entry = next(e for e in report["entries"] if e["path"] == "max_running_requests")
     assert set(entry) == {"path", "type", "optional", "target_default", "draft_default", "read_at",
                           "set_by_runner"}
@@ -380,9 +381,10 @@ def test_runner_site_defaults_to_the_installed_release() -> None:
     assert runner_site("max_running_requests").endswith("(ModelRunner sets it)")
 
 
-def test_followed_helpers_are_scanned_and_an_unparsable_one_is_skipped(tmp_path: Path) -> None:
-    # the backend file itself must parse (usage error otherwise); a helper it calls is followed
-    # when it parses and skipped when it does not, so one broken helper does not stop the check
+def test_followed_helpers_are_scanned_and_an_unparsable_one_is_named(tmp_path: Path) -> None:
+    # a helper the backend calls is followed; one that does not parse is a usage error naming it
+    # (before, it was skipped: the check said OK without the reads it could not see, and a file
+    # skipped as a helper first then scanned directly was an AssertionError, issue 34 item 2)
     backend = (
         "from sglang.srt.layers.attention.dsa_helpers import read_pool\n\n"
         "class Backend:\n    def __init__(self, model_runner):\n        read_pool(model_runner)\n"
@@ -392,8 +394,9 @@ def test_followed_helpers_are_scanned_and_an_unparsable_one_is_skipped(tmp_path:
     helper.write_text("def read_pool(runner):\n    return runner.req_to_token_pool.size\n")
     assert "req_to_token_pool.size@2" in _reads(release_from_tree(tmp_path))
     helper.write_text("def read_pool(runner:\n")
-    reads = _reads(release_from_tree(tmp_path))
-    assert not any(key.startswith("req_to_token_pool") for key in reads)
+    with pytest.raises(UsageError, match=r"^sglang/srt/layers/attention/dsa_helpers\.py:1: does not parse: .*"
+                                         r"; fix the file or pass --sglang-src a clean SGLang tree$"):
+        _reads(release_from_tree(tmp_path))
 
 
 def _chain(tmp_path: Path, depth: int) -> dict[str, RunnerRead]:
@@ -426,7 +429,7 @@ def test_function_local_imports_are_followed(tmp_path: Path) -> None:
 
 def test_unparsable_backend_file_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     release = _mini_tree(tmp_path, "class Backend:\n    def __init__(self, model_runner:\n")
-    with pytest.raises(UsageError, match=r"cannot parse .*dsa_backend\.py: "):
+    with pytest.raises(UsageError, match=r"^sglang/srt/layers/attention/dsa_backend\.py:2: does not parse: "):
         scan_runner_reads(release)
 
 

@@ -58,7 +58,8 @@ def test_the_exit_code_and_counts_follow_the_failures() -> None:
     result = _result()
     assert (result.ok, result.exit_code) == (False, 1)
     assert result.counts() == {"contract_entries": 9, "reads": 9, "files": 1, "missing_from_contract": 2,
-                               "not_set_by_runner": 2, "conditional": 2, "soft": 3}
+                               "not_set_by_runner": 2, "not_set_by_backend": 0, "read_before_backend_sets": 0,
+                               "conditional": 2, "soft": 3}
     clean = cc.CheckResult(RELEASE, CONTRACT, READS, ASSIGN, [  # type: ignore[arg-type]
         f for f in result.findings if f.severity == cc.INFO])
     assert (clean.ok, clean.exit_code) == (True, 0)
@@ -92,13 +93,13 @@ def test_a_downstream_backend_must_set_what_it_declares_set_by_backend_before_re
         return [f for f in cc.find_drift(CONTRACT, READS, ASSIGN, "9.9.9", downstream=True, sets_by_backend=sets)
                 if f.subject == "my_cache"]
 
-    [late] = findings({"my_cache": [cc.BackendSet("my_cache", site(30), "Backend.__init__")]})
+    [late] = findings({"my_cache": [cc.RunnerWrite("my_cache", site(30), "Backend.__init__")]})
     assert (late.code, late.severity, late.sites) == ("read-before-backend-sets", "failure", (f"{D}:18", f"{D}:30"))
     assert late.message == (f"model_runner.my_cache is read at {D}:18 (Backend.__init__) before the backend "
                             f"sets it at {D}:30: on the real ModelRunner that read raises AttributeError; set it first")
-    assert findings({"my_cache": [cc.BackendSet("my_cache", site(5), "Backend.__init__")]}) == []  # set first
-    assert findings({"my_cache": [cc.BackendSet("my_cache", site(30), "Backend.other")]}) == []  # another function
-    assert findings({"my_cache": [cc.BackendSet("my_cache", site(30, "elsewhere.py"), "Backend.__init__")]}) == []
+    assert findings({"my_cache": [cc.RunnerWrite("my_cache", site(5), "Backend.__init__")]}) == []  # set first
+    assert findings({"my_cache": [cc.RunnerWrite("my_cache", site(30), "Backend.other")]}) == []  # another function
+    assert findings({"my_cache": [cc.RunnerWrite("my_cache", site(30, "elsewhere.py"), "Backend.__init__")]}) == []
     [never] = findings({})
     assert (never.code, never.severity) == ("contract-not-set-by-backend", "failure")
     assert never.message == (
@@ -107,8 +108,8 @@ def test_a_downstream_backend_must_set_what_it_declares_set_by_backend_before_re
         "it, or give set_by the file:line where the real ModelRunner sets it")
     # the earliest of several sets is named; a read below the entry counts as a read of it
     below = [RunnerRead("my_cache.size", site(18), "Backend.__init__")]
-    sets = {"my_cache": [cc.BackendSet("my_cache", site(40), "Backend.__init__"),
-                         cc.BackendSet("my_cache", site(30), "Backend.__init__")]}
+    sets = {"my_cache": [cc.RunnerWrite("my_cache", site(40), "Backend.__init__"),
+                         cc.RunnerWrite("my_cache", site(30), "Backend.__init__")]}
     [named] = [f for f in cc.find_drift(CONTRACT, below, ASSIGN, "9.9.9", downstream=True, sets_by_backend=sets)
                if f.subject == "my_cache"]
     assert named.sites == (f"{D}:18", f"{D}:30")
@@ -153,13 +154,20 @@ def test_backend_sets_finds_every_assignment_to_the_runner_by_path_and_function(
         "    class Inner:\n"
         "        async def go(self, model_runner):\n"
         "            model_runner.late = 3\n"                 # 12
+        "class Aliased:\n"
+        "    def __init__(self, model_runner):\n"
+        "        self.runner = model_runner\n"               # 15: an alias of the runner, not a set
+        "        mr = self.runner\n"
+        "        mr.via_local = 1\n"                          # 17
+        "    def later(self):\n"
+        "        self.runner.via_self = 2\n"                 # 19
         "x = 1\n", encoding="utf-8")
-    (backend / "broken.py").write_text("def (:\n", encoding="utf-8")  # reported by the read scanner
     release = types.SimpleNamespace(package_dir=tmp_path / "site" / "sglang")
     found = cc.backend_sets(release, backend)  # type: ignore[arg-type]
     where = {path: [(s.site.line, s.function) for s in sets] for path, sets in found.items()}
     assert where == {"my_cache": [(3, "Backend.__init__")], "page_size": [(4, "Backend.__init__")],
-                     "model_config.dtype": [(5, "Backend.__init__")], "late": [(12, "Backend.Inner.go")]}
+                     "model_config.dtype": [(5, "Backend.__init__")], "late": [(12, "Backend.Inner.go")],
+                     "via_local": [(17, "Aliased.__init__")], "via_self": [(19, "Aliased.later")]}
     assert {s.site.file for sets in found.values() for s in sets} == {str(backend / "attn.py")}
 
 
