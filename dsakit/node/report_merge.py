@@ -243,12 +243,17 @@ class Merged:
     def gate_codes(self) -> list[str]:
         return sorted({c for n in self.nodes for e in n.tests.values() for c in e.get("gates", ())})
 
-    def gate_cell(self, code: str, node: Node) -> dict[str, int]:
-        counts = {"ran": 0, "skipped": 0, "failed": 0}
+    def gate_cell(self, code: str, node: Node) -> dict[str, Any]:
+        """The tests behind gate `code` on `node`: ran, failed, skipped, and the skipped ones by the
+        code their skip counts under in the skip groups (`skipped_by`)."""
+        counts: dict[str, Any] = {"ran": 0, "skipped": 0, "failed": 0, "skipped_by": {}}
         for entry in node.tests.values():
             if code in entry.get("gates", ()):
                 counts["ran" if _ran(entry) else "skipped"] += 1
                 counts["failed"] += entry["outcome"] in FAILING
+                if entry["outcome"] == "skipped":
+                    by = _cause(entry).code
+                    counts["skipped_by"][by] = counts["skipped_by"].get(by, 0) + 1
         return counts
 
     def gate_ran_on(self, code: str, *, real: bool = False) -> list[str]:
@@ -342,14 +347,18 @@ class Merged:
 # ---------------------------------------------------------------- output
 
 
-def _gate_text(counts: dict[str, int]) -> str:
+def _gate_text(counts: dict[str, Any], code: str) -> str:
+    """`ran 1, skipped 2 (fa3 1)`: the skipped tests not counted under `code` in the skip groups
+    say under which code they are."""
     if not counts["ran"] and not counts["skipped"]:
         return "-"
     parts = [f"ran {counts['ran']}"] if counts["ran"] else []
     if counts["failed"]:
         parts.append(f"failed {counts['failed']}")
     if counts["skipped"]:
-        parts.append(f"skipped {counts['skipped']}")
+        others = {c: n for c, n in counts["skipped_by"].items() if c != code}
+        parts.append(f"skipped {counts['skipped']}"
+                     + (" (" + ", ".join(f"{c} {n}" for c, n in sorted(others.items())) + ")" if others else ""))
     return ", ".join(parts)
 
 
@@ -381,7 +390,7 @@ def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:
             status += " (must-run: FAILED)"
         elif code in merged.must_run:
             status += " (must-run)"
-        rows.append((code, *(_gate_text(merged.gate_cell(code, n)) for n in merged.nodes), status))
+        rows.append((code, *(_gate_text(merged.gate_cell(code, n), code) for n in merged.nodes), status))
     return rows
 
 

@@ -232,3 +232,63 @@ def test_many_failures_are_summed_up_per_signature() -> None:
     assert "| 1 | h200 | `KeyError: 'k' @ y.py` |" in head and "test_0" not in head
     assert all(f"`t.py::test_{n}`" in folded for n in range(11))
 
+
+BEHIND_TWO = """
+import dsakit
+
+@dsakit.gate("cuda")
+def test_cuda():
+    pass
+
+@dsakit.gate("cuda", "fa3")
+def test_cuda_and_fa3():
+    pass
+"""
+
+
+def test_a_gate_row_and_the_skip_groups_count_each_skip_once_under_the_same_code(pytester: pytest.Pytester) -> None:
+    """Issue 34: the `cuda` row counted a test behind cuda and fa3 that skipped for fa3 (on a B300) as a
+    cuda skip, and the skip list counted its CPU skip under both codes: the row said 3 skips behind
+    cuda, the list 2 [cuda] and 2 [fa3] for 3 skips in all. Now each skip is in one group (its first
+    closed gate, the others named), and a row names the code its other skips count under."""
+    pytester.makepyfile(test_suite=BEHIND_TWO)
+    b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=b300")
+    cpu = _run(pytester, "cpu", "--dsakit-device=cpu", "--dsakit-host-label=cpu")
+    done = _merge(pytester, b300, cpu, "--json", "merged.json")
+    assert re.search(r"\ncuda +ran 1, skipped 1 \(fa3 1\) +skipped 2 +ran on", done.stdout), done.stdout
+    assert re.search(r"\nfa3 +skipped 1 +skipped 1 \(cuda 1\) +RAN ON NO NODE", done.stdout), done.stdout
+    assert "  [cuda] 2 skipped on cpu (cpu simulated); " in done.stdout
+    assert "  [fa3] 1 skipped on b300 (sm103 simulated); " in done.stdout
+    data = json.loads((pytester.path / "merged.json").read_text())
+    by_group = {g["code"]: g["skipped"] for g in data["skips"]}
+    assert sum(by_group.values()) == 3  # the skips pytest counted on the two nodes
+    for code in ("cuda", "fa3"):  # a row's skips under its own code are the group's
+        cells = data["gates"][code]["nodes"].values()
+        assert sum(cell["skipped_by"].get(code, 0) for cell in cells) == by_group[code]
+
+
+PARTLY = """
+import pytest
+from dsakit.gates.marks import active_session
+
+def test_on_h200_only():
+    if active_session().device.key != "sm90":
+        pytest.skip("[my-code] only on an H200")
+
+def test_nowhere():
+    pytest.skip("[my-code] on no device")
+"""
+
+
+def test_a_skip_group_with_one_uncovered_test_is_not_covered(pytester: pytest.Pytester) -> None:
+    """Issue 34's surviving mutant: a group is covered only when every test in it ran somewhere; one
+    test that ran nowhere beside one that ran on the H200 is named, and the group says 1 of 2."""
+    pytester.makepyfile(test_suite=PARTLY)
+    h200 = _run(pytester, "h200", "--dsakit-device=sm90", "--dsakit-host-label=h200")
+    b300 = _run(pytester, "b300", "--dsakit-device=sm103", "--dsakit-host-label=b300")
+    done = _merge(pytester, h200, b300, "--json", "merged.json")
+    group = json.loads((pytester.path / "merged.json").read_text())["skips"][0]
+    assert group["code"] == "my-code" and group["skipped"] == 3
+    assert group["covered_on"] == "h200 (sm90 simulated) (1 of 2 tests; the rest not covered on any node)"
+    assert group["uncovered"] == ["test_suite.py::test_nowhere"]
+    assert "      ran on no node: test_suite.py::test_nowhere" in done.stdout
