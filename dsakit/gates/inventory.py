@@ -10,11 +10,9 @@ the run only. Never imports torch or SGLang (the device lazily).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest

@@ -49,7 +49,8 @@ class ReleaseTable:
     patterns: tuple[MessagePattern, ...]
 
     def holds(self, release: tuple[int, ...]) -> bool:
-        return _version(self.first) <= release and (self.last is None or release <= _version(self.last))
+        return (release_numbers(self.first) <= release
+                and (self.last is None or release <= release_numbers(self.last)))
 
 
 # Read from each release's kit (sglang/test/kits/attention_unittest/attention_methods/dsa_attention.py)
@@ -124,7 +125,7 @@ class Classified:
     words: str
 
 
-def _version(text: str) -> tuple[int, ...]:
+def release_numbers(text: str) -> tuple[int, ...]:
     """The release numbers of a version ("0.5.23.post1" -> (0, 5, 23)); () when there are none."""
     found = re.match(r"(\d+)\.(\d+)\.(\d+)", text.strip())
     return tuple(int(part) for part in found.groups()) if found else ()
@@ -133,7 +134,7 @@ def _version(text: str) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=64)
 def patterns_for(release: str | None) -> tuple[tuple[MessagePattern, re.Pattern[str]], ...]:
     """The compiled rows a release reads (none for a release older than every table, or unknown)."""
-    numbers = _version(release or "")
+    numbers = release_numbers(release or "")
     if not numbers:
         return ()
     return tuple((row, re.compile(row.pattern)) for table in TABLES if table.holds(numbers)
