@@ -4,7 +4,8 @@
 #   CPU checkout: PATH=.venv/bin:$PATH PYTHONPATH=/tmp/sglang-0.5.21/tree bash scripts/device/skips_on_the_node.sh UPSTREAM_ROOT
 # UPSTREAM_ROOT: a folder holding SGLang's test/registered/attention/unittests/ (its conftest.py,
 # dsa/test_dsa.py, dsv4/test_deepseek_v4.py), carried beside the project, never committed.
-# Runs both files once per device ($DEVICES; sm90 is the H200 itself there, the others simulated),
+# Runs both files once per device ($DEVICES, default sm90 sm103 gfx942; on the H200 give
+# DEVICES="real sm103 gfx942": `real` is the H200 itself, so the merge says "sm90 (real here: ...)"),
 # each with -q (pytest then counts skipped subtests) and --dsakit-report, prints each run's inventory
 # count line, its "why these skipped" paragraph and pytest's final line, then `dsakit report merge`
 # of the runs (the fleet table with its runs-on column). Writes $OUT/<device>.{txt,json}, $OUT/merge.*.
