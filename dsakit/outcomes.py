@@ -9,6 +9,7 @@ dsakit.node.pr_vs_base_recorder, one JSON line each; dsakit.gates.inventory, the
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +108,59 @@ def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> d
             "duration": round(report.duration, 4), **detail}
 
 
+def subtest_description(context: Any) -> str:
+    """A subtest's part of its id, as pytest prints it: `[msg] (key=value, ...)`, or `(<subtest>)`."""
+    parts = [f"[{context.msg}]"] if context.msg is not None else []
+    if context.kwargs:
+        parts.append("(" + ", ".join(f"{k}={v}" for k, v in context.kwargs.items()) + ")")
+    return " ".join(parts) or "(<subtest>)"
+
+
+def subtest_id(nodeid: str, context: Any) -> str:
+    """The id of one subtest (unittest's `self.subTest(...)`, pytest's `subtests` fixture): its
+    test's node id and its description, e.g. `t.py::T::test_x (impl='fa3')`."""
+    return f"{nodeid} {subtest_description(context)}"
+
+
 class OutcomeRecorder:
     """Every test's outcome record so far, by pytest node id, from the phase reports as they arrive
-    (the one recorder: `dsakit compare`'s record file and `--dsakit-report` both read it)."""
+    (the one recorder: `dsakit compare`'s record file and `--dsakit-report` both read it); each
+    subtest's record by its `subtest_id` (a second subtest of one test with the same description
+    gets ` #2`), which carries `subtest_of`. A failed subtest also fails its test, as pytest does."""
 
     def __init__(self) -> None:
         self.outcomes: dict[str, dict[str, Any]] = {}
+        self.subtests: dict[str, dict[str, Any]] = {}
+        self._seen: dict[str, Counter[str]] = {}  # test id -> subtest descriptions of its current run
 
-    def record(self, report: pytest.TestReport) -> dict[str, Any] | None:
-        """The test's record after this phase report, or None when the phase changed nothing."""
+    def record(self, report: pytest.TestReport) -> list[dict[str, Any]]:
+        """The records this phase report changed: the test's, or the subtest's and, when it failed,
+        its test's (empty when the phase changed nothing)."""
+        context = getattr(report, "context", None)  # pytest's SubtestReport
+        if context is not None:
+            return self._subtest(report, context)
+        if report.when == "setup":
+            self._seen.pop(report.nodeid, None)  # a rerun of the test numbers its subtests afresh
         record = next_outcome(self.outcomes.get(report.nodeid), report)
-        if record is not None:
-            self.outcomes[report.nodeid] = record
-        return record
+        if record is None:
+            return []
+        self.outcomes[report.nodeid] = record
+        return [record]
+
+    def _subtest(self, report: pytest.TestReport, context: Any) -> list[dict[str, Any]]:
+        base = subtest_id(report.nodeid, context)
+        seen = self._seen.setdefault(report.nodeid, Counter())
+        seen[base] += 1
+        key = base if seen[base] == 1 else f"{base} #{seen[base]}"
+        record = next_outcome(None, report)
+        if record is None:
+            return []
+        record = {**record, "nodeid": key, "subtest_of": report.nodeid}
+        self.subtests[key] = record
+        if record["outcome"] not in FAILING:
+            return [record]
+        parent = next_outcome(self.outcomes.get(report.nodeid), report)
+        if parent is None:
+            return [record]
+        self.outcomes[report.nodeid] = parent
+        return [record, parent]

@@ -24,8 +24,10 @@ from typing import Any
 from dsakit.errors import UsageError
 from dsakit.devices import pr_gate_keys
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
+from dsakit.gates.skip_causes import Cause
 from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection
+from dsakit.node.pr_vs_base import (Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection,
+                                    skip_reason)
 from dsakit.outcomes import FAILING, signature
 from dsakit.node.process_group import check_timeout, interruptible, stop_all
 from dsakit.output_paths import OutputFile, output_file, writable_dir
@@ -42,10 +44,13 @@ class Verdict:
     pr: str | None
     detail: str = ""
     explanation: str = ""
+    base_reason: str = ""  # the base run's outcome with its skip reason or failure signature
+    pr_reason: str = ""  # the same for the PR run
 
     def as_dict(self) -> dict[str, Any]:
         return {"test": self.test, "device": self.device, "verdict": self.verdict, "base": self.base,
-                "pr": self.pr, "detail": self.detail, "explanation": self.explanation}
+                "pr": self.pr, "detail": self.detail, "explanation": self.explanation,
+                "base_reason": self.base_reason, "pr_reason": self.pr_reason}
 
 
 @dataclass
@@ -134,7 +139,8 @@ def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> Non
     if tree_label == "pr" and report.is_file():  # each test's declared gates, for --must-run
         check.pr_gates = {t: tuple(e.get("gates", ())) for t, e in json.loads(report.read_text()).get("tests", {}).items()}
     setattr(check, tree_label, run)
-    failing = [t for t, o in run.tests.items() if o["outcome"] in FAILING]
+    # a failed subtest is rerun with its test (a subtest id is not a pytest node id)
+    failing = list(dict.fromkeys(o.get("subtest_of", t) for t, o in run.tests.items() if o["outcome"] in FAILING))
     if failing:
         only = plan.workdir / f"{label}-rerun.txt"
         output_file(only, "--keep").write_text("\n".join(failing) + "\n")
@@ -179,6 +185,18 @@ def _explanation(outcome: dict[str, Any] | None) -> str:
     return str((outcome or {}).get("explained", ""))
 
 
+def outcome_text(outcome: dict[str, Any] | None) -> str:
+    """One run's outcome of a test in words: `skipped: <reason>`, `failed: <signature>`, `passed`,
+    or `not collected`."""
+    if outcome is None:
+        return "not collected"
+    if outcome["outcome"] == "skipped":
+        return "skipped: " + skip_reason(outcome)
+    if outcome["outcome"] in FAILING:
+        return f"{outcome['outcome']}: {signature(outcome)}"
+    return str(outcome["outcome"])
+
+
 def verdicts(check: DeviceCheck) -> list[Verdict]:
     assert check.base is not None and check.pr is not None
     result: list[Verdict] = []
@@ -202,7 +220,7 @@ def verdicts(check: DeviceCheck) -> list[Verdict]:
             verdict = "passed"
         detail = change.detail or (signature(p) if pr_fails and p else "")
         result.append(Verdict(change.nodeid, check.device, verdict, change.base, change.pr, detail,
-                              _explanation(p if pr_fails else b)))
+                              _explanation(p if pr_fails else b), outcome_text(b), outcome_text(p)))
     return result
 
 
@@ -448,6 +466,11 @@ def comment(pr_check: PrCheck) -> Comment:
                     tuple((f"model_runner.{r.path} in {r.function}", r.site)
                           for r in pr_check.reads if r.kind == "removed"))
     not_run = _not_run_groups(pr_check)
+    summary += _why(pr_check)
+    changed = pr_check.of("skip-change")
+    skip_changes = Table(f"Skip changes ({len(changed)}): skipped on one tree only, or for another reason",
+                         ("test", "device", "base", "PR"),
+                         tuple((f"`{v.test}`", pr_check.label(v.device), v.base_reason, v.pr_reason) for v in changed))
     return Comment(
         title="dsakit pr-check",
         summary=summary,
@@ -461,32 +484,57 @@ def comment(pr_check: PrCheck) -> Comment:
         ],
         lead_tables=[reads, removed] if removed.rows else [reads],
         skips=not_run,
+        tables=[skip_changes] if changed else [],
         list_limit=_TESTS_PER_ROW,
     )
 
 
+def _causes(check: DeviceCheck, tests: Any = None) -> list[tuple[str, Cause]]:
+    """The PR run's skips on one device (of `tests` only, when given), each with its cause."""
+    from dsakit.gates.inventory import reasons_from_message
+    from dsakit.gates.skip_causes import explain
+
+    assert check.pr is not None
+    release = check.pr.sglang.get("version")
+    causes = []
+    for nodeid, outcome in check.pr.tests.items():
+        if outcome["outcome"] != "skipped" or (tests is not None and nodeid not in tests):
+            continue
+        message = skip_reason(outcome)
+        causes.append((nodeid, explain(message, reasons_from_message(message), release, check.device)))
+    return causes
+
+
+def _why(pr_check: PrCheck) -> list[str]:
+    """One "why these skipped" paragraph per device, of its PR run."""
+    from dsakit.gates.skip_causes import group_causes, why_paragraph
+
+    return [why_paragraph(groups, f"{check.label}, PR run") for check in pr_check.checks
+            if check.pr is not None and (groups := group_causes(_causes(check)))]
+
+
 def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
-    """Tests that ran on no device in either tree, grouped by their skip reason code."""
-    from dsakit.gates.inventory import UNCODED, reasons_from_message
+    """Tests that ran on no device in either tree, grouped by their skip's cause (each test x
+    device once), with where each group would run."""
+    from dsakit.gates.skip_causes import UNCODED, group_causes, runs_on_here
 
     ran = {v.test for v in pr_check.all_verdicts() if v.verdict != "not-run"}
-    groups: dict[str, dict[str, Any]] = {}
+    here: dict[str, list[tuple[str, bool]]] = {}
+    causes: list[tuple[str, Cause]] = []
+    devices: dict[str, list[str]] = {}
     for check in pr_check.checks:
+        here.setdefault(check.device, []).append((check.label, check.runs_as != REAL))
         assert check.pr is not None
-        for nodeid, outcome in check.pr.tests.items():
-            if outcome["outcome"] != "skipped" or nodeid in ran:
-                continue
-            reason = str(outcome.get("reason", ""))
-            coded = reasons_from_message(reason)
-            code, sentence = (coded[0].code, in_tree(coded[0].message)) if coded else (UNCODED, in_tree(reason))
-            group = groups.setdefault(code, {"reason": sentence, "entries": 0, "devices": [], "tests": []})
-            group["entries"] += 1
-            if check.label not in group["devices"]:
-                group["devices"].append(check.label)
-            if nodeid not in group["tests"]:
-                group["tests"].append(nodeid)
-    return [SkipGroup(code, g["reason"], g["entries"], ", ".join(g["devices"]), "no device", tuple(sorted(g["tests"])))
-            for code, g in sorted(groups.items(), key=lambda kv: -kv[1]["entries"])]
+        not_run = {t for t in check.pr.tests if t not in ran}
+        for nodeid, cause in _causes(check, not_run):
+            causes.append((nodeid, cause))
+            labels = devices.setdefault(cause.code, [])
+            if check.label not in labels:
+                labels.append(check.label)
+    return [SkipGroup(g.code, g.reason, g.count, ", ".join(devices[g.code]), "no device",
+                      tuple(sorted(set(g.tests))), runs_on_here(g.runs_on, "; ".join(g.notes), here),
+                      tuple(g.messages.most_common()) if g.code == UNCODED else ())
+            for g in group_causes(causes)]
 
 
 def as_json(pr_check: PrCheck) -> dict[str, Any]:
@@ -501,6 +549,7 @@ def as_json(pr_check: PrCheck) -> dict[str, Any]:
         "verdicts": [v.as_dict() for v in pr_check.all_verdicts()],
         "reads": [r.as_dict() for r in pr_check.reads],
         "must_run": {"codes": list(pr_check.must_run), "failed": pr_check.must_run_failures()},
+        "why": _why(pr_check),
         "unusable_runs": pr_check.unusable()[0],
         "exit": pr_check.exit_code(),
     }

@@ -1,24 +1,25 @@
-"""The skip inventory: every skip grouped by its reason code ("uncoded" for bare skips), with counts.
+"""The skip inventory: every skip pytest counts (subtests too), each once, grouped by its cause.
 
 Owns: recording skips (on the xdist controller too, from every forwarded report, so a crashed
 worker's skips stay) and declared gates, the xdist hand-over, the "dsakit skip inventory" section,
-the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's outcome and gates),
-`--dsakit-must-run` and the header line. Never imports torch or SGLang (the device lazily).
+the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's and subtest's
+outcome, gates and skip cause, the skip groups and paragraph), `--dsakit-must-run` and the header
+line. What a skip's cause is and how skips group: `dsakit.gates.skip_causes`, read at the end of
+the run only. Never imports torch or SGLang (the device lazily).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
+    from dsakit.gates.skip_causes import CauseGroup
     from dsakit.outcomes import OutcomeRecorder
     from dsakit.reasons import Reason
 
@@ -31,9 +32,11 @@ DEVICE_KEY = "dsakit_device"
 HOST_LABEL_ENV = "DSAKIT_HOST_LABEL"
 
 # The `--dsakit-report` file: `format` names it, `format_version` says which fields it has
-# (1: device, sglang, gates, must_run; 2 adds host, shard and per-test outcomes and gates).
+# (1: device, sglang, gates, must_run; 2 adds host, shard and per-test outcomes and gates; 3 counts
+# skips as pytest does: subtests with their own records, each skip's cause with where it runs, the
+# skip groups and the "why these skipped" paragraph, instead of 2's skipped test ids per gate code).
 REPORT_KIND = "dsakit-report"
-REPORT_FORMAT = 2
+REPORT_FORMAT = 3
 
 # "[code] sentence" as written by `format_reasons` and by every dsakit Reason (gates, invalid
 # matrix cells, unsupported kernel shapes): codes are lower-case slugs starting with a letter, or a
@@ -41,7 +44,6 @@ REPORT_FORMAT = 2
 # controller reads back from the forwarded message before the worker's own record arrives.
 _CODE = r"sm(?:>=|==|~)\d+(?:\.\d+)?|gfx in gfx[0-9a-f]+(?:,gfx[0-9a-f]+)*|[a-z][a-z0-9:_.\-]*"
 _CODE_IN_MESSAGE = rf"\[({_CODE})\] ([^|]*)"  # compiled on first use (re caches it): not in every session
-UNCODED = "uncoded"
 
 
 def format_reasons(reasons: Iterable[Reason]) -> str:
@@ -67,35 +69,30 @@ def _skip_message(report: pytest.TestReport) -> str:
     return str(longrepr or "")
 
 
-class GateSkips:
-    """The tests skipped behind one code. A plain class: a dataclass compiles its methods when the
-    module loads, which every pytest session would pay (bench/bench_kit_overhead.py)."""
+class Skip:
+    """One skip as pytest counted it: a test's (setup, call or teardown) or a subtest's. A plain
+    class: a dataclass compiles its methods when the module loads, which every pytest session would
+    pay (bench/bench_kit_overhead.py)."""
 
-    __slots__ = ("code", "reason", "tests")
+    __slots__ = ("test", "nodeid", "message", "reasons")
 
-    def __init__(self, code: str, reason: str, tests: list[str] | None = None) -> None:
-        self.code = code
-        self.reason = reason
-        self.tests: list[str] = [] if tests is None else tests
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, GateSkips):
-            return NotImplemented
-        return (self.code, self.reason, self.tests) == (other.code, other.reason, other.tests)
+    def __init__(self, test: str, nodeid: str, message: str, reasons: tuple[Reason, ...]) -> None:
+        self.test = test  # the test id, or a subtest's (dsakit.outcomes.subtest_id)
+        self.nodeid = nodeid
+        self.message = message  # as written, without pytest's "Skipped: "
+        self.reasons = reasons  # dsakit's reasons (planned, or read back from the message); () for others
 
     def __repr__(self) -> str:
-        return f"GateSkips(code={self.code!r}, reason={self.reason!r}, tests={self.tests!r})"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"count": len(self.tests), "reason": self.reason, "tests": list(self.tests)}
+        return f"Skip(test={self.test!r}, message={self.message!r}, reasons={self.reasons!r})"
 
 
 class SkipInventory:
-    """Gated skips of one process (or, on the xdist controller, of all workers)."""
+    """The skips of one process (or, on the xdist controller, of all workers: their reports are
+    forwarded to it as they happen), each counted once, as pytest counts them."""
 
     def __init__(self) -> None:
         self.planned: dict[str, tuple[Reason, ...]] = {}
-        self.gates: dict[str, GateSkips] = {}
+        self.skips: list[Skip] = []
         # test id -> gate codes it declared, open or closed; unknown (None) on an xdist controller
         # until a worker hands its collection over (the controller collects nothing)
         self.declared: dict[str, list[str]] | None = {}
@@ -126,20 +123,24 @@ class SkipInventory:
         self.planned[nodeid] = tuple(reasons)
 
     def add(self, nodeid: str, reasons: Iterable[Reason]) -> None:
-        for reason in reasons:
-            self.add_tests(reason.code, reason.message, [nodeid])
+        reasons = tuple(reasons)
+        self.skips.append(Skip(nodeid, nodeid, format_reasons(reasons), reasons))
 
     def record(self, report: pytest.TestReport) -> None:
-        if not report.skipped or report.when not in ("setup", "call") or hasattr(report, "wasxfail"):
+        """A skipped phase report (pytest's "skipped" count: any phase, subtests too, not xfails)."""
+        if not report.skipped or hasattr(report, "wasxfail"):
             return
-        message = _skip_message(report)
-        reasons = self.planned.get(report.nodeid) or tuple(reasons_from_message(message))
-        if not reasons:
-            from dsakit.reasons import Reason
+        message = _skip_message(report).removeprefix("Skipped: ").strip()
+        context = getattr(report, "context", None)  # pytest's SubtestReport
+        if context is None:
+            test = report.nodeid
+            reasons = self.planned.get(test) or tuple(reasons_from_message(message))
+        else:  # a test's planned gates are not its subtests' reasons
+            from dsakit.outcomes import subtest_id
 
-            # A skip without a reason code still shows up: invisible skips are what this is for.
-            reasons = (Reason(UNCODED, message.removeprefix("Skipped: ").strip() or "no reason given"),)
-        self.add(report.nodeid, reasons)
+            test = subtest_id(report.nodeid, context)
+            reasons = tuple(reasons_from_message(message))
+        self.skips.append(Skip(test, report.nodeid, message, reasons))
 
     def add_planned(self, selected: Iterable[str]) -> None:
         """Collect-only runs: count what collection decided would skip, for the selected tests only
@@ -148,52 +149,33 @@ class SkipInventory:
             if nodeid in self.planned:
                 self.add(nodeid, self.planned[nodeid])
 
-    def to_data(self) -> dict[str, Any]:
-        return {code: entry.as_dict() for code, entry in self.gates.items()}
-
     def worker_data(self) -> dict[str, Any]:
-        return {"gates": self.to_data(), "declared": self.declared or {}, "used": self.used}
+        """What a worker hands the controller at its end: what its tests declared (the controller
+        collects nothing). Its skips reach the controller report by report, as they happen."""
+        return {"declared": self.declared or {}, "used": self.used}
 
     def merge(self, data: dict[str, Any]) -> None:
         """A worker's `worker_data()`."""
         self.used = self.used or bool(data.get("used"))
-        for code, entry in data["gates"].items():
-            self.add_tests(code, str(entry["reason"]), [str(t) for t in entry["tests"]])
         for nodeid, codes in data["declared"].items():
             self.declare(nodeid, codes)
-
-    def add_tests(self, code: str, reason: str, tests: Iterable[str]) -> None:
-        """Count `tests` under `code`. A test counts once: under its codes, or else as uncoded (an
-        xdist controller may have filed it as uncoded from the forwarded message before the
-        worker's record names its code)."""
-        tests = list(tests)
-        if code == UNCODED:
-            coded = {t for c, e in self.gates.items() if c != UNCODED for t in e.tests}
-            tests = [t for t in tests if t not in coded]
-            if not tests:
-                return
-        else:
-            self._drop_uncoded(tests)
-        entry = self.gates.setdefault(code, GateSkips(code, reason))
-        for test in tests:
-            if test not in entry.tests:
-                entry.tests.append(test)
-
-    def _drop_uncoded(self, tests: Iterable[str]) -> None:
-        uncoded = self.gates.get(UNCODED)
-        if uncoded is None:
-            return
-        uncoded.tests[:] = [t for t in uncoded.tests if t not in set(tests)]
-        if not uncoded.tests:
-            del self.gates[UNCODED]
 
     @property
     def gated(self) -> bool:
         """Something skipped behind a dsakit reason code in a run that uses dsakit."""
-        return self.used and any(code != UNCODED for code in self.gates)
+        return self.used and any(skip.reasons for skip in self.skips)
 
     def skipped_behind(self, codes: Iterable[str]) -> dict[str, list[str]]:
-        return {code: list(self.gates[code].tests) for code in codes if code in self.gates}
+        """Per code, the tests a skip behind it (any of its closed gates) hit, each once."""
+        behind: dict[str, list[str]] = {}
+        wanted = set(codes)
+        for skip in self.skips:
+            for reason in skip.reasons:
+                if reason.code in wanted:
+                    tests = behind.setdefault(reason.code, [])
+                    if skip.test not in tests:
+                        tests.append(skip.test)
+        return {code: behind[code] for code in codes if code in behind}
 
     def without_tests(self, codes: Iterable[str]) -> list[str]:
         """Codes no collected test sits behind (nothing for --dsakit-must-run to check); empty when
@@ -201,7 +183,8 @@ class SkipInventory:
         if self.declared is None:
             return []
         behind = {code for codes in self.declared.values() for code in codes}
-        return [code for code in codes if code not in self.gates and code not in behind]
+        behind.update(reason.code for skip in self.skips for reason in skip.reasons)
+        return [code for code in codes if code not in behind]
 
 
 def host_label(option: str | None) -> str:
@@ -322,39 +305,72 @@ class InventoryReporter:
             if self.report_error and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
                 session.exitstatus = pytest.ExitCode.USAGE_ERROR  # a requested output is missing
 
-    def as_json(self) -> dict[str, Any]:
+    def device_key(self) -> str:
+        """The device table's entry this run's device is (simulated, or matched by arch)."""
+        from dsakit.gates.skip_causes import table_key
+
         device = self.device()
+        return table_key(device.as_dict()) or device.key
+
+    def where(self) -> str:
+        """The run's device as the paragraph names it: `sm103 (simulated)`, `sm90 (real)`."""
+        return f"{self.device_key()} ({'simulated' if self.device().simulated else 'real'})"
+
+    def cause_groups(self) -> list[CauseGroup]:
+        """Every skip once, grouped by its cause (classified here, at the end: nothing per test)."""
+        from dsakit.gates.skip_causes import explain, group_causes
+
+        release, key = _sglang_version(), self.device_key()
+        return group_causes((skip.test, explain(skip.message, skip.reasons, release, key))
+                            for skip in self.inventory.skips)
+
+    def as_json(self) -> dict[str, Any]:
+        from dsakit.gates.skip_causes import why_paragraph
+
+        device = self.device()
+        groups = self.cause_groups()
+        tests, subtests = self.tests_json()
         return {
             "format": REPORT_KIND,
             "format_version": REPORT_FORMAT,
             "host": self.host,
             "shard": shard_of(self.config),
-            "device": device.as_dict(),
+            "device": {**device.as_dict(), "table_key": self.device_key()},
             "sglang": _sglang_version(),
             "collect_only": bool(self.config.option.collectonly),
-            "gates": self.inventory.to_data(),
+            "skips": {"total": len(self.inventory.skips), "groups": [g.as_dict() for g in groups],
+                      "why": why_paragraph(groups, self.where())},
             "must_run": {"codes": list(self.must_run), "failed": self.failures,
                          "no_test_behind": self.untested, "strict": self.must_run_strict},
-            "tests": self.tests_json(),
+            "tests": tests,
+            "subtests": subtests,
         }
 
-    def tests_json(self) -> dict[str, dict[str, Any]]:
-        """Per test id: outcome, the gates it declared, skip reasons (codes) or failure signature."""
+    def tests_json(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """Per test id: outcome, the gates it declared, its skip's cause (then the other closed
+        gates) or failure signature; per subtest id the same, with its test (`test`)."""
+        from dsakit.gates.skip_causes import explain
         from dsakit.outcomes import FAILING, signature
-        from dsakit.reasons import Reason
 
-        tests: dict[str, dict[str, Any]] = {}
-        for nodeid, record in self.recorder.outcomes.items():
-            entry: dict[str, Any] = {"outcome": record["outcome"],
-                                     "gates": list((self.inventory.declared or {}).get(nodeid, ()))}
+        release, key = _sglang_version(), self.device_key()
+        declared = self.inventory.declared or {}
+
+        def entry(record: dict[str, Any], planned: tuple[Reason, ...]) -> dict[str, Any]:
+            result: dict[str, Any] = {"outcome": record["outcome"]}
             if record["outcome"] == "skipped":
-                reasons = self.inventory.planned.get(nodeid) or reasons_from_message(record["reason"])
-                entry["reasons"] = [r.as_dict() for r in reasons] or [
-                    Reason(UNCODED, record["reason"].strip() or "no reason given").as_dict()]
+                reasons = planned or tuple(reasons_from_message(record["reason"]))
+                cause = explain(record["reason"], reasons, release, key)
+                result["reasons"] = [cause.as_dict(), *(r.as_dict() for r in reasons[1:])]
             elif record["outcome"] in FAILING:
-                entry["signature"] = signature(record)
-            tests[nodeid] = entry
-        return tests
+                result["signature"] = signature(record)
+            return result
+
+        tests = {nodeid: {**entry(record, self.inventory.planned.get(nodeid, ())),
+                          "gates": list(declared.get(nodeid, ()))}
+                 for nodeid, record in self.recorder.outcomes.items()}
+        subtests = {sub: {"test": record["subtest_of"], **entry(record, ())}
+                    for sub, record in self.recorder.subtests.items()}
+        return tests, subtests
 
     def write_report(self, path: str) -> None:
         """Through dsakit's one output writer (atomic, never replacing a special file); a path
@@ -374,7 +390,7 @@ class InventoryReporter:
         # something skipped behind a dsakit reason code
         if self.is_worker or not (self.inventory.gated or self.announce or self.must_run or self.report_error):
             return
-        if not self.inventory.gates and not self.must_run and not self.report_error:
+        if not self.inventory.skips and not self.must_run and not self.report_error:
             return
         device = self.device()
         terminalreporter.section("dsakit skip inventory")
@@ -383,13 +399,17 @@ class InventoryReporter:
         )
         if config.option.collectonly:
             terminalreporter.write_line("collect-only: skips decided at collection")
-        if not self.inventory.gates:
+        elif self.inventory.skips:
+            terminalreporter.write_line(self._count_line(len(terminalreporter.stats.get("skipped", ()))))
+        if not self.inventory.skips:
             terminalreporter.write_line("no test skipped behind a dsakit gate")
-        for code, entry in sorted(self.inventory.gates.items(), key=lambda kv: (-len(kv[1].tests), kv[0])):
-            terminalreporter.write_line(f"{len(entry.tests):4d} skipped  [{code}] {entry.reason}")
-            if config.option.verbose > 0:
-                for test in entry.tests:
-                    terminalreporter.write_line(f"           {test}")
+        groups = self.cause_groups() if self.inventory.skips else []
+        for group in groups:
+            self._write_group(terminalreporter, group, verbose=config.option.verbose > 0)
+        if groups:
+            from dsakit.gates.skip_causes import why_paragraph
+
+            terminalreporter.write_line(why_paragraph(groups, self.where()))
         for code, tests in self.failures.items():
             terminalreporter.write_line(
                 f"dsakit: --dsakit-must-run {code}: {len(tests)} test(s) behind gate {code} skipped: "
@@ -405,6 +425,37 @@ class InventoryReporter:
             )
         if self.report_error:
             terminalreporter.write_line(f"dsakit: {self.report_error}", red=True)
+
+    def _count_line(self, counted: int) -> str:
+        """The inventory's total beside pytest's own count of skipped (its final line)."""
+        total = len(self.inventory.skips)
+        line = f"{total} skip{'' if total == 1 else 's'}, each in one group below (pytest counts {counted} skipped"
+        subtests = sum(1 for skip in self.inventory.skips if skip.test != skip.nodeid)
+        if counted != total and counted == total - subtests:
+            # pytest's subtests report a skipped subtest as nothing at verbosity 0 (_pytest/subtests.py)
+            line += (f": at this verbosity it leaves out the {subtests} skipped subtests; -q, -v or "
+                     "-o verbosity_subtests=1 count them")
+        return line + ")"
+
+    @staticmethod
+    def _write_group(terminalreporter: Any, group: CauseGroup, *, verbose: bool) -> None:
+        """The group's count, code and representative reason, where it runs; an uncoded group's
+        messages verbatim; with -v every test (under its message where the group has several)."""
+        from dsakit.gates.skip_causes import UNCODED
+
+        indent = " " * 11
+        terminalreporter.write_line(f"{group.count:4d} skipped  [{group.code}] {group.reason}")
+        where = f"{indent}runs on: {group.runs_on_text()}"
+        if group.also:
+            where += "; also closed: " + ", ".join(f"{code} ({n})" for code, n in group.also.items())
+        terminalreporter.write_line(where)
+        several = len(group.messages) > 1
+        for message, count in group.messages.most_common():
+            if group.code == UNCODED or (several and verbose):
+                terminalreporter.write_line(f"{indent}{count:3d}x {message}")
+            if verbose:
+                for test in group.by_message[message]:
+                    terminalreporter.write_line(f"{indent}{'    ' if several else ''}{test}")
 
 
 class SkipRecorder:

@@ -2,7 +2,8 @@
 
 Owns: which gate codes exist, what each requires, and the sentence a closed gate produces (what is
 missing, what covers the case instead). Device rules: at least / exactly / same family; AMD by gfx
-arch string, never by number. Never imports pytest, torch or SGLang (markers: `dsakit.gates.marks`).
+arch string, never by number. Never imports pytest, torch or SGLang (markers: `dsakit.gates.marks`;
+which of SGLang's own skip messages mean these gates: `dsakit.gates.sglang_skips`).
 """
 
 from __future__ import annotations

@@ -32,11 +32,13 @@ class FailureSection:
 @dataclass(frozen=True)
 class SkipGroup:
     code: str
-    reason: str
-    skipped: int  # skip entries (test x node)
+    reason: str  # the representative message
+    skipped: int  # skip entries (test or subtest x node), each in one group
     skipped_on: str
     covered_on: str  # nodes where these tests ran, or NOT_COVERED
     uncovered: tuple[str, ...] = ()  # test ids that ran on no node
+    runs_on: str = ""  # the devices that open the group's code, and the fleet's nodes of them
+    messages: tuple[tuple[str, int], ...] = ()  # an uncoded group's messages, verbatim, with counts
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,14 @@ def render(comment: Comment) -> str:
     lines.append(f"### Skips by reason code ({len(comment.skips)})")
     lines.append("")
     if comment.skips:
-        lines += _table(("code", "skips", "skipped on", "covered on", "reason"),
-                        [(_code(g.code), str(g.skipped), g.skipped_on, g.covered_on, g.reason)
+        lines += _table(("code", "skips", "skipped on", "runs on", "covered on", "reason"),
+                        [(_code(g.code), str(g.skipped), g.skipped_on, g.runs_on or "-", g.covered_on, g.reason)
                          for g in comment.skips])
+        for g in comment.skips:
+            if g.messages:
+                lines += ["", f"<details><summary>{_code(g.code)} messages, verbatim ({len(g.messages)})</summary>", ""]
+                lines += [f"- {n} x {_code(m)}" for m, n in g.messages]
+                lines += ["", "</details>"]
         uncovered = [g for g in comment.skips if g.uncovered]
         if uncovered:
             count = len({t for g in uncovered for t in g.uncovered})

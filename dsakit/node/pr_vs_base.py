@@ -162,13 +162,14 @@ def in_tree(text: str) -> str:
     return _OVERLAY_PATH.sub("", text)
 
 
-def _skip_reason(outcome: dict[str, Any]) -> str:
+def skip_reason(outcome: dict[str, Any]) -> str:
+    """A skipped outcome's reason on one line, paths inside an overlay read as paths in the tree."""
     return in_tree(re.sub(r"\s+", " ", str(outcome.get("reason", "")))).strip()
 
 
 def _skip_key(outcome: dict[str, Any]) -> str:
     """The skip reason without line numbers: a PR that moves the skipping call is the same skip."""
-    return re.sub(r"\.py:\d+", ".py", _skip_reason(outcome))
+    return re.sub(r"\.py:\d+", ".py", skip_reason(outcome))
 
 
 # Classes: regression (passed or skipped in base, failed / error / crashed in the PR), fixed (failed
@@ -189,10 +190,10 @@ def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> 
         bo, po = b["outcome"], p["outcome"]
         b_fail, p_fail = bo in FAILING, po in FAILING
         if p_fail and not b_fail:
-            was = f" (was skipped: {_skip_reason(b)})" if bo == "skipped" else ""
+            was = f" (was skipped: {skip_reason(b)})" if bo == "skipped" else ""
             changes.append(Change(nodeid, "regression", bo, po, signature(p) + was))
         elif b_fail and not p_fail:
-            detail = f"was: {signature(b)}" + (f"; now skipped: {_skip_reason(p)}" if po == "skipped" else "")
+            detail = f"was: {signature(b)}" + (f"; now skipped: {skip_reason(p)}" if po == "skipped" else "")
             changes.append(Change(nodeid, "fixed" if po != "skipped" else "skip-change", bo, po, detail))
         elif b_fail and p_fail:
             sb, sp = signature(b), signature(p)
@@ -202,10 +203,10 @@ def classify(base: dict[str, dict[str, Any]], pr: dict[str, dict[str, Any]]) -> 
                 changes.append(Change(nodeid, "failing-differently", bo, po, f"base: {sb} | pr: {sp}"))
         elif bo == "skipped" or po == "skipped":
             if bo != po:
-                changes.append(Change(nodeid, "skip-change", bo, po, _skip_reason(b if bo == "skipped" else p)))
+                changes.append(Change(nodeid, "skip-change", bo, po, skip_reason(b if bo == "skipped" else p)))
             elif _skip_key(b) != _skip_key(p):
                 changes.append(Change(nodeid, "skip-change", bo, po,
-                                      f"base: {_skip_reason(b)} | pr: {_skip_reason(p)}"))
+                                      f"base: {skip_reason(b)} | pr: {skip_reason(p)}"))
             else:
                 changes.append(Change(nodeid, "unchanged", bo, po))
         else:
@@ -217,7 +218,7 @@ def _describe(outcome: dict[str, Any]) -> str:
     if outcome["outcome"] in FAILING:
         return signature(outcome)
     if outcome["outcome"] == "skipped":
-        return _skip_reason(outcome)
+        return skip_reason(outcome)
     return ""
 
 
@@ -265,7 +266,8 @@ def format_table(base: Run, pr: Run, changes: list[Change], mismatch: list[str])
 def comment(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> Comment:
     """The PR comment: regressions first, then failures that changed or stayed (with signatures),
     fixes, and the PR run's skips by reason code (covered when the base run ran the test)."""
-    from dsakit.gates.inventory import UNCODED, reasons_from_message
+    from dsakit.gates.inventory import reasons_from_message
+    from dsakit.gates.skip_causes import UNCODED, explain, group_causes, why_paragraph
     from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup
 
     counts = {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES}
@@ -276,26 +278,30 @@ def comment(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> C
     sections = [FailureSection(titles[kind], tuple(FailureRow(c.nodeid, where[kind], c.detail)
                                                   for c in changes if c.kind == kind))
                 for kind in ("regression", "failing-differently", "pre-existing", "fixed")]
-    groups: dict[str, tuple[str, list[str]]] = {}
+    release = pr.sglang.get("version")
+    causes = []
     for nodeid, outcome in pr.tests.items():
-        if outcome["outcome"] != "skipped":
-            continue
-        message = _skip_reason(outcome)
-        for reason in reasons_from_message(message) or [Reason(UNCODED, message or "no reason given")]:
-            groups.setdefault(reason.code, (reason.message, []))[1].append(nodeid)
+        if outcome["outcome"] == "skipped":
+            message = skip_reason(outcome)
+            # both runs share the device: a kernel-launch skip's cause names no other one
+            causes.append((nodeid, explain(message, reasons_from_message(message), release, "this device")))
     skips = []
-    for code, (message, tests) in sorted(groups.items(), key=lambda kv: (-len(kv[1][1]), kv[0])):
+    groups = group_causes(causes)
+    for group in groups:
+        tests = group.tests
         ran_in_base = [t for t in tests if base.tests.get(t, {}).get("outcome") not in (None, "skipped")]
         uncovered = tuple(t for t in tests if t not in ran_in_base)
         covered = f"base run ({len(ran_in_base)} of {len(tests)})" if ran_in_base else NOT_COVERED
-        skips.append(SkipGroup(code, message, len(tests), f"PR run (SGLang {pr.sglang.get('version')})",
-                               covered, uncovered))
+        skips.append(SkipGroup(group.code, group.reason, group.count, f"PR run (SGLang {release})",
+                               covered, uncovered, group.runs_on_text(),
+                               tuple(group.messages.most_common()) if group.code == UNCODED else ()))
     summary = [
         f"base: SGLang {base.sglang.get('version')} (`{base.src}`), PR: SGLang {pr.sglang.get('version')} (`{pr.src}`)",
         f"device {base.env.get('device')}; "
         + ("environment MISMATCH: " + "; ".join(mismatch) if mismatch else "same environment fingerprint"),
         ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES),
         *(f"{run.label} run did not finish: {run.crashed}" for run in (base, pr) if run.crashed),
+        *([why_paragraph(groups, "the PR run")] if groups else []),
     ]
     return Comment("dsakit compare: PR vs base", summary, sections, skips)
 

@@ -85,14 +85,14 @@ class Recorder:
         self._write({"kind": "start", "nodeid": located_nodeid(nodeid, location[0])})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        record = self.recorder.record(report)
-        if record is None:
-            return
-        record = {"kind": "test", **record}
-        located = located_nodeid(report.nodeid, report.location[0])
-        if located != report.nodeid:  # pytest's own id stays: --dsakit-report keys by it
-            record = {**record, "nodeid": located, "pytest_nodeid": report.nodeid}
-        self._write(record)
+        for changed in self.recorder.record(report):  # a test's record, or a subtest's (and its test's)
+            record = {"kind": "test", **changed}
+            located = located_nodeid(changed["nodeid"], report.location[0])
+            if located != changed["nodeid"]:  # pytest's own id stays: --dsakit-report keys by it
+                record = {**record, "nodeid": located, "pytest_nodeid": changed["nodeid"]}
+                if "subtest_of" in changed:
+                    record["subtest_of"] = located_nodeid(changed["subtest_of"], report.location[0])
+            self._write(record)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._write({"kind": "end", "exitstatus": int(exitstatus)})

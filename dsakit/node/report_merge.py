@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND, UNCODED
+from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND
+from dsakit.gates.skip_causes import UNCODED, Cause, CauseGroup, group_causes, runs_on_here, why_paragraph
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.outcomes import FAILING
 from dsakit.output_paths import output_file
@@ -43,6 +44,8 @@ class NodeReport:
     tests: dict[str, dict[str, Any]]
     must_run: tuple[str, ...]
     simulated: bool = False  # a --dsakit-device run: its coverage is not real hardware coverage
+    subtests: dict[str, dict[str, Any]] = field(default_factory=dict)  # by subtest id, each with its `test`
+    table_key: str = ""  # the device table's entry the device is (simulated, or matched by arch)
 
 
 def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
@@ -73,6 +76,11 @@ def load_report(path: str) -> NodeReport:
                 f"per-test outcomes), so what ran there cannot be known; rerun that node with this "
                 f"dsakit (report format {REPORT_FORMAT})")
         raise UsageError(f"{path}: not a dsakit report (no \"format\": \"{REPORT_KIND}\"); {_HOW}")
+    if version == 2:
+        raise UsageError(
+            f"{path}: a dsakit report of format 2 (an older dsakit: subtests folded into their tests and "
+            f"skips without causes), so its skips cannot be counted or explained as pytest counts them; "
+            f"rerun that node with this dsakit (report format {REPORT_FORMAT})")
     if version != REPORT_FORMAT:
         newer = isinstance(version, int) and version > REPORT_FORMAT
         raise UsageError(
@@ -88,10 +96,12 @@ def load_report(path: str) -> NodeReport:
         shard_data = _field(data, "shard", dict, path)
         shard = (_field(shard_data, "group", int, path), _field(shard_data, "splits", int, path))
     tests = _field(data, "tests", dict, path)
-    for nodeid, entry in tests.items():
-        if not isinstance(entry, dict) or entry.get("outcome") not in _RANK:
-            raise UsageError(f"{path}: test {nodeid!r} has no known outcome ({sorted(_RANK)}); "
-                             f"the file is damaged; {_HOW}")
+    subtests = _field(data, "subtests", dict, path)
+    for what, entries in (("test", tests), ("subtest", subtests)):
+        for nodeid, entry in entries.items():
+            if not isinstance(entry, dict) or entry.get("outcome") not in _RANK:
+                raise UsageError(f"{path}: {what} {nodeid!r} has no known outcome ({sorted(_RANK)}); "
+                                 f"the file is damaged; {_HOW}")
     return NodeReport(
         path=path,
         host=_field(data, "host", str, path),
@@ -102,6 +112,8 @@ def load_report(path: str) -> NodeReport:
         tests=tests,
         must_run=tuple(str(c) for c in _field(data, "must_run", dict, path).get("codes", [])),
         simulated=bool(device.get("simulated")),
+        subtests=subtests,
+        table_key=str(device.get("table_key") or ""),
     )
 
 
@@ -119,6 +131,16 @@ class Node:
     reports: list[NodeReport] = field(default_factory=list)
     label: str = ""  # the column name (host label, made unique when one host ran several devices)
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    subtests: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Tests and subtests by id: what pytest counts."""
+        return {**self.tests, **self.subtests}
+
+    @property
+    def table_key(self) -> str:
+        return self.reports[0].table_key
 
     @property
     def splits(self) -> int | None:
@@ -175,10 +197,11 @@ def group_nodes(reports: Iterable[NodeReport]) -> list[Node]:
         if hosts.count(node.host) > 1 or node.simulated:  # a simulated column always says so
             node.label = f"{node.host} ({node.device_key})"
         for report in node.reports:
-            for nodeid, entry in report.tests.items():
-                current = node.tests.get(nodeid)
-                if current is None or _RANK[entry["outcome"]] > _RANK[current["outcome"]]:
-                    node.tests[nodeid] = entry
+            for into, entries in ((node.tests, report.tests), (node.subtests, report.subtests)):
+                for nodeid, entry in entries.items():
+                    current = into.get(nodeid)
+                    if current is None or _RANK[entry["outcome"]] > _RANK[current["outcome"]]:
+                        into[nodeid] = entry
     labels = [n.label for n in result]
     for node in result:
         if labels.count(node.label) > 1:
@@ -193,9 +216,15 @@ def _ran(entry: dict[str, Any] | None) -> bool:
     return entry is not None and entry["outcome"] != "skipped"
 
 
-def _reasons(entry: dict[str, Any]) -> list[tuple[str, str]]:
-    reasons = entry.get("reasons") or [{"code": UNCODED, "message": "no reason given"}]
-    return [(str(r.get("code", UNCODED)), str(r.get("message", ""))) for r in reasons]
+def _cause(entry: dict[str, Any]) -> Cause:
+    """A skipped entry's cause: its first reason, the others as `also`."""
+    reasons = [r for r in entry.get("reasons") or () if isinstance(r, dict)]
+    if not reasons:
+        return Cause(UNCODED, "no reason given", "not explained", (), "unknown")
+    first = Cause.from_dict(reasons[0])
+    also = tuple(dict.fromkeys((*first.also, *(str(r.get("code", UNCODED)) for r in reasons[1:]))))
+    return Cause(first.code, first.message, first.words, first.runs_on, first.note,
+                 tuple(c for c in also if c != first.code))
 
 
 @dataclass
@@ -206,20 +235,26 @@ class Merged:
 
     @property
     def test_ids(self) -> list[str]:
-        return sorted({t for n in self.nodes for t in n.tests})
+        """Every test and subtest id of any node."""
+        return sorted({t for n in self.nodes for t in n.entries})
 
     def ran_on(self, nodeid: str) -> list[str]:
-        return [n.label for n in self.nodes if _ran(n.tests.get(nodeid))]
+        return [n.label for n in self.nodes if _ran(n.entries.get(nodeid))]
 
     def gate_codes(self) -> list[str]:
         return sorted({c for n in self.nodes for e in n.tests.values() for c in e.get("gates", ())})
 
-    def gate_cell(self, code: str, node: Node) -> dict[str, int]:
-        counts = {"ran": 0, "skipped": 0, "failed": 0}
+    def gate_cell(self, code: str, node: Node) -> dict[str, Any]:
+        """The tests behind gate `code` on `node`: ran, failed, skipped, and the skipped ones by the
+        code their skip counts under in the skip groups (`skipped_by`)."""
+        counts: dict[str, Any] = {"ran": 0, "skipped": 0, "failed": 0, "skipped_by": {}}
         for entry in node.tests.values():
             if code in entry.get("gates", ()):
                 counts["ran" if _ran(entry) else "skipped"] += 1
                 counts["failed"] += entry["outcome"] in FAILING
+                if entry["outcome"] == "skipped":
+                    by = _cause(entry).code
+                    counts["skipped_by"][by] = counts["skipped_by"].get(by, 0) + 1
         return counts
 
     def gate_ran_on(self, code: str, *, real: bool = False) -> list[str]:
@@ -249,10 +284,10 @@ class Merged:
         for nodeid in self.test_ids:
             by_signature: dict[str, list[str]] = {}
             for node in self.nodes:
-                entry = node.tests.get(nodeid)
+                entry = node.entries.get(nodeid)
                 if entry is not None and entry["outcome"] in FAILING:
                     by_signature.setdefault(str(entry.get("signature", entry["outcome"])), []).append(node.label)
-            passed = [n.label for n in self.nodes if nodeid in n.tests and n.tests[nodeid]["outcome"] == "passed"]
+            passed = [n.label for n in self.nodes if n.entries.get(nodeid, {}).get("outcome") == "passed"]
             for sig, where in by_signature.items():
                 text = ", ".join(where) + (" only" if passed else "")
                 rows.append(FailureRow(nodeid, text + (f" (passed on {', '.join(passed)})" if passed else ""), sig))
@@ -261,23 +296,39 @@ class Merged:
     def not_run_anywhere(self) -> list[str]:
         return [t for t in self.test_ids if not self.ran_on(t)]
 
-    def skip_groups(self) -> list[SkipGroup]:
-        groups: dict[str, dict[str, Any]] = {}
+    def node_groups(self, node: Node) -> list[CauseGroup]:
+        """The node's skips (tests and subtests) grouped by cause: each skip once."""
+        return group_causes((t, _cause(e)) for t, e in node.entries.items() if e["outcome"] == "skipped")
+
+    def why(self) -> list[str]:
+        """One "why these skipped" paragraph per node that skipped something."""
+        return [why_paragraph(groups, node.label) for node in self.nodes if (groups := self.node_groups(node))]
+
+    def runs_on(self, group: CauseGroup) -> str:
+        """Where a group's cases run: the device table's entries that open it, with the fleet's
+        nodes of each (real, or only simulated here), then the group's note."""
+        here: dict[str, list[tuple[str, bool]]] = {}
         for node in self.nodes:
-            for nodeid, entry in node.tests.items():
+            here.setdefault(node.table_key, []).append((node.label, node.simulated))
+        return runs_on_here(group.runs_on, "; ".join(group.notes), here)
+
+    def skip_groups(self) -> list[SkipGroup]:
+        """Every skip entry (test or subtest x node) in one group, by its cause's code."""
+        causes: list[tuple[str, Cause]] = []
+        skipped_on: dict[str, list[str]] = {}
+        for node in self.nodes:
+            for nodeid, entry in node.entries.items():
                 if entry["outcome"] != "skipped":
                     continue
-                for code, message in _reasons(entry):
-                    group = groups.setdefault(code, {"reason": message, "entries": 0, "nodes": [], "tests": []})
-                    group["entries"] += 1
-                    if node.label not in group["nodes"]:
-                        group["nodes"].append(node.label)
-                    if nodeid not in group["tests"]:
-                        group["tests"].append(nodeid)
+                cause = _cause(entry)
+                causes.append((nodeid, cause))
+                labels = skipped_on.setdefault(cause.code, [])
+                if node.label not in labels:
+                    labels.append(node.label)
         result: list[SkipGroup] = []
-        for code, group in sorted(groups.items(), key=lambda kv: (-kv[1]["entries"], kv[0])):
-            tests: list[str] = sorted(group["tests"])
-            covering = [n.label for n in self.nodes if any(_ran(n.tests.get(t)) for t in tests)]
+        for group in group_causes(causes):
+            tests = sorted(set(group.tests))
+            covering = [n.label for n in self.nodes if any(_ran(n.entries.get(t)) for t in tests)]
             uncovered = tuple(t for t in tests if not self.ran_on(t))
             if not covering:
                 covered = NOT_COVERED
@@ -285,8 +336,9 @@ class Merged:
                 covered = f"{', '.join(covering)} ({len(tests) - len(uncovered)} of {len(tests)} tests; the rest {NOT_COVERED})"
             else:
                 covered = ", ".join(covering)
-            result.append(SkipGroup(code, group["reason"], group["entries"], ", ".join(group["nodes"]),
-                                    covered, uncovered))
+            messages = tuple(group.messages.most_common()) if group.code == UNCODED else ()
+            result.append(SkipGroup(group.code, group.reason, group.count, ", ".join(skipped_on[group.code]),
+                                    covered, uncovered, self.runs_on(group), messages))
         return result
 
     def missing_shards(self) -> list[str]:
@@ -303,25 +355,35 @@ class Merged:
 # ---------------------------------------------------------------- output
 
 
-def _gate_text(counts: dict[str, int]) -> str:
+def _gate_text(counts: dict[str, Any], code: str) -> str:
+    """`ran 1, skipped 2 (fa3 1)`: the skipped tests not counted under `code` in the skip groups
+    say under which code they are."""
     if not counts["ran"] and not counts["skipped"]:
         return "-"
     parts = [f"ran {counts['ran']}"] if counts["ran"] else []
     if counts["failed"]:
         parts.append(f"failed {counts['failed']}")
     if counts["skipped"]:
-        parts.append(f"skipped {counts['skipped']}")
+        others = {c: n for c, n in counts["skipped_by"].items() if c != code}
+        parts.append(f"skipped {counts['skipped']}"
+                     + (" (" + ", ".join(f"{c} {n}" for c, n in sorted(others.items())) + ")" if others else ""))
     return ", ".join(parts)
 
 
 def _node_rows(merged: Merged) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for node in merged.nodes:
-        outcomes = [e["outcome"] for e in node.tests.values()]
-        counts = ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes), key=lambda o: -_RANK[o]))
+        counts = _outcome_counts(node.tests.values())
+        if node.subtests:
+            counts += "; subtests: " + _outcome_counts(node.subtests.values())
         missing = f"; MISSING shard {', '.join(map(str, node.missing_shards))}" if node.missing_shards else ""
         rows.append((node.label, node.device, node.sglang, node.shards_text + missing, counts or "no tests"))
     return rows
+
+
+def _outcome_counts(entries: Iterable[dict[str, Any]]) -> str:
+    outcomes = [e["outcome"] for e in entries]
+    return ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes), key=lambda o: -_RANK[o]))
 
 
 def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:
@@ -336,7 +398,7 @@ def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:
             status += " (must-run: FAILED)"
         elif code in merged.must_run:
             status += " (must-run)"
-        rows.append((code, *(_gate_text(merged.gate_cell(code, n)) for n in merged.nodes), status))
+        rows.append((code, *(_gate_text(merged.gate_cell(code, n), code) for n in merged.nodes), status))
     return rows
 
 
@@ -369,6 +431,7 @@ def comment(merged: Merged) -> Comment:
                        + ", ".join(f"`{code}`" for code in simulated))
     for code, why in must.items():
         summary.append(f"must-run gate `{code}` ran on no node: {why}")
+    summary += merged.why()
     return Comment(
         title="dsakit fleet coverage",
         summary=summary,
@@ -392,11 +455,16 @@ def as_json(merged: Merged) -> dict[str, Any]:
                          "ran_on": merged.gate_ran_on(code), "ran_on_real": merged.gate_ran_on(code, real=True)}
                   for code in merged.gate_codes()},
         "tests": {t: {n.label: n.tests[t]["outcome"] for n in merged.nodes if t in n.tests}
-                  for t in merged.test_ids},
+                  for t in merged.test_ids if any(t in n.tests for n in merged.nodes)},
+        "subtests": {t: {n.label: n.subtests[t]["outcome"] for n in merged.nodes if t in n.subtests}
+                     for t in merged.test_ids if any(t in n.subtests for n in merged.nodes)},
         "failures": [{"test": r.test, "where": r.where, "signature": r.signature} for r in merged.failures()],
         "not_run_anywhere": merged.not_run_anywhere(),
         "skips": [{"code": g.code, "reason": g.reason, "skipped": g.skipped, "skipped_on": g.skipped_on,
-                   "covered_on": g.covered_on, "uncovered": list(g.uncovered)} for g in merged.skip_groups()],
+                   "runs_on": g.runs_on, "covered_on": g.covered_on, "uncovered": list(g.uncovered),
+                   "messages": [{"message": m, "count": n} for m, n in g.messages]}
+                  for g in merged.skip_groups()],
+        "why": merged.why(),
         "must_run": {"codes": list(merged.must_run), "real": merged.must_run_real,
                      "failed": merged.must_run_failures()},
         "exit": merged.exit_code(),
@@ -417,9 +485,12 @@ def format_text(merged: Merged) -> list[str]:
     lines.append(f"failures ({len(failures)}):")
     lines += [f"  {r.test}  on {r.where}: {r.signature[:160]}" for r in failures] or ["  none"]
     lines.append("")
-    lines.append("skips by reason code:")
+    lines.append("skips by reason code (each skip once):")
     for g in view.skips:
-        lines.append(f"  [{g.code}] {g.skipped} skipped on {g.skipped_on}; covered on: {g.covered_on}")
+        lines.append(f"  [{g.code}] {g.skipped} skipped on {g.skipped_on}; runs on: {g.runs_on}; "
+                     f"covered on: {g.covered_on}")
+        lines.append(f"      {g.reason[:200]}")
+        lines += [f"      {n:3d}x {m}" for m, n in g.messages]
         lines += [f"      ran on no node: {t}" for t in g.uncovered[:5]]
         if len(g.uncovered) > 5:
             lines.append(f"      ... and {len(g.uncovered) - 5} more (--json or --markdown list them)")

@@ -67,11 +67,11 @@ def test_each_shard_reports_its_identity_and_only_its_tests(pytester: pytest.Pyt
     second, two = _shard(pytester, 2)
     first.assert_outcomes(passed=1)
     second.assert_outcomes(passed=1, failed=1, skipped=3, xfailed=1)
-    assert one["format"] == "dsakit-report" and one["format_version"] == 2
+    assert one["format"] == "dsakit-report" and one["format_version"] == 3
     assert (one["host"], one["shard"], two["shard"]) == ("h200", {"group": 1, "splits": 2}, {"group": 2, "splits": 2})
     assert one["device"]["key"] == "sm90" and one["sglang"]
     assert set(one["tests"]) == {"test_suite.py::test_slow"}
-    assert one["gates"] == {}  # shard 1 holds no gated test: no skip counted there
+    assert one["skips"] == {"total": 0, "groups": [], "why": ""}  # shard 1 skips nothing: none counted there
     tests = two["tests"]
     assert set(tests) | set(one["tests"]) == {
         "test_suite.py::test_slow", "test_suite.py::test_fa3[0]", "test_suite.py::test_fa3[1]",
@@ -85,7 +85,8 @@ def test_each_shard_reports_its_identity_and_only_its_tests(pytester: pytest.Pyt
     assert tests["test_suite.py::test_known_bug"]["outcome"] == "xfailed"
     assert tests["test_suite.py::test_broken"]["outcome"] == "failed"
     assert tests["test_suite.py::test_broken"]["signature"] == "ValueError: bad value 0x? @ test_suite.py"
-    assert two["gates"]["fa3"]["count"] == 3
+    assert [(g["code"], g["count"]) for g in two["skips"]["groups"]] == [("fa3", 3)]
+    assert two["skips"]["total"] == 3 and two["subtests"] == {}
 
 
 def test_must_run_fails_only_the_shard_that_skipped_the_gate(pytester: pytest.Pytester) -> None:
@@ -107,7 +108,7 @@ def test_collect_only_shard_counts_only_its_own_planned_skips(pytester: pytest.P
                                 f"--durations-path={_durations(pytester)}", f"--dsakit-report={report}",
                                 "--dsakit-must-run=fa3")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    assert json.loads(report.read_text())["gates"] == {}
+    assert json.loads(report.read_text())["skips"]["groups"] == []
 
 
 def test_xdist_shard_reports_every_workers_tests(pytester: pytest.Pytester) -> None:

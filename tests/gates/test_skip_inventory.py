@@ -88,9 +88,13 @@ def test_report_json(pytester: pytest.Pytester) -> None:
     assert data["device"]["key"] == "gfx90a" and data["device"]["simulated"] is True
     assert data["device"]["gfx"] == "gfx90a" and data["device"]["sm"] == "9.0"
     assert data["sglang"]
-    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"fa3": 3, "cuda": 1, "module:aiter": 1, "uncoded": 1}
-    assert data["gates"]["cuda"]["tests"] == ["test_report_json.py::test_cuda_and_module"]
-    assert "AMD reports capability 9.0" in data["gates"]["fa3"]["reason"]
+    groups = {g["code"]: g for g in data["skips"]["groups"]}
+    assert {code: g["count"] for code, g in groups.items()} == {"fa3": 3, "cuda": 1, "uncoded": 1}
+    # one skip, two closed gates: counted once, under the first; the other named beside it
+    assert groups["cuda"]["tests"] == ["test_report_json.py::test_cuda_and_module"]
+    assert groups["cuda"]["also"] == {"module:aiter": 1}
+    assert data["skips"]["total"] == 5 == sum(g["count"] for g in groups.values())  # pytest's count
+    assert "AMD reports capability 9.0" in groups["fa3"]["reason"]
     assert data["must_run"] == {"codes": [], "failed": {}, "no_test_behind": [], "strict": False}
 
 
@@ -148,8 +152,9 @@ def test_xdist_workers_report_to_the_controller(pytester: pytest.Pytester, tmp_p
     ])
     data = json.loads(report.read_text())
     assert data["device"]["key"] == "sm103"
-    assert {code: entry["count"] for code, entry in data["gates"].items()} == {
+    assert {g["code"]: g["count"] for g in data["skips"]["groups"]} == {
         "fa3": 3, "rocm": 2, "module:aiter": 1, "uncoded": 1}
+    assert data["skips"]["total"] == 7
     assert sorted(data["must_run"]["failed"]["rocm"]) == [
         "test_xdist_workers_report_to_the_controller.py::test_needs_amd[0]",
         "test_xdist_workers_report_to_the_controller.py::test_needs_amd[1]",
@@ -205,7 +210,7 @@ def test_expression_gate_skip_counts_once_under_xdist(pytester: pytest.Pytester,
     result = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", "--dsakit-device=sm90", f"--dsakit-report={report}")
     result.assert_outcomes(skipped=4)
     data = json.loads(report.read_text())
-    assert {code: entry["count"] for code, entry in data["gates"].items()} == {"sm~10": 3, "gfx in gfx942,gfx950": 1}
+    assert {g["code"]: g["count"] for g in data["skips"]["groups"]} == {"sm~10": 3, "gfx in gfx942,gfx950": 1}
     inventory = result.stdout.str().split("dsakit skip inventory")[1]
     assert "uncoded" not in inventory
     assert "   3 skipped  [sm~10]" in inventory
@@ -218,8 +223,8 @@ def test_expression_codes_read_back_from_messages() -> None:
     assert [r.code for r in reasons_from_message("Skipped: [sm~10] a | [gfx in gfx942,gfx950] b")] == [
         "sm~10", "gfx in gfx942,gfx950"]
     assert reasons_from_message("Skipped: see [cuda] later") == []  # a coded skip starts with its code
-    inventory = SkipInventory()
-    inventory.add("t::a", [Reason("uncoded", "[sm~10] x")])
-    inventory.add("t::a", [Reason("sm~10", "x")])  # the worker's record, after the controller's guess
-    inventory.add("t::a", [Reason("uncoded", "again")])
-    assert {code: e.tests for code, e in inventory.gates.items()} == {"sm~10": ["t::a"]}
+    inventory = SkipInventory()  # an xdist controller: the worker's report arrives, then its hand-over
+    inventory.record(pytest.TestReport("t::a", ("t", 1, "a"), {}, "skipped", ("t", 1, "Skipped: [sm~10] x"), "setup"))
+    inventory.merge({"declared": {"t::a": ["sm~10"]}, "used": True})
+    assert [(s.test, s.reasons) for s in inventory.skips] == [("t::a", (Reason("sm~10", "x"),))]
+    assert inventory.skipped_behind(["sm~10"]) == {"sm~10": ["t::a"]}

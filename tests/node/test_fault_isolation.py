@@ -155,10 +155,10 @@ def test_one_process_blames_the_culprit_and_does_not_run_later_gpu_tests(
         f"CUDA context poisoned by {culprit}: AcceleratorError: CUDA error: device-side assert triggered",
         "3 later GPU test(s) not run [[]cuda-context-poisoned[]]*",
     ])
-    gates = json.loads(report.read_text())["gates"]
-    assert gates["cuda-context-poisoned"]["count"] == 3
-    assert gates["cuda-context-poisoned"]["tests"] == [f"test_faults.py::test_{n}" for n in (3, 4, 5)]
-    assert gates["cuda-context-poisoned"]["reason"].startswith(
+    groups = {g["code"]: g for g in json.loads(report.read_text())["skips"]["groups"]}
+    assert groups["cuda-context-poisoned"]["count"] == 3
+    assert groups["cuda-context-poisoned"]["tests"] == [f"test_faults.py::test_{n}" for n in (3, 4, 5)]
+    assert groups["cuda-context-poisoned"]["reason"].startswith(
         "CUDA context poisoned by test_faults.py::test_2_faults[negative-padded]; rerun them")
 
 

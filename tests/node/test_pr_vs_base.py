@@ -200,8 +200,10 @@ def test_markdown_puts_regressions_first_and_groups_skips_by_code(pytester: pyte
     assert "| `test_suite.py::test_regress` | PR | `RuntimeError: the PR broke it @ behaviour.py` |" in md
     assert "### Fixed" not in md  # empty sections after the first are left out
     assert "| `test_suite.py::test_same` | base and PR | `KeyError: \"missing key 'x'\" @ behaviour.py` |" in md
-    assert "| `fa3` | 1 | PR run (SGLang 0.0.2) | base run (1 of 1) | needs SM 9.x; the torch path covers it |" in md
-    assert "| `uncoded` | 1 | PR run (SGLang 0.0.2) | not covered on any node | no reason code here |" in md
+    assert "| `fa3` | 1 | PR run (SGLang 0.0.2) | sm90 | base run (1 of 1) | needs SM 9.x; the torch path covers it |" in md
+    assert "| `uncoded` | 1 | PR run (SGLang 0.0.2) | unknown | not covered on any node | no reason code here |" in md
+    assert "<details><summary>`uncoded` messages, verbatim (1)</summary>" in md and "- 1 x `no reason code here`" in md
+    assert "- why these skipped on the PR run: fa3 needs exactly SM 9.x on NVIDIA (Hopper)" in md
 
 
 def test_signature_names_the_reading_site_and_keeps_whole_sentences() -> None:
