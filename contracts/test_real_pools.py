@@ -69,7 +69,8 @@ def test_deepseek_v4_kv_pool_is_sglangs_with_the_runners_sizes() -> None:
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
-    runner = _small("target", overrides={**DEEPSEEK_V4_RUNNER_OVERRIDES, "kv_cache_dtype": torch.float8_e4m3fn})
+    runner = dsakit.MockModelRunner("target", max_running_requests=3, overrides={
+        **DEEPSEEK_V4_RUNNER_OVERRIDES, "model_config.context_len": 256, "kv_cache_dtype": torch.float8_e4m3fn})
     with dsakit.SGLangScope(server_args=DSA_SERVER_ARGS):
         runner.req_to_token_pool = dsakit.req_to_token_pool(runner)
         pool = dsakit.deepseek_v4_kv_pool(runner, compression_ratios=(4,))

@@ -7,7 +7,9 @@
 # DEVICES: "plain" (no dsakit), "real" (dsakit loaded, nothing simulated) or device names; default
 # "plain sm103". GROUPS: attn (test_dsa.py + test_deepseek_v4.py), kops (the four kernel-op suites),
 # indexer (test_dsa_indexer.py); default all three. Every (group, device) runs in its own process, all
-# at once; logs and --dsakit-report files in $OUT, one outcome line each on stdout.
+# at once; logs and --dsakit-report files in $OUT; per run its outcome line, and for dsakit's runs the
+# skip inventory's count line and its "why these skipped" paragraph (issue 36); then, per group run on
+# several dsakit devices, `dsakit report merge` of their reports (the fleet table, its runs-on column).
 set -u
 SRC=$(cd "${1:?usage: upstream_suites_on_the_node.sh UPSTREAM_DIR [DEVICES] [GROUPS]}" && pwd)
 # run from a copy outside the project: SGLang's suites under SGLang's own (absent) ini, not dsakit's
@@ -36,7 +38,7 @@ run() {  # group device
              --dsakit-report "$OUT/$group-$device.json") ;;
   esac
   start=$(date +%s)
-  (cd "$UP" && timeout -k 10 "$LIMIT" python -m pytest -p no:cacheprovider -q -rs "${args[@]}" $(files "$group")) \
+  (cd "$UP" && timeout -k 10 "$LIMIT" python -m pytest -p no:cacheprovider -q -rs ${EXTRA:-} "${args[@]}" $(files "$group")) \
     > "$OUT/$group-$device.txt" 2>&1
   echo "rc=$? wall=$(( $(date +%s) - start ))s" >> "$OUT/$group-$device.txt"
 }
@@ -44,4 +46,11 @@ for device in $DEVICES; do for group in $GROUPS_; do run "$group" "$device" & do
 wait
 for device in $DEVICES; do for group in $GROUPS_; do
   echo "== $group as $device: $(grep -E '^=*.*[0-9]+ (passed|failed|skipped|error)' "$OUT/$group-$device.txt" | tail -1) $(tail -1 "$OUT/$group-$device.txt")"
+  grep -E "^[0-9]+ skips?, each in one group|^why these skipped on" "$OUT/$group-$device.txt" | cut -c1-1500
 done; done
+for group in $GROUPS_; do
+  reports=$(for device in $DEVICES; do [ -f "$OUT/$group-$device.json" ] && echo "$OUT/$group-$device.json"; done)
+  [ "$(echo "$reports" | grep -c json)" -gt 1 ] || continue
+  python -m dsakit report merge $reports --markdown "$OUT/$group-merge.md" > "$OUT/$group-merge.txt" 2>&1
+  echo "== dsakit report merge of $group (rc=$?): $OUT/$group-merge.txt"
+done
