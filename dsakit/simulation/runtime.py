@@ -215,7 +215,7 @@ def _placement_mode(device: DeviceModel, on_cpu: bool) -> Any:
                 result = args[0] if _marked(args[0]) else args[0].clone()
             else:
                 result = func(*args, **kwargs)
-            first = args[0] if args else None
+            first: Any = args[0] if args else None
             if first is not None and result is first and getattr(func, "__name__", "").endswith("_"):
                 return result  # in place (copy_, zero_, ...): the tensor stays where it lives
             if wants_cpu:
@@ -333,7 +333,7 @@ def _cpu_generator_class(torch: Any) -> type:
         def __instancecheck__(cls, value: Any) -> bool:  # generators made before the patch still are
             return isinstance(value, torch._C.Generator)
 
-    class Generator(torch.Generator, metaclass=AnyGenerator):  # type: ignore[misc, name-defined]
+    class Generator(torch.Generator, metaclass=AnyGenerator):  # type: ignore[misc]
         def __new__(cls, device: Any = "cpu") -> Any:
             return super().__new__(cls, device=_cpu_device(device))
 

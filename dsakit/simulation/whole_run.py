@@ -177,8 +177,8 @@ class WholeRun:
                 counts[1] += 1
                 counts[2] = counts[2] or reason
             return
-        counts = self._subtests.pop(report.nodeid, None)
-        if report.passed and counts and counts[0] == counts[1]:
+        counts = self._subtests.pop(report.nodeid, [0, 0, None])
+        if report.passed and counts[0] and counts[0] == counts[1]:
             report.outcome = "skipped"
             report.longrepr = (str(report.location[0]), (report.location[1] or 0) + 1,
                                f"Skipped: [{KERNEL_LAUNCH}] every subtest ({counts[0]}) was refused under "
@@ -297,7 +297,8 @@ def _no_image(raised: BaseException, device: Any, simulation: Any) -> Any:
     from dsakit.gates.device_model import real_device
     from dsakit.simulation.kernel_archs import is_no_image
 
-    error, seen = raised, set()
+    error: BaseException | None = raised
+    seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, TypeError) and "AbsentLibraryValue" in str(error):
@@ -400,7 +401,8 @@ def configure(config: pytest.Config) -> dict[str, object]:
         from dsakit.simulation import watchdog
 
         run = WholeRun(config, device)
-        dog = watchdog.start(config, device.key) if run.in_this_process else watchdog.check(config)
+        watchdog.check(config)  # a bad timeout is refused in an xdist controller too
+        dog = watchdog.start(config, device.key) if run.in_this_process else None
         if run.in_this_process:
             if dog is not None:
                 run.on_stop(dog.close)
