@@ -128,6 +128,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         hooks.update(fault_isolation.configure(config))
     hooks.update(whole_run.configure(config))
+    if "dsakit_kernel_contracts" in given:  # after the simulation: its guards get wrapped, not the reverse
+        from dsakit.topk import launch_guard
+
+        hooks.update(launch_guard.configure(config))
     if xdist:
         from dsakit.mocks.read_log import XdistReadLog
 

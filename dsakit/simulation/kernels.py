@@ -26,7 +26,8 @@ from typing import Any
 from dsakit.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
-from dsakit.upstream.device_simulation import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.import_hooks import Patches, rebind_everywhere
+from dsakit.upstream.device_simulation import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.
@@ -298,6 +299,7 @@ def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequ
             raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
 
         launch.__name__ = function
+        launch.__wrapped__ = original  # type: ignore[attr-defined]  # its signature, for what wraps it
         rebind_everywhere(patches, original, launch)
 
 
@@ -309,20 +311,6 @@ def jit_guards(real: str | None, portable: bool) -> dict[str, Callable[[Patches,
         "flashinfer.jit.core": lambda p, m, d: _guard_flashinfer_jit(p, m, d, real=real, portable=portable),
         **({"triton.runtime.jit": record_triton} if portable else {}),
     }
-
-
-def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:
-    """Replace `original` in every loaded module that bound it (`from x import f` copies the name)."""
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        for name, value in list(namespace.items()):
-            if value is original:
-                try:
-                    patches.set(module, name, replacement)
-                except AttributeError:  # a module that refuses new values (torch's config modules)
-                    continue
 
 
 # ---------------------------------------------------------------- stand-ins for absent libraries

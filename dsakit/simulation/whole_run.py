@@ -81,8 +81,8 @@ class WholeRun:
         kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
         imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.simulation.import_hooks import AfterImport
-        from dsakit.upstream.device_simulation import Patches, announced, patch_arrived, watched_modules
+        from dsakit.import_hooks import AfterImport, Patches
+        from dsakit.upstream.device_simulation import announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
         try:
