@@ -76,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "simulate_device": "dsakit.upstream.device_simulation",
     "SimulatedKernelLaunch": "dsakit.upstream.device_simulation",
     "SimulatedKernelAbsent": "dsakit.upstream.device_simulation",
+    "KernelContractViolation": "dsakit.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
