@@ -72,8 +72,32 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/audit/test_mutation_gaps_usage.py", "tests/audit/test_mutation_gaps_mock_finder.py",
                "tests/audit/test_mutation_gaps_findings.py", "tests/audit/test_mutation_gaps_device_guards.py",
                "tests/audit/test_audit_suites.py", "tests/audit/test_audit_precision.py"]),
+    # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
+    "report_merge": (["dsakit/node/report_merge.py"],
+                     ["tests/node/test_report_merge.py"]),
+    "inventory": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py", "dsakit/gates/inventory.py"],
+                  ["tests/gates/test_skip_inventory.py", "tests/gates/test_skip_causes.py",
+                   "tests/gates/test_report_shards.py"]),
+    # pr-check's verdicts: pr_check.py but the command's plumbing (its input checks, work folder and
+    # printing: only the end-to-end tests, over 3 s, reach them), pr_vs_base.py's classification
+    "pr_check": (["dsakit/pr_check.py::-run_pr_check,_pr_check_in",
+                  "dsakit/node/pr_vs_base.py::CLASSES,_crash_message,load_record,Change,_OVERLAY_PATH,in_tree,"
+                  "skip_reason,_skip_key,classify,_describe,fingerprint_mismatch,_UNUSABLE,unusable_runs"],
+                 [*(f"tests/cli/test_pr_check.py::{t}" for t in (
+                     "test_only_pre_existing_failures_are_exit_0_and_counted_in_the_comment",
+                     "test_skips_no_device_ran_are_grouped_by_their_reason_code",
+                     "test_a_skip_naming_the_two_runs_overlays_or_another_line_is_the_same_skip",
+                     "test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run",
+                     "test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1",
+                     "test_a_failure_section_counts_test_x_device_beside_its_rows", "test_bad_input_is_exit_2")),
+                  "tests/node/test_pr_vs_base.py", "tests/gates/test_skip_causes.py"]),
 }
 
+# groups whose focused tests include pytester runs: the plugin's hooks (the inventory's sections and
+# report) are reached only through an inner pytest run, and pytester's in-process one reaches the
+# mutant (a test whose inner run is a subprocess calls nothing of the module here: the profile
+# leaves it out of every swapped mutant)
+PYTESTER_GROUPS = {"report_merge", "inventory", "pr_check"}
 
 # ---------------------------------------------------------------- mutants (mutmut 2's operators)
 
@@ -91,10 +115,13 @@ class Mutant:
     seconds: float = 0.0
     label: str = ""      # survivors: wording / equivalent / real, from bench/mutation_triage.py
     reason: str = ""
+    operator: str = "mutmut"  # "mutmut" (any of mutmut 2's) or one of NEW_OPERATORS
+    scope: str = ""      # the module as the run named it: its path, or PATH::NAMES for a part of it
 
 
-def mutants_of(module: str) -> list[Mutant]:
-    """Every mutmut 2 mutant of `module` (path relative to ROOT), in source order."""
+def mutants_of(module: str, lines: set[int] | None = None) -> list[Mutant]:
+    """Every mutmut 2 mutant of `module` (path relative to ROOT), in source order; only those on
+    `lines` when given (each mutant re-parses the module: most of a module's listing time)."""
     from mutmut import Context, list_mutations, mutate
 
     path = ROOT / module
@@ -103,6 +130,8 @@ def mutants_of(module: str) -> list[Mutant]:
                  key=lambda m: (m.line_number, m.index))
     found: list[Mutant] = []
     for mid in ids:
+        if lines is not None and mid.line_number + 1 not in lines:
+            continue
         source, count = mutate(Context(source=original, mutation_id=mid, filename=str(path)))
         if count != 1:
             raise SystemExit(f"{module}: mutant {mid} applied {count} times")
@@ -128,6 +157,388 @@ def _strip_xx(line: str) -> str:
     for quote in ('"', "'"):
         line = line.replace(quote + "XX", quote).replace("XX" + quote, quote)
     return line
+
+
+# ---------------------------------------------------------------- boundary and dropped-operand mutants
+
+# Operators added to mutmut 2's (issue 34): each mutant is one textual edit of the module, checked
+# against the same edit made on its syntax tree (the mutated source must parse to exactly that tree).
+# A mutant that mutmut 2 also makes (the same source) is listed once, as mutmut's.
+NEW_OPERATORS = ("boundary", "constant", "drop-operand", "guard", "drop-argument")
+_SWAPS: dict[type, type] = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+                            ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+_OP_TEXT: dict[type, str] = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.List, ast.Tuple, ast.Dict,
+          ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.JoinedStr)
+
+
+@dataclass
+class _Edit:
+    operator: str
+    line: int
+    start: int     # character offsets into the module's source
+    end: int
+    text: str
+    on_tree: Any   # (tree's node list, parents) -> None: the same change on a copy of the tree
+    wording: bool = False
+
+
+class _Source:
+    """Character offsets of AST positions (whose columns are UTF-8 byte offsets) and tokens."""
+
+    def __init__(self, source: str) -> None:
+        import io
+        import tokenize
+
+        self.source = source
+        self.lines = source.splitlines(True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.OP]
+
+    def offset(self, lineno: int, col_bytes: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(line.encode("utf-8")[:col_bytes].decode("utf-8"))
+
+    def span(self, node: Any) -> tuple[int, int]:
+        return self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset)
+
+    def text(self, node: Any) -> str:
+        start, end = self.span(node)
+        return self.source[start:end]
+
+    def op_between(self, start: int, end: int, texts: set[str]) -> tuple[int, int] | None:
+        for token in self.tokens:
+            at = self.starts[token.start[0] - 1] + token.start[1]
+            if start <= at < end and token.string in texts:
+                return at, at + len(token.string)
+        return None
+
+
+def _in_parens(text: str, lost_lines: int) -> str:
+    """`text` standing in for a span `lost_lines` lines longer: parenthesised where it is not an
+    atom, with the lost line breaks inside the parentheses, so every later line keeps its number."""
+    return f"({text}{chr(10) * lost_lines})" if lost_lines else f"({text})"
+
+
+def _replace_node(src: _Source, node: Any, by: Any, operator: str, wording: bool = False) -> _Edit:
+    """`node` replaced by its operand `by` (its text, parenthesised unless an atom)."""
+    start, end = src.span(node)
+    text = src.text(by)
+    lost = src.source[start:end].count("\n") - text.count("\n")
+    if lost or "\n" in text or not isinstance(by, _ATOMS):
+        text = _in_parens(text, lost)
+    return _Edit(operator, node.lineno, start, end, text, None, wording)
+
+
+def _join_operands(src: _Source, node: ast.BoolOp, keep: list[Any]) -> _Edit:
+    """`node` (an `and` / `or` of three or more) rebuilt from the operands in `keep`."""
+    start, end = src.span(node)
+    word = " and " if isinstance(node.op, ast.And) else " or "
+    text = word.join(src.text(v) if isinstance(v, _ATOMS) and "\n" not in src.text(v) else f"({src.text(v)})" for v in keep)
+    return _Edit("drop-operand", node.lineno, start, end,
+                 _in_parens(text, src.source[start:end].count("\n") - text.count("\n")), None)
+
+
+def _number(src: _Source, node: Any, value: int | float) -> _Edit:
+    start, end = src.span(node)
+    return _Edit("constant", node.lineno, start, end, repr(value) if value >= 0 else f"({value!r})", None)
+
+
+def _number_node(value: int | float) -> Any:
+    return ast.Constant(value) if value >= 0 else ast.UnaryOp(ast.USub(), ast.Constant(-value))
+
+
+def _message_words(node: Any) -> bool:
+    """A message literal of two words or more (a str constant or an f-string's constant parts)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        words = node.value
+    elif isinstance(node, ast.JoinedStr):
+        words = " ".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    else:
+        return False
+    return len(re.findall(r"[A-Za-z]{2,}", words)) >= 2
+
+
+def _resolve_callee(func: Any, module: types.ModuleType | None, classes: list[str]) -> tuple[Any, int]:
+    """The object a call's callee names, resolved in the loaded module (a dotted name from the
+    module's globals or builtins; `self.` / `cls.` through the enclosing class), and how many
+    leading parameters the call does not pass itself (1 for `self.method` on a plain function)."""
+    import builtins
+    import inspect
+
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or module is None:
+        return None, 0
+    parts.append(func.id)
+    parts.reverse()
+    skip = 0
+    if parts[0] in ("self", "cls") and classes:
+        obj: Any = module
+        for name in classes:
+            obj = getattr(obj, name, None)
+        if obj is None or len(parts) != 2:
+            return None, 0
+        static = inspect.getattr_static(obj, parts[1], None)
+        if static is None:
+            return None, 0
+        # self.f / cls.f pass the instance or class themselves, except to a staticmethod
+        return (static.__func__ if isinstance(static, (staticmethod, classmethod)) else static), \
+            0 if isinstance(static, staticmethod) else 1
+    obj = vars(module).get(parts[0], getattr(builtins, parts[0], None))
+    for name in parts[1:]:
+        if obj is None:
+            break
+        try:
+            obj = inspect.getattr_static(obj, name, None)
+        except Exception:  # noqa: BLE001 -- an odd object: no callee known
+            return None, 0
+        if isinstance(obj, (staticmethod, classmethod)):
+            skip = 1 if isinstance(obj, classmethod) else 0  # Class.f(...): a classmethod gets cls bound
+            obj = obj.__func__
+        else:
+            skip = 0
+    return obj, skip
+
+
+def _defaulted(call: ast.Call, callee: Any, skip: int) -> list[Any]:
+    """The arguments of `call` that may be left out because the callee has a default for them:
+    keywords naming a defaulted parameter, and the last positional one where its parameter has one."""
+    import inspect
+
+    if callee is None or not callable(callee):
+        return []
+    try:
+        params = list(inspect.signature(callee).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    by_name = {p.name: p for p in params}
+    found: list[Any] = []
+    for keyword in call.keywords:
+        param = by_name.get(keyword.arg or "")
+        if param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY) \
+                and param.default is not param.empty:
+            found.append(keyword)
+    if call.args and not any(isinstance(a, ast.Starred) for a in call.args):
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
+        at = len(call.args) - 1
+        if at < len(positional) and positional[at].default is not positional[at].empty:
+            found.append(call.args[-1])
+    return found
+
+
+def _drop_argument(src: _Source, call: ast.Call, argument: Any) -> _Edit:
+    """Leave `argument` out of `call`, with the comma that separates it (line breaks kept)."""
+    ordered = sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
+    k = next(i for i, a in enumerate(ordered) if a is argument)
+    if k > 0:
+        start, end = src.span(ordered[k - 1])[1], src.span(argument)[1]
+    elif len(ordered) > 1:
+        start, end = src.span(argument)[0], src.span(ordered[1])[0]
+    elif isinstance(argument, ast.GeneratorExp):  # f(x for x in y): the call's parentheses are the genexp's
+        start, end = src.span(call.func)[1], src.span(call)[1]
+        return _Edit("drop-argument", argument.lineno, start, end, "(" + "\n" * src.source[start:end].count("\n") + ")", None)
+    else:
+        start, end = src.span(argument)[0], src.span(call)[1] - 1  # up to the closing parenthesis
+    return _Edit("drop-argument", argument.lineno, start, end, "\n" * src.source[start:end].count("\n"), None)
+
+
+def new_operator_edits(source: str, module: types.ModuleType | None) -> list[tuple[_Edit, Any]]:
+    """Every mutant of the added operators: (edit, the node it changes, by its index in ast.walk)."""
+    tree = ast.parse(source)
+    src = _Source(source)
+    nodes = list(ast.walk(tree))
+    index = {id(n): i for i, n in enumerate(nodes)}
+    classes: dict[int, list[str]] = {}
+
+    def scope(node: Any, names: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                classes[id(child)] = names + [child.name]
+                scope(child, names + [child.name])
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                classes[id(child)] = names
+                scope(child, names)  # a method's nested function still sees the method's self
+            else:
+                classes[id(child)] = names
+                scope(child, names)
+
+    scope(tree, [])
+    parent_of = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
+    edits: list[tuple[_Edit, Any]] = []
+
+    def add(edit: _Edit, change: Any) -> None:
+        edits.append((edit, change))
+
+    for node in nodes:
+        i = index[id(node)]
+        if isinstance(node, ast.Compare):
+            previous = node.left
+            for k, (op, right) in enumerate(zip(node.ops, node.comparators)):
+                swap = _SWAPS.get(type(op))
+                where = src.op_between(src.span(previous)[1], src.span(right)[0], {_OP_TEXT[type(op)]}) if swap else None
+                if swap and where:
+                    add(_Edit("boundary", node.lineno, where[0], where[1], _OP_TEXT[swap], None),
+                        lambda ns, ps, i=i, k=k, swap=swap: ns[i].ops.__setitem__(k, swap()))
+                previous = right
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float) \
+                and not isinstance(parent_of.get(id(node)), ast.UnaryOp):
+            add(_number(src, node, node.value - 1), lambda ns, ps, i=i, v=node.value - 1: _put(ns, ps, i, _number_node(v)))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                and type(node.operand.value) in (int, float):
+            # -1: mutmut makes +1 and -2; the step it lacks is -1 + 1
+            value = -node.operand.value + 1
+            add(_number(src, node, value), lambda ns, ps, i=i, v=value: _put(ns, ps, i, _number_node(v)))
+        elif isinstance(node, ast.BoolOp):
+            for k, value in enumerate(node.values):
+                rest = [v for j, v in enumerate(node.values) if j != k]
+                if len(rest) == 1:
+                    edit = _replace_node(src, node, rest[0], "drop-operand")
+                    add(edit, lambda ns, ps, i=i, keep=index[id(rest[0])]: _put(ns, ps, i, ns[keep]))
+                else:  # a or b or c -> a or c
+                    add(_join_operands(src, node, rest),
+                        lambda ns, ps, i=i, k=k: ns[i].values.pop(k))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            add(_replace_node(src, node, node.left, "drop-operand", _message_words(node.right)),
+                lambda ns, ps, i=i, keep=index[id(node.left)]: _put(ns, ps, i, ns[keep]))
+            if isinstance(node.op, ast.Add):
+                add(_replace_node(src, node, node.right, "drop-operand", _message_words(node.left)),
+                    lambda ns, ps, i=i, keep=index[id(node.right)]: _put(ns, ps, i, ns[keep]))
+        elif isinstance(node, ast.If) and not isinstance(node.test, ast.Constant) \
+                and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+            for value in (True, False):
+                start, end = src.span(node.test)
+                lost = src.source[start:end].count("\n")
+                add(_Edit("guard", node.lineno, start, end, _in_parens(str(value), lost) if lost else str(value), None),
+                    lambda ns, ps, i=i, value=value: setattr(ns[i], "test", ast.Constant(value)))
+        elif isinstance(node, ast.comprehension):
+            for k, test in enumerate(node.ifs):
+                for value in (True, False):
+                    start, end = src.span(test)
+                    lost = src.source[start:end].count("\n")
+                    add(_Edit("guard", test.lineno, start, end, _in_parens(str(value), lost) if lost else str(value), None),
+                        lambda ns, ps, i=i, k=k, value=value: ns[i].ifs.__setitem__(k, ast.Constant(value)))
+        elif isinstance(node, ast.Call):
+            callee, skip = _resolve_callee(node.func, module, classes.get(id(node), []))
+            for argument in _defaulted(node, callee, skip):
+                edit = _drop_argument(src, node, argument)
+                if isinstance(argument, ast.keyword):
+                    change = (lambda ns, ps, i=i, name=argument.arg:
+                              setattr(ns[i], "keywords", [kw for kw in ns[i].keywords if kw.arg != name]))
+                else:
+                    change = lambda ns, ps, i=i: ns[i].args.pop()  # noqa: E731
+                add(edit, change)
+    return edits
+
+
+def _put(nodes: list[Any], parents: dict[int, tuple[Any, str, int | None]], i: int, new: Any) -> None:
+    """Put `new` where nodes[i] is in its parent."""
+    parent, field_name, position = parents[id(nodes[i])]
+    if position is None:
+        setattr(parent, field_name, new)
+    else:
+        getattr(parent, field_name)[position] = new
+
+
+def _parents(tree: Any) -> dict[int, tuple[Any, str, int | None]]:
+    found: dict[int, tuple[Any, str, int | None]] = {}
+    for node in ast.walk(tree):
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                found[id(value)] = (node, name, None)
+            elif isinstance(value, list):
+                for k, item in enumerate(value):
+                    if isinstance(item, ast.AST):
+                        found[id(item)] = (node, name, k)
+    return found
+
+
+def trees_of(mutants: list[Mutant]) -> set[str]:
+    """ast.dump of each mutant's source (one that does not parse, as mutmut sometimes makes: left out)."""
+    found = set()
+    for mutant in mutants:
+        try:
+            found.add(ast.dump(ast.parse(mutant.source)))
+        except SyntaxError:
+            pass
+    return found
+
+
+def new_operator_mutants(module: str, loaded: types.ModuleType | None, seen: set[str]) -> list[Mutant]:
+    """The added operators' mutants of `module` that no earlier mutant made (`seen`: the trees, as
+    ast.dump, of mutmut's mutants; `(-2)` and `-2` are one mutant)."""
+    import copy
+
+    path = ROOT / module
+    original = path.read_text(encoding="utf-8")
+    tree = ast.parse(original)
+    found: list[Mutant] = []
+    per_line: dict[int, int] = {}
+    for edit, change in new_operator_edits(original, loaded):
+        source = original[:edit.start] + edit.text + original[edit.end:]
+        if source == original:
+            continue
+        expected = copy.deepcopy(tree)
+        expected_nodes = list(ast.walk(expected))
+        change(expected_nodes, _parents(expected))
+        try:
+            got = ast.dump(ast.parse(source))
+        except SyntaxError:
+            got = "does not parse"
+        if got != ast.dump(expected) or source.count("\n") != original.count("\n"):
+            # the text edit went wrong (an operand in parentheses of its own, ...): listed, not run
+            print(f"left out: {module}:{edit.line} {edit.operator} mutant: its text edit does not give the "
+                  f"changed tree ({got if got == 'does not parse' else 'another tree or other line numbers'})")
+            continue
+        if got in seen:
+            continue
+        seen.add(got)
+        before, after = original.splitlines(True), source.splitlines(True)
+        diff = "".join(difflib.unified_diff(before, after, f"a/{module}", f"b/{module}", n=0))
+        first = next(n for n, (a, b) in enumerate(zip(before, after)) if a != b) + 1
+        per_line[first] = per_line.get(first, 0) + 1
+        found.append(Mutant(module, first, 1000 + per_line[first] - 1, source, diff,
+                            "wording" if edit.wording else "code", operator=edit.operator))
+    return found
+
+
+# ---------------------------------------------------------------- a part of a module
+
+def split_scope(spec: str) -> tuple[str, list[str], bool]:
+    """`PATH`, `PATH::a,b` (only the top-level definitions a and b) or `PATH::-a,b` (all but them):
+    (path, names, whether the names are left out)."""
+    path, _, names = spec.partition("::")
+    leave_out = names.startswith("-")
+    return path, [n for n in names.lstrip("-").split(",") if n], leave_out
+
+
+def scope_lines(spec: str) -> set[int] | None:
+    """The lines of the module part `spec` names (None: the whole module). A name is a top-level
+    function or class (decorators included) or a module-level assignment's target."""
+    path, names, leave_out = split_scope(spec)
+    if not names:
+        return None
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    spans: dict[str, tuple[int, int]] = {}
+    for node in tree.body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            spans[node.name] = (first, node.end_lineno or node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                if isinstance(target, ast.Name):
+                    spans[target.id] = (first, node.end_lineno or node.lineno)
+    unknown = [n for n in names if n not in spans]
+    if unknown:
+        raise SystemExit(f"{spec}: {', '.join(unknown)}: no top-level definition of that name in {path}")
+    named = {line for n in names for line in range(spans[n][0], spans[n][1] + 1)}
+    if not leave_out:
+        return named
+    return set(range(1, len((ROOT / path).read_text(encoding="utf-8").splitlines()) + 1)) - named
 
 
 # ---------------------------------------------------------------- which function holds a line
@@ -241,7 +652,15 @@ def _from_checkout(module: Any) -> bool:
     return isinstance(file, str) and file.startswith(_ROOT_PREFIX) and not file.startswith(_BENCH_PREFIX)
 
 
-def _fresh_pytest(mutant: Mutant, tests: list[str], scratch: Path) -> int:
+class _InnerAutoload:
+    """Plugin autoload off for the driving session only: pytester's inner runs load the installed
+    plugins (xdist, pytest-split) as a user's run does."""
+
+    def pytest_configure(self, config: Any) -> None:
+        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+
+
+def _fresh_pytest(mutant: Mutant, tests: list[str], scratch: Path, pytester: bool = False) -> int:
     """In a forked child: forget everything imported from the checkout, serve the mutant, run pytest."""
     for name, module in list(sys.modules.items()):
         if _from_checkout(module):
@@ -250,8 +669,9 @@ def _fresh_pytest(mutant: Mutant, tests: list[str], scratch: Path) -> int:
     import pytest
 
     basetemp = scratch / f"fresh-{os.getpid()}"
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return int(pytest.main(["-x", *_PYTEST_ARGS, "--rootdir", str(ROOT), "--basetemp", str(basetemp),
-                            "-p", "no:terminal", *tests]))
+                            "-p", "no:terminal", *tests], plugins=[_InnerAutoload()] if pytester else []))
 
 
 def _fork(run: Any, log: str) -> int:
@@ -379,13 +799,15 @@ class Driver:
     def __init__(self, args: argparse.Namespace, scratch: Path) -> None:
         self.args = args
         self.scratch = scratch
-        self.targets = {os.path.realpath(ROOT / m): m for m in args.modules}
+        self.targets = {os.path.realpath(ROOT / split_scope(m)[0]): split_scope(m)[0] for m in args.modules}
         self.profile = _Profile(self.targets)
         self.table: list[dict[str, Any]] = []
         self.mutants: list[Mutant] = []
         self.durations: dict[str, float] = {}
 
     def pytest_configure(self, config: Any) -> None:
+        if self.args.pytester:
+            _InnerAutoload().pytest_configure(config)
         self.profile.start()  # calls made while importing and collecting: "<import>"
 
     def pytest_runtestloop(self, session: Any) -> bool:
@@ -395,17 +817,22 @@ class Driver:
         # running beside it (or failing on its mkdir): a test error, counted as a kill
         session.config._tmp_path_factory.getbasetemp()
         started = time.monotonic()
+        for spec in self.args.modules:  # loaded here, so a mutant inside a function is swapped in
+            path = split_scope(spec)[0]
+            if path.startswith("dsakit/") and path.endswith(".py"):
+                importlib.import_module(path[:-3].replace("/", ".").removesuffix(".__init__"))
         items = list(session.items)
         by_id = {item.nodeid: item for item in items}
         base = self.baseline(session, items)
         usable = [i.nodeid for i in items if i.nodeid in base["outcomes"]
                   and not base["outcomes"][i.nodeid]["failed"] and not base["outcomes"][i.nodeid]["skipped"]
                   and base["outcomes"][i.nodeid]["seconds"] <= self.args.max_test_seconds
-                  and "pytester" not in getattr(i, "fixturenames", ())]
+                  and (self.args.pytester or "pytester" not in getattr(i, "fixturenames", ()))]
         failed = [t for t, o in base["outcomes"].items() if o["failed"]]
         print(f"baseline: {len(items)} tests, {len(usable)} used ({len(failed)} failed, "
               f"{sum(o['skipped'] for o in base['outcomes'].values())} skipped, the rest slower than "
-              f"{self.args.max_test_seconds} s or pytester runs); {time.monotonic() - started:.0f} s", flush=True)
+              f"{self.args.max_test_seconds} s{'' if self.args.pytester else ' or pytester runs'}); "
+              f"{time.monotonic() - started:.0f} s", flush=True)
         for t in failed:
             print(f"  failed in the baseline (left out): {t}", flush=True)
         calls = {t: {(m, line) for m, line in c} for t, c in base["calls"].items()}
@@ -419,14 +846,23 @@ class Driver:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mutation_triage import label  # bench/mutation_triage.py: the survivors' kinds
 
-        for module in self.args.modules:
+        for spec in self.args.modules:
             t0 = time.monotonic()
+            module = split_scope(spec)[0]
             path = ROOT / module
-            mutants = mutants_of(module)
-            if wanted:
-                mutants = [m for m in mutants if (module, str(m.line)) in wanted]
             loaded = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)
                       and os.path.realpath(m.__file__) == os.path.realpath(path)]
+            lines = scope_lines(spec)
+            if wanted:
+                asked = {int(line) for name, line in wanted if name == module}
+                lines = asked if lines is None else lines & asked
+            mutants = mutants_of(module, lines)
+            new = new_operator_mutants(module, loaded[0] if loaded else None, trees_of(mutants))
+            mutants = sorted(([] if self.args.operators == "new" else mutants)
+                             + ([] if self.args.operators == "mutmut" else new), key=lambda m: (m.line, m.index))
+            mutants = [m for m in mutants if lines is None or m.line in lines]
+            for m in mutants:
+                m.scope = spec
             live: dict[int, list[Any]] = {}
             for copy in loaded:  # the same file may be loaded under two names: swap in every copy
                 for first, functions in live_functions(copy, os.path.realpath(path)).items():
@@ -437,13 +873,15 @@ class Driver:
             for m in mutants:
                 if m.verdict not in ("killed", "timeout"):
                     m.label, m.reason = label(m)
-            row = summarize(module, mutants, time.monotonic() - t0)
+            row = summarize(spec, mutants, time.monotonic() - t0)
             self.table.append(row)
             self.mutants.extend(mutants)
             print(format_row(row), flush=True)
             self.write_json()  # after each module: a stopped run keeps what it measured
         print()
         print(format_table(self.table))
+        print()
+        print(format_operator_table(self.mutants))
         print(f"\n{time.monotonic() - started:.0f} s in all; load average {os.getloadavg()[0]:.1f}")
         return True
 
@@ -526,7 +964,7 @@ class Driver:
                 def run(mutant: Mutant = mutant, route: str = route, tests: list[str] = tests,
                         swap: Any = swap) -> int:
                     if route == "fresh":
-                        return _fresh_pytest(mutant, tests, self.scratch)
+                        return _fresh_pytest(mutant, tests, self.scratch, self.args.pytester)
                     functions, code = swap
                     for function in functions:
                         function.__code__ = code
@@ -562,7 +1000,7 @@ class Driver:
 
     def progress(self, m: Mutant) -> None:
         if m.verdict not in ("killed", "timeout"):
-            print(f"{m.verdict:8s} {m.module}:{m.line} #{m.index} ({m.kind}, {m.route}, {m.tests_run} tests, "
+            print(f"{m.verdict:8s} {m.module}:{m.line} #{m.index} ({m.operator}, {m.kind}, {m.route}, {m.tests_run} tests, "
                   f"{m.seconds:.1f} s)\n{m.diff}", flush=True)
 
 
@@ -580,6 +1018,12 @@ def main(argv: list[str] | None = None) -> int:
                              "they never see the mutant anyway)")
     parser.add_argument("--json", type=Path, default=None, help="write every verdict here")
     parser.add_argument("--only-lines", default="", help="MODULE:LINE,... re-test only these mutants")
+    parser.add_argument("--operators", choices=("all", "mutmut", "new"), default="all",
+                        help="mutmut 2's operators, the added ones (boundary, constant, drop-operand, guard, "
+                             "drop-argument), or both")
+    parser.add_argument("--pytester", action="store_true",
+                        help="use pytester tests too (their in-process runs reach the mutant; a group in "
+                             "PYTESTER_GROUPS sets this)")
     parser.add_argument("--table-from", nargs="+", type=Path, default=None, metavar="JSON",
                         help="print one table from earlier --json files (a later file's verdict wins), "
                              "survivors labelled by today's bench/mutation_triage.py")
@@ -591,10 +1035,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.modules or args.tests:
             parser.error("--group names the modules and tests itself: give either --group or MODULES --tests")
         args.modules, args.tests = GROUPS[args.group]
+        args.pytester = args.pytester or args.group in PYTESTER_GROUPS
     elif not args.modules or not args.tests:
         parser.error("name the modules to mutate and --tests, or a --group")
     for module in args.modules:
-        if not (ROOT / module).is_file():
+        if not (ROOT / split_scope(module)[0]).is_file():
             parser.error(f"{module}: no such file in {ROOT}; name a module by its path in the checkout")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -627,13 +1072,13 @@ def table_from(files: list[Path]) -> str:
             seconds[row["module"]] = seconds.get(row["module"], 0.0) + row["seconds"]
         for record in data["mutants"]:
             mutant = Mutant(**{**record, "source": ""})
-            verdicts.setdefault(mutant.module, {})[(mutant.line, mutant.index)] = mutant
+            verdicts.setdefault(mutant.scope or mutant.module, {})[(mutant.line, mutant.index)] = mutant
     rows = []
     for module, found in verdicts.items():
         for mutant in found.values():
             mutant.label, mutant.reason = ("", "") if mutant.verdict in ("killed", "timeout") else label(mutant)
         rows.append(summarize(module, list(found.values()), seconds[module]))
-    return format_table(rows)
+    return format_table(rows) + "\n\n" + format_operator_table([m for found in verdicts.values() for m in found.values()])
 
 
 def summarize(module: str, mutants: list[Mutant], seconds: float) -> dict[str, Any]:
@@ -651,6 +1096,20 @@ def format_row(row: dict[str, Any]) -> str:
     name = row["module"] if row["module"].startswith("**") else f"`{row['module']}`"
     return (f"| {name} | {row['mutants']} | {row['killed']} ({row.get('timeouts', 0)} timeouts) | {row['wording']} | "
             f"{row['equivalent']} | {row['real']} | {row['score']}% | {row['per_mutant_s']} s |")
+
+
+def format_operator_table(mutants: list[Mutant]) -> str:
+    """The same counts per operator family (mutmut's together)."""
+    head = ("| operator | mutants | killed | survived | equivalent | score |\n"
+            "|---|---|---|---|---|---|")
+    rows = []
+    for operator in ("mutmut", *NEW_OPERATORS):
+        of = [m for m in mutants if m.operator == operator]
+        if of:
+            row = summarize(operator, of, 0.0)
+            rows.append(f"| {operator} | {row['mutants']} | {row['killed']} | {row['wording'] + row['real']} | "
+                        f"{row['equivalent']} | {row['score']}% |")
+    return "\n".join([head, *rows])
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
