@@ -1,8 +1,12 @@
-"""Mutation testing of whole core modules, in one pytest session: mutmut 2's mutants, a fork per mutant.
+"""Mutation testing of whole core modules, in one pytest session: mutmut 2's mutants and the added
+boundary / dropped-operand ones, a fork per mutant.
 
-Owns: the verdict of every mutant of the named modules (killed / timeout / survived / no test
-reaches it) and the per-module table. Must not write into the checkout: a mutant lives only in a
-forked child's memory (bytecode writing is off there).
+Owns: the mutants (mutmut 2's operators, and `NEW_OPERATORS`: a comparison's boundary, a number
+minus one, an `and` / `or` / `+` / `-` operand dropped, a guard made always true or false, an
+argument the callee has a default for left out), the verdict of every mutant of the named modules
+(killed / timeout / survived / no test reaches it) and the per-module and per-operator tables.
+Must not write into the checkout: a mutant lives only in a forked child's memory (bytecode
+writing is off there).
 
 One run (bench/README.md, "Mutation testing"): the parent starts pytest on the focused tests,
 collects them once (torch, SGLang, the tests and dsakit imported once) and takes over the test
