@@ -134,7 +134,6 @@ def test_shape_checks_only_while_a_graph_captures() -> None:
 def test_a_captured_launch_is_checked_again_before_each_replay() -> None:
     """The static buffers a graph captured hold new values at each replay (the MTP padded rows are
     written then): the replay is refused when they break the kernel's contract."""
-    import torch
 
     from dsakit.errors import KernelContractViolation
     from dsakit.import_hooks import Patches
