@@ -16,6 +16,10 @@ from dsakit.pytest_invocation import plugin_args
 from dsakit.topk.kernel_contracts import KERNEL_ENTRIES, Violation, violations
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+if HAS_TORCH:
+    # imported while this module is collected: an in-process pytester run elsewhere in the worker then
+    # finds torch imported and keeps it (a torch it dropped cannot be imported again in one process)
+    importlib.import_module("torch")
 torch_needed = pytest.mark.skipif(not HAS_TORCH, reason="[module:torch] the checks read tensors")
 PLUGIN = plugin_args()
 
