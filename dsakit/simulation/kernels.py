@@ -17,13 +17,12 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsakit.call_site import call_site, short_path
+from dsakit.call_site import shown_path, site_outside
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
 from dsakit.import_hooks import Patches, rebind_everywhere
@@ -50,14 +49,7 @@ _MACHINERY = ("/dsakit/", "/torch/", "/triton/", "/tvm_ffi/", "/sgl_kernel/", "/
 
 def launch_site() -> str:
     """The first frame outside the launch machinery: who asked for the kernel."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and any(part in frame.f_code.co_filename for part in _MACHINERY):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>"
-    site = call_site(frame).split(" in ")[0]
-    here = os.getcwd() + os.sep
-    return site[len(here):] if site.startswith(here) else short_path(site)  # a test file: from the run's folder
+    return site_outside(_MACHINERY, depth=1)
 
 
 def site_of(tb: Any) -> str:
@@ -65,13 +57,9 @@ def site_of(tb: Any) -> str:
     site = None
     while tb is not None:
         if not any(part in tb.tb_frame.f_code.co_filename for part in _MACHINERY):
-            site = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+            site = f"{shown_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
         tb = tb.tb_next
-    if site is None:
-        return "<unknown>"
-    text = short_path(site)
-    here = os.getcwd() + os.sep
-    return text[len(here):] if text.startswith(here) else short_path(text)
+    return site or "<unknown>"
 
 
 def refuse(kernel: str, device: DeviceModel, why: str | None = None) -> SimulatedKernelLaunch:

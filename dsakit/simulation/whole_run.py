@@ -163,9 +163,11 @@ class WholeRun:
             self._note_ran(report)
             return
         if type(report).__name__ != "SubtestReport" and self.plan.portable:
+            from dsakit.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+
             ran = sys.modules.get("dsakit.simulation.kernels")
             if ran is not None and ran.RAN:
-                report.user_properties.append((RAN_PROPERTY, {"arch": self.plan.real_key or self.plan.real.sm_text,
+                report.user_properties.append((RAN_ON_THIS_GPU, {"arch": self.plan.real_key or self.plan.real.sm_text,
                                                               "kernels": list(ran.RAN)}))
                 ran.RAN.clear()
             self._note_ran(report)
@@ -190,8 +192,10 @@ class WholeRun:
             ran.RAN.clear()  # what the previous test left (a setup that launched, then failed)
 
     def _note_ran(self, report: pytest.TestReport) -> None:
+        from dsakit.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+
         for name, value in report.user_properties:
-            if name == RAN_PROPERTY and isinstance(value, dict):
+            if name == RAN_ON_THIS_GPU and isinstance(value, dict):
                 self._arch = str(value.get("arch"))
                 for kernel in value.get("kernels", ()):
                     self._ran[str(kernel)] = self._ran.get(str(kernel), 0) + 1
@@ -266,7 +270,6 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
 
 
 KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.upstream.device_simulation.KERNEL_LAUNCH, without its import
-RAN_PROPERTY = "dsakit_ran_on_this_gpu"  # a test report's user property: the kernels that ran for real
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:

@@ -12,14 +12,13 @@ run imports it.
 from __future__ import annotations
 
 import inspect
-import sys
 import threading
 import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dsakit.call_site import short_path
+from dsakit.call_site import site_outside
 from dsakit.errors import KernelContractViolation
 from dsakit.import_hooks import AfterImport, Patches, rebind_everywhere
 from dsakit.topk.kernel_contracts import KernelEntry, Violation, entries_by_module, violations
@@ -30,12 +29,8 @@ _MACHINERY = ("/dsakit/", "/sgl_kernel/", "/flashinfer/", "/torch/", "/contextli
 
 
 def caller_site() -> str:
-    frame: Any = sys._getframe(2)
-    while frame is not None and any(part in frame.f_code.co_filename for part in _MACHINERY):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>"
-    return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+    """Who called the entry point (the first frame outside the wrapper and the kernel's own modules)."""
+    return site_outside(_MACHINERY, depth=2, function=True)
 
 
 def violation(entry: KernelEntry, found: Sequence[Violation], site: str, when: str = "") -> KernelContractViolation:

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from collections.abc import Callable, Iterator

@@ -16,6 +16,10 @@ from dsakit.pytest_invocation import plugin_args
 from dsakit.topk.kernel_contracts import KERNEL_ENTRIES, Violation, violations
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+if HAS_TORCH:
+    # imported while this module is collected: an in-process pytester run elsewhere in the worker then
+    # finds torch imported and keeps it (a torch it dropped cannot be imported again in one process)
+    importlib.import_module("torch")
 torch_needed = pytest.mark.skipif(not HAS_TORCH, reason="[module:torch] the checks read tensors")
 PLUGIN = plugin_args()
 
@@ -134,7 +138,6 @@ def test_shape_checks_only_while_a_graph_captures() -> None:
 def test_a_captured_launch_is_checked_again_before_each_replay() -> None:
     """The static buffers a graph captured hold new values at each replay (the MTP padded rows are
     written then): the replay is refused when they break the kernel's contract."""
-    import torch
 
     from dsakit.errors import KernelContractViolation
     from dsakit.import_hooks import Patches
