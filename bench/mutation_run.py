@@ -78,7 +78,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/audit/test_audit_suites.py", "tests/audit/test_audit_precision.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
     "report_merge": (["dsakit/node/report_merge.py"],
-                     ["tests/node/test_report_merge.py"]),
+                     ["tests/node/test_report_merge.py", "tests/node/test_mutation_gaps_report_merge.py"]),
     "inventory": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py", "dsakit/gates/inventory.py"],
                   ["tests/gates/test_skip_inventory.py", "tests/gates/test_skip_causes.py",
                    "tests/gates/test_report_shards.py"]),
@@ -929,6 +929,8 @@ class Driver:
              usable: list[str]) -> tuple[str, list[str], Any]:
         """(route, tests, swap): which tests to run and how the child applies the mutant."""
         holders = enclosing(spans, mutant.line)
+        # a fresh run stops at its first failure too (-x): fastest first there as well
+        usable = sorted(usable, key=lambda t: self.durations.get(t, 1.0))
         if not holders:
             return "fresh", usable, None
         key = (mutant.module, holders[0])

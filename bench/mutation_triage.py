@@ -145,6 +145,13 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
      "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
 ]
 
+_RM = "dsakit/node/report_merge.py"
+EQUIVALENT += [
+    (_RM, "newer = isinstance(version, int) and version > REPORT_FORMAT",
+     "newer = isinstance(version, int) and version >= REPORT_FORMAT",
+     "reached only when version != REPORT_FORMAT (the line above returns otherwise): > and >= agree there"),
+]
+
 # (module, line number, the line before, the line after, why): where the same change on another line
 # of the module is not equivalent; the line number is the module's as measured (re-check it after edits)
 EQUIVALENT_AT: list[tuple[str, int, str, str, str]] = [

@@ -48,11 +48,10 @@ class NodeReport:
     table_key: str = ""  # the device table's entry the device is (simulated, or matched by arch)
 
 
-def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: str) -> Any:
+def _field(data: dict[str, Any], key: str, kind: type, path: str) -> Any:
     value = data.get(key)
     if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise UsageError(f"{path}: field {key!r} should be {names}, found {type(value).__name__}: "
+        raise UsageError(f"{path}: field {key!r} should be {kind.__name__}, found {type(value).__name__}: "
                          f"the file is damaged or not a dsakit report; {_HOW}")
     return value
 
