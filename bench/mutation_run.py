@@ -80,7 +80,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "report_merge": (["dsakit/node/report_merge.py"],
                      ["tests/node/test_report_merge.py", "tests/node/test_mutation_gaps_report_merge.py"]),
     "inventory": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py", "dsakit/gates/inventory.py"],
-                  ["tests/gates/test_skip_inventory.py", "tests/gates/test_skip_causes.py",
+                  ["tests/gates/test_skip_inventory.py", "tests/gates/test_mutation_gaps_inventory.py",
+                   "tests/gates/test_skip_causes.py",
                    "tests/gates/test_report_shards.py"]),
     # pr-check's verdicts: pr_check.py but the command's plumbing (its input checks, work folder and
     # printing: only the end-to-end tests, over 3 s, reach them), pr_vs_base.py's classification

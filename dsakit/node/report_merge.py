@@ -382,7 +382,8 @@ def _node_rows(merged: Merged) -> list[tuple[str, ...]]:
 
 def _outcome_counts(entries: Iterable[dict[str, Any]]) -> str:
     outcomes = [e["outcome"] for e in entries]
-    return ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes), key=lambda o: -_RANK[o]))
+    # worst first, then by name: "passed" and "xfailed" rank alike, and a set's order changes from run to run
+    return ", ".join(f"{outcomes.count(o)} {o}" for o in sorted(set(outcomes), key=lambda o: (-_RANK[o], o)))
 
 
 def _gate_rows(merged: Merged) -> list[tuple[str, ...]]:

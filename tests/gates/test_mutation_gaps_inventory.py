@@ -1,0 +1,205 @@
+"""The skip inventory's parts called directly, in this process (issue 34 item 9: the inventory is a
+user's verdict, now in the measured mutation core): reasons written and read back, a phase
+report's skip message, what counts once, the must-run sets, a worker's hand-over, the count line
+and a group's lines. The pytester tests in test_skip_inventory.py drive the same through runs."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dsakit.gates import inventory
+from dsakit.gates.inventory import InventoryReporter, SkipInventory, format_reasons, reasons_from_message
+from dsakit.gates.skip_causes import Cause, CauseGroup
+from dsakit.reasons import Reason
+
+
+def _report(nodeid: str, longrepr: Any, *, skipped: bool = True, context: Any = None, xfail: bool = False) -> Any:
+    report = SimpleNamespace(nodeid=nodeid, longrepr=longrepr, skipped=skipped)
+    if context is not None:
+        report.context = context
+    if xfail:
+        report.wasxfail = "known"
+    return report
+
+
+def test_reasons_are_written_joined_and_read_back() -> None:
+    reasons = [Reason("fa3", "FA3 needs SM 9.x"), Reason("sm>=10.0", "needs SM 10.0")]
+    message = format_reasons(reasons)
+    assert message == "[fa3] FA3 needs SM 9.x | [sm>=10.0] needs SM 10.0"
+    assert reasons_from_message(message) == reasons
+    assert reasons_from_message("Skipped: " + message) == reasons
+    assert reasons_from_message("  [cuda] no GPU ") == [Reason("cuda", "no GPU")]
+    assert reasons_from_message("plain text [cuda] no GPU") == []  # a code only counts at the start
+    assert format_reasons([]) == ""
+
+
+@pytest.mark.parametrize(("longrepr", "message"), [
+    (("t.py", 3, "Skipped: [cuda] no GPU"), "Skipped: [cuda] no GPU"),
+    (("t.py", 3), "('t.py', 3)"),
+    ("Skipped: text", "Skipped: text"),
+    (None, ""),
+])
+def test_a_phase_reports_skip_message(longrepr: Any, message: str) -> None:
+    assert inventory._skip_message(_report("t.py::test_a", longrepr)) == message
+
+
+def test_record_counts_skips_once_with_planned_or_read_back_reasons() -> None:
+    inv = SkipInventory()
+    inv.plan("t.py::test_planned", [Reason("fa3", "FA3 needs SM 9.x")])
+    inv.record(_report("t.py::test_planned", ("t.py", 1, "Skipped: [cuda] other words")))
+    inv.record(_report("t.py::test_read", ("t.py", 2, "Skipped: [cuda] no GPU ")))
+    inv.record(_report("t.py::test_plain", ("t.py", 3, "Skipped: just skipped")))
+    inv.record(_report("t.py::test_xfail", ("t.py", 4, "Skipped: [cuda] x"), xfail=True))
+    inv.record(_report("t.py::test_passed", None, skipped=False))
+    inv.record(_report("t.py::test_planned", ("t.py", 5, "Skipped: [cuda] sub"), context=SimpleNamespace(
+        msg="case 1", kwargs={})))
+    assert [(s.test, s.nodeid, s.message, s.reasons) for s in inv.skips] == [
+        ("t.py::test_planned", "t.py::test_planned", "[cuda] other words", (Reason("fa3", "FA3 needs SM 9.x"),)),
+        ("t.py::test_read", "t.py::test_read", "[cuda] no GPU", (Reason("cuda", "no GPU"),)),
+        ("t.py::test_plain", "t.py::test_plain", "just skipped", ()),
+        ("t.py::test_planned [case 1]", "t.py::test_planned", "[cuda] sub", (Reason("cuda", "sub"),))]
+    assert repr(inv.skips[2]) == "Skip(test='t.py::test_plain', message='just skipped', reasons=())"
+    assert inv.skipped_behind(["fa3", "cuda", "aiter"]) == {
+        "fa3": ["t.py::test_planned"], "cuda": ["t.py::test_read", "t.py::test_planned [case 1]"]}
+    assert inv.gated  # plan() marks the run as using dsakit
+
+
+def test_gated_needs_a_coded_skip_and_a_run_that_uses_dsakit() -> None:
+    inv = SkipInventory()
+    inv.record(_report("t.py::test_a", ("t.py", 1, "Skipped: [cuda] no GPU")))
+    assert not inv.gated
+    inv.declare("t.py::test_b", ["cuda"])
+    assert inv.gated
+    plain = SkipInventory()
+    plain.declare("t.py::test_b", ["cuda"])
+    plain.record(_report("t.py::test_a", ("t.py", 1, "Skipped: no code")))
+    assert not plain.gated
+
+
+def test_declared_codes_keep_their_order_once_and_follow_deselection() -> None:
+    inv = SkipInventory()
+    assert not inv.used
+    inv.declare("t.py::test_a", ["cuda", "fa3", "cuda"])
+    inv.declare("t.py::test_a", ["fa3", "aiter"])
+    inv.declare("t.py::test_b", [])
+    assert inv.used and inv.declared == {"t.py::test_a": ["cuda", "fa3", "aiter"], "t.py::test_b": []}
+    inv.keep_declared(["t.py::test_b", "t.py::test_c"])
+    assert inv.declared == {"t.py::test_b": []}
+    assert inv.without_tests(["cuda", "fa3"]) == ["cuda", "fa3"]
+    inv.add("t.py::test_x", [Reason("fa3", "FA3 needs SM 9.x"), Reason("cuda", "no GPU")])
+    assert inv.skips[0].message == "[fa3] FA3 needs SM 9.x | [cuda] no GPU"
+    assert inv.without_tests(["cuda", "fa3", "aiter"]) == ["aiter"]  # a skip's codes count as behind
+    unknown = SkipInventory()
+    unknown.declared = None
+    unknown.keep_declared(["t.py::test_a"])
+    assert unknown.declared is None and unknown.without_tests(["cuda"]) == []
+
+
+def test_a_workers_hand_over_and_a_controller_that_collected_nothing() -> None:
+    worker = SkipInventory()
+    assert worker.worker_data() == {"declared": {}, "used": False}
+    worker.declare("t.py::test_a", ["cuda"])
+    controller = SkipInventory()
+    controller.declared = None  # an xdist controller, before any worker reported
+    controller.merge(worker.worker_data())
+    assert controller.declared == {"t.py::test_a": ["cuda"]} and controller.used
+    idle = SkipInventory()
+    idle.merge({"declared": {}})
+    assert not idle.used and idle.declared == {}
+    none = SkipInventory()
+    none.declared = None
+    assert none.worker_data() == {"declared": {}, "used": False}
+
+
+def test_planned_skips_count_for_the_selected_tests_only() -> None:
+    inv = SkipInventory()
+    inv.plan("t.py::test_a", [Reason("fa3", "FA3 needs SM 9.x")])
+    inv.plan("t.py::test_b", [Reason("cuda", "no GPU")])
+    inv.add_planned(["t.py::test_b", "t.py::test_c"])
+    assert [(s.test, s.message) for s in inv.skips] == [("t.py::test_b", "[cuda] no GPU")]
+
+
+def test_host_label_option_then_environment_then_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setenv(inventory.HOST_LABEL_ENV, " env-node ")
+    assert inventory.host_label(" h200 ") == "h200"
+    assert inventory.host_label(None) == "env-node"
+    assert inventory.host_label("  ") == socket.gethostname()
+    monkeypatch.delenv(inventory.HOST_LABEL_ENV)
+    assert inventory.host_label(None) == socket.gethostname()
+
+
+def test_shard_of_needs_both_group_and_splits() -> None:
+    def config(**options: Any) -> Any:
+        return SimpleNamespace(option=SimpleNamespace(**options))
+
+    assert inventory.shard_of(config(group=2, splits=3)) == {"group": 2, "splits": 3}
+    assert inventory.shard_of(config(group=2)) is None
+    assert inventory.shard_of(config(splits=3)) is None
+    assert inventory.shard_of(config(group=None, splits=3)) is None
+
+
+def _reporter(skips: list[tuple[str, str]]) -> InventoryReporter:
+    config = SimpleNamespace(option=SimpleNamespace(collectonly=False))
+    reporter = InventoryReporter(config, SkipInventory(), lambda: None, (), None)  # type: ignore[arg-type]
+    for test, nodeid in skips:
+        reporter.inventory.skips.append(inventory.Skip(test, nodeid, "m", ()))
+    return reporter
+
+
+@pytest.mark.parametrize(("skips", "counted", "line"), [
+    ([("a", "a")], 1, "1 skip, each in one group below (pytest counts 1 skipped)"),
+    ([("a", "a"), ("b", "b")], 2, "2 skips, each in one group below (pytest counts 2 skipped)"),
+    ([("a", "a"), ("a [s]", "a"), ("a [t]", "a")], 1,
+     "3 skips, each in one group below (pytest counts 1 skipped: at this verbosity it leaves out the 2 skipped "
+     "subtests; -q, -v or -o verbosity_subtests=1 count them)"),
+    ([("a", "a"), ("a [s]", "a")], 0, "2 skips, each in one group below (pytest counts 0 skipped)"),
+    ([("a", "a"), ("a [s]", "a")], 2, "2 skips, each in one group below (pytest counts 2 skipped)"),
+])
+def test_the_count_line_explains_what_pytest_leaves_out(skips: list[tuple[str, str]], counted: int, line: str) -> None:
+    assert _reporter(skips)._count_line(counted) == line
+
+
+class _Terminal:
+    def __init__(self) -> None:
+        self.out = io.StringIO()
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.out.write(line + "\n")
+
+
+def _group(code: str, skips: list[tuple[str, str]], also: tuple[str, ...] = ()) -> CauseGroup:
+    group = CauseGroup(code)
+    for test, message in skips:
+        group.add(test, Cause(code, message, f"[{code}] {message}", ("sm90",), "", also))
+    return group
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_groups_lines_with_and_without_v(verbose: bool) -> None:
+    group = _group("fa3", [("t.py::a", "FA3 needs SM 9.x"), ("t.py::b", "FA3 needs SM 9.x"), ("t.py::c", "other")],
+                   also=("cuda",))
+    terminal = _Terminal()
+    InventoryReporter._write_group(terminal, group, verbose=verbose)
+    plain = ["   3 skipped  [fa3] FA3 needs SM 9.x", "           runs on: sm90; also closed: cuda (3)"]
+    every = ["             2x FA3 needs SM 9.x", "               t.py::a", "               t.py::b",
+             "             1x other", "               t.py::c"]
+    assert terminal.out.getvalue().splitlines() == plain + (every if verbose else [])
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_an_uncoded_group_lists_its_messages_and_one_message_its_tests_unindented(verbose: bool) -> None:
+    terminal = _Terminal()
+    InventoryReporter._write_group(terminal, _group("uncoded", [("t.py::a", "why")]), verbose=verbose)
+    assert terminal.out.getvalue().splitlines() == [
+        "   1 skipped  [uncoded] why", "           runs on: sm90", "             1x why",
+        *(["           t.py::a"] if verbose else [])]
+    terminal = _Terminal()
+    InventoryReporter._write_group(terminal, _group("fa3", [("t.py::a", "one")]), verbose=verbose)
+    assert terminal.out.getvalue().splitlines() == [
+        "   1 skipped  [fa3] one", "           runs on: sm90", *(["           t.py::a"] if verbose else [])]
