@@ -83,9 +83,12 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   ["tests/gates/test_skip_inventory.py", "tests/gates/test_mutation_gaps_inventory.py",
                    "tests/gates/test_skip_causes.py",
                    "tests/gates/test_report_shards.py"]),
-    # pr-check's verdicts: pr_check.py but the command's plumbing (its input checks, work folder and
-    # printing: only the end-to-end tests, over 3 s, reach them), pr_vs_base.py's classification
-    "pr_check": (["dsakit/pr_check.py::-run_pr_check,_pr_check_in",
+    # pr-check's verdicts: what pr_check.py and pr_vs_base.py conclude from two runs (not the
+    # command's input checks, runs, tree scans and work folder: only the end-to-end tests, over 3 s,
+    # reach them)
+    "pr_check": (["dsakit/pr_check.py::VERDICTS,Verdict,DeviceCheck,_flaky,_explanation,outcome_text,verdicts,"
+                  "ReadChange,read_changes,_CLASS_LACKS,_CONTRACT_LACKS,_mock_lacking,failing_mocks,PrCheck,"
+                  "_TESTS_PER_ROW,_rows,_section,comment,_causes,_why,_not_run_groups,as_json",
                   "dsakit/node/pr_vs_base.py::CLASSES,_crash_message,load_record,Change,_OVERLAY_PATH,in_tree,"
                   "skip_reason,_skip_key,classify,_describe,fingerprint_mismatch,_UNUSABLE,unusable_runs"],
                  [*(f"tests/cli/test_pr_check.py::{t}" for t in (
@@ -95,7 +98,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                      "test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run",
                      "test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1",
                      "test_a_failure_section_counts_test_x_device_beside_its_rows", "test_bad_input_is_exit_2")),
-                  "tests/node/test_pr_vs_base.py", "tests/gates/test_skip_causes.py"]),
+                  "tests/node/test_pr_vs_base.py", "tests/node/test_mutation_gaps_pr_check.py",
+                  "tests/gates/test_skip_causes.py"]),
 }
 
 # groups whose focused tests include pytester runs: the plugin's hooks (the inventory's sections and

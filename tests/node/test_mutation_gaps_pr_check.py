@@ -1,0 +1,307 @@
+"""pr-check's and compare's verdicts on hand-made run records, in this process (issue 34 item 9: what
+a PR's author is told is a user's verdict, now in the measured mutation core): every class of
+change, every verdict, the exit codes, the grouped rows, the runs that compared nothing, a crashed
+run's record. The end-to-end tests in tests/cli/test_pr_check.py run real trees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsakit import pr_check
+from dsakit.node import pr_vs_base
+from dsakit.node.pr_vs_base import Change, Run, classify
+from dsakit.pr_check import DeviceCheck, PrCheck, Verdict
+
+
+def _out(outcome: str, *, message: str = "", frame: str = "", reason: str = "", **extra: Any) -> dict[str, Any]:
+    return {"outcome": outcome, "message": message, "frame": frame, "reason": reason, **extra}
+
+
+def _changes(base: dict[str, Any], pr: dict[str, Any]) -> list[tuple[str, str, str | None, str | None, str]]:
+    return [(c.nodeid, c.kind, c.base, c.pr, c.detail) for c in classify(base, pr)]
+
+
+def test_every_class_of_change_with_its_detail() -> None:
+    boom = _out("failed", message="ValueError: boom", frame="t.py:3")
+    other = _out("failed", message="KeyError: 'k'", frame="t.py:9")
+    skip = _out("skipped", reason="Skipped:  [cuda]\n  no GPU")
+    base = {"t::pass_fail": _out("passed"), "t::skip_fail": skip, "t::fail_pass": boom, "t::fail_skip": boom,
+            "t::same": boom, "t::differ": boom, "t::pass_skip": _out("passed"), "t::skip_pass": skip,
+            "t::skip_skip": skip, "t::skip_moved": _out("skipped", reason="x.py:3: closed"),
+            "t::skip_other": skip, "t::pass_pass": _out("passed"), "t::gone": boom, "t::xfail_pass": _out("xfailed"),
+            "t::error": _out("passed"), "t::fixed_xpass": _out("xpassed", message="XPASS")}
+    pr = {"t::pass_fail": boom, "t::skip_fail": boom, "t::fail_pass": _out("passed"),
+          "t::fail_skip": _out("skipped", reason="no GPU"), "t::same": _out("error", message="ValueError: boom",
+                                                                           frame="t.py:4"),
+          "t::differ": other, "t::pass_skip": _out("skipped", reason="no GPU"), "t::skip_pass": _out("passed"),
+          "t::skip_skip": skip, "t::skip_moved": _out("skipped", reason="x.py:7: closed"),
+          "t::skip_other": _out("skipped", reason="no ROCm"), "t::pass_pass": _out("passed"),
+          "t::new": _out("failed", message="E: new", frame="n.py:1"), "t::new_skip": _out("skipped", reason="r"),
+          "t::xfail_pass": _out("passed"), "t::error": _out("crashed", message="Segfault"),
+          "t::fixed_xpass": _out("passed")}
+    assert _changes(base, pr) == [
+        ("t::pass_fail", "regression", "passed", "failed", "ValueError: boom @ t.py"),
+        ("t::skip_fail", "regression", "skipped", "failed", "ValueError: boom @ t.py (was skipped: Skipped: [cuda] no GPU)"),
+        ("t::fail_pass", "fixed", "failed", "passed", "was: ValueError: boom @ t.py"),
+        ("t::fail_skip", "skip-change", "failed", "skipped", "was: ValueError: boom @ t.py; now skipped: no GPU"),
+        ("t::same", "pre-existing", "failed", "error", "ValueError: boom @ t.py"),
+        ("t::differ", "failing-differently", "failed", "failed", "base: ValueError: boom @ t.py | pr: KeyError: 'k' @ t.py"),
+        ("t::pass_skip", "skip-change", "passed", "skipped", "no GPU"),
+        ("t::skip_pass", "skip-change", "skipped", "passed", "Skipped: [cuda] no GPU"),
+        ("t::skip_skip", "unchanged", "skipped", "skipped", ""),
+        ("t::skip_moved", "unchanged", "skipped", "skipped", ""),  # the skipping call moved: the same skip
+        ("t::skip_other", "skip-change", "skipped", "skipped", "base: Skipped: [cuda] no GPU | pr: no ROCm"),
+        ("t::pass_pass", "unchanged", "passed", "passed", ""),
+        ("t::gone", "removed", "failed", None, "ValueError: boom @ t.py"),
+        ("t::xfail_pass", "unchanged", "xfailed", "passed", ""),
+        ("t::error", "regression", "passed", "crashed", "Segfault"),
+        ("t::fixed_xpass", "fixed", "xpassed", "passed", "was: XPASS"),
+        ("t::new", "added", None, "failed", "E: new @ n.py"),
+        ("t::new_skip", "added", None, "skipped", "r")]
+    assert Change("t::a", "added", None, "passed").as_dict() == {
+        "test": "t::a", "class": "added", "base": None, "pr": "passed", "detail": ""}
+    assert _changes({}, {"t::p": _out("passed")}) == [("t::p", "added", None, "passed", "")]
+
+
+def test_a_skip_reads_paths_inside_an_overlay_as_paths_in_the_tree() -> None:
+    outcome = {"reason": "('/w/base-overlay/sglang/srt/x.py', 12, 'Skipped: no\n  GPU')"}
+    assert pr_vs_base.skip_reason(outcome) == "('sglang/srt/x.py', 12, 'Skipped: no GPU')"
+    assert pr_vs_base._skip_key({"reason": "at a.py:12 and b.py:3 (c.pyx:4)"}) == "at a.py and b.py (c.pyx:4)"
+    assert pr_vs_base.skip_reason({}) == ""
+    assert pr_vs_base.in_tree("x /w/pr-overlay/sglang/a.py and /w/pr-overlay/other") == "x sglang/a.py and /w/pr-overlay/other"
+
+
+def test_fingerprint_mismatch_names_every_difference() -> None:
+    base = Run("base", "b", 0, 1.0, env={"python": "3.12", "implementation": "cpython", "device": "cpu",
+                                         "packages": {"torch": "2.1", "numpy": "1"}})
+    same = Run("pr", "p", 0, 1.0, env=json.loads(json.dumps(base.env)))
+    assert pr_vs_base.fingerprint_mismatch(base, same) == []
+    pr = Run("pr", "p", 0, 1.0, env={"python": "3.13", "implementation": "cpython", "device": "sm90",
+                                     "packages": {"torch": "2.2", "triton": "3"}})
+    assert pr_vs_base.fingerprint_mismatch(base, pr) == [
+        "python: base '3.12' vs pr '3.13'", "device: base 'cpu' vs pr 'sm90'", "numpy: base 1 vs pr None",
+        "torch: base 2.1 vs pr 2.2", "triton: base None vs pr 3"]
+
+
+@pytest.mark.parametrize(("base_code", "pr_code", "lines", "pr_only"), [
+    (0, 0, [], False),
+    (1, 1, [], False),
+    (0, 2, ["the pr run (p) was interrupted (collection errors or Ctrl-C) (pytest exit 2)"], True),
+    (1, 3, ["the pr run (p) hit a pytest internal error (pytest exit 3)"], True),
+    (0, 4, ["the pr run (p) was a pytest usage error (a missing path or a bad option) (pytest exit 4)"], False),
+    (0, 5, ["the pr run (p) collected no tests (pytest exit 5)"], False),
+    (2, 2, ["the base run (b) was interrupted (collection errors or Ctrl-C) (pytest exit 2)",
+            "the pr run (p) was interrupted (collection errors or Ctrl-C) (pytest exit 2)"], False),
+    (5, 0, ["the base run (b) collected no tests (pytest exit 5)"], False),
+])
+def test_runs_that_compared_nothing(base_code: int, pr_code: int, lines: list[str], pr_only: bool) -> None:
+    base, pr = Run("base", "b", base_code, 1.0), Run("pr", "p", pr_code, 1.0)
+    assert pr_vs_base.unusable_runs(base, pr) == (lines, pr_only)
+    crashed = Run("pr", "p", pr_code, 1.0, crashed="the test process died")
+    assert pr_vs_base.unusable_runs(Run("base", "b", 0, 1.0), crashed) == ([], False)
+
+
+@pytest.mark.parametrize(("output", "code", "message"), [
+    ("x\nFatal Python error: Aborted\nmore", 0, "Fatal Python error: Aborted"),
+    ("Segmentation fault (core dumped)", -11, "Segmentation fault (core dumped)"),
+    ("Aborted (core dumped)", 0, "Aborted (core dumped)"),
+    ("RuntimeError: CUDA error: an illegal memory access", 1, "RuntimeError: CUDA error: an illegal memory access"),
+    ("[gw0] node down: worker 'gw0' crashed while running t.py::a", 1, "worker 'gw0' crashed while running t.py::a"),
+    ("", -9, "the test process was killed by SIGKILL"),
+    ("", -200, "the test process was killed by signal 200"),
+    ("", 0, "the test process died"),
+    ("", 1, "the test process died"),
+])
+def test_a_crash_is_named_by_its_fatal_line_or_signal(output: str, code: int, message: str) -> None:
+    assert pr_vs_base._crash_message(output, code) == message
+
+
+def test_a_record_cut_by_a_crash_marks_the_tests_in_flight(tmp_path: Path) -> None:
+    record = tmp_path / "r.jsonl"
+    lines = [{"kind": "env", "fingerprint": {"python": "3.12"}, "sglang": {"version": "0.5.23"}},
+             {"kind": "start", "nodeid": "t::a"}, {"kind": "test", "nodeid": "t::a", "outcome": "passed"},
+             {"kind": "start", "nodeid": "t::b"}]
+    record.write_text("\n".join(json.dumps(x) for x in lines) + "\n{\"kind\": \"te")
+    output = "\n".join(f"line {n}" for n in range(30)) + "\nSegmentation fault"
+    run = pr_vs_base.load_record(record, "pr", "src", -11, 2.0, output)
+    assert run.env == {"python": "3.12"} and run.sglang == {"version": "0.5.23"}
+    assert run.crashed == "Segmentation fault"
+    assert run.tests == {"t::a": {"kind": "test", "nodeid": "t::a", "outcome": "passed"},
+                         "t::b": {"nodeid": "t::b", "outcome": "crashed", "message": "Segmentation fault", "frame": ""}}
+    assert run.output_tail.splitlines() == [f"line {n}" for n in range(11, 30)] + ["Segmentation fault"]
+    record.write_text("\n".join(json.dumps(x) for x in [*lines, {"kind": "end"}]) + "\n")
+    whole = pr_vs_base.load_record(record, "pr", "src", 1, 2.0, "")
+    assert whole.crashed is None and list(whole.tests) == ["t::a"]
+    missing = pr_vs_base.load_record(tmp_path / "none.jsonl", "pr", "src", 0, 2.0, "")
+    assert missing.crashed == "the test process died" and missing.tests == {}
+
+
+def _check(base: dict[str, Any], pr: dict[str, Any], *, device: str = "sm90", runs_as: str = "sm90",
+           reruns: dict[str, dict[str, Any]] | None = None) -> DeviceCheck:
+    check = DeviceCheck(device, runs_as, Run("base", "b", 0, 1.0, tests=base), Run("pr", "p", 0, 1.0, tests=pr))
+    check.reruns = {label: Run(f"{label}-rerun", "x", 0, 1.0, tests=tests) for label, tests in (reruns or {}).items()}
+    check.verdicts = pr_check.verdicts(check)
+    return check
+
+
+def test_every_verdict_with_its_detail_explanation_and_both_outcomes() -> None:
+    boom = _out("failed", message="ValueError: boom", frame="t.py:3", explained="why\n  the read lacks it")
+    skip = _out("skipped", reason="no GPU", explained="skip words")
+    base = {"t::reg": _out("passed"), "t::flaky_pr": _out("passed"), "t::flaky_base": boom, "t::pre": boom,
+            "t::differ": _out("failed", message="KeyError: 'k'", frame="t.py:9"), "t::fixed": boom,
+            "t::skipchg": _out("passed"), "t::notrun": skip, "t::passed": _out("passed"), "t::gone": skip,
+            "t::xfail": _out("xfailed")}
+    pr = {"t::reg": boom, "t::flaky_pr": boom, "t::flaky_base": boom, "t::pre": boom, "t::differ": boom,
+          "t::fixed": _out("passed"), "t::skipchg": skip, "t::notrun": skip, "t::passed": _out("passed"),
+          "t::added_fail": boom, "t::added_pass": _out("passed"), "t::added_skip": skip, "t::xfail": _out("xfailed")}
+    check = _check(base, pr, reruns={"pr": {"t::flaky_pr": _out("passed"), "t::reg": _out("failed")},
+                                     "base": {"t::flaky_base": _out("xfailed")}})
+    got = {v.test: (v.verdict, v.detail, v.explanation, v.base_reason, v.pr_reason) for v in check.verdicts}
+    sig = "ValueError: boom @ t.py"
+    assert got == {
+        "t::reg": ("regression", sig, "why\n  the read lacks it", "passed", f"failed: {sig}"),
+        "t::flaky_pr": ("flaky", sig, "why\n  the read lacks it", "passed", f"failed: {sig}"),
+        "t::flaky_base": ("flaky", sig, "why\n  the read lacks it", f"failed: {sig}", f"failed: {sig}"),
+        "t::pre": ("pre-existing", sig, "why\n  the read lacks it", f"failed: {sig}", f"failed: {sig}"),
+        "t::differ": ("pre-existing", f"base: KeyError: 'k' @ t.py | pr: {sig}", "why\n  the read lacks it",
+                      "failed: KeyError: 'k' @ t.py", f"failed: {sig}"),
+        "t::fixed": ("fixed", f"was: {sig}", "why\n  the read lacks it", f"failed: {sig}", "passed"),
+        "t::skipchg": ("skip-change", "no GPU", "", "passed", "skipped: no GPU"),
+        "t::notrun": ("not-run", "", "skip words", "skipped: no GPU", "skipped: no GPU"),
+        "t::passed": ("passed", "", "", "passed", "passed"),
+        "t::gone": ("not-run", "no GPU", "skip words", "skipped: no GPU", "not collected"),
+        "t::xfail": ("passed", "", "", "xfailed", "xfailed"),
+        "t::added_fail": ("regression", sig, "why\n  the read lacks it", "not collected", f"failed: {sig}"),
+        "t::added_pass": ("passed", "", "", "not collected", "passed"),
+        "t::added_skip": ("not-run", "no GPU", "", "not collected", "skipped: no GPU")}
+    assert Verdict("t::a", "sm90", "passed", "passed", "passed").as_dict() == {
+        "test": "t::a", "device": "sm90", "verdict": "passed", "base": "passed", "pr": "passed", "detail": "",
+        "explanation": "", "base_reason": "", "pr_reason": ""}
+
+
+def test_a_failure_the_rerun_did_not_reach_is_not_flaky() -> None:
+    boom = _out("failed", message="E", frame="t.py:1")
+    check = _check({"t::a": _out("passed")}, {"t::a": boom}, reruns={"pr": {"t::other": _out("passed")}})
+    assert [v.verdict for v in check.verdicts] == ["regression"]
+    check = _check({"t::a": boom}, {"t::a": _out("passed")}, reruns={"pr": {"t::a": _out("passed")}})
+    assert [v.verdict for v in check.verdicts] == ["fixed"]  # the PR's rerun says nothing of the base's failure
+
+
+def _pr_check(*checks: DeviceCheck, must_run: tuple[str, ...] = ()) -> PrCheck:
+    return PrCheck("base-src", "pr-src", list(checks), [], must_run)
+
+
+def test_exit_codes_and_must_run() -> None:
+    boom = _out("failed", message="E", frame="t.py:1")
+    clean = _check({"t::a": _out("passed")}, {"t::a": _out("passed"), "t::s": _out("skipped", reason="r")})
+    assert _pr_check(clean).exit_code() == 0
+    regressed = _check({"t::a": _out("passed")}, {"t::a": boom})
+    assert _pr_check(clean, regressed).exit_code() == 1
+    assert _pr_check(_check({"t::a": boom}, {"t::a": boom})).exit_code() == 0  # pre-existing only
+    clean.pr_gates = {"t::a": ("cuda",), "t::s": ("fa3",)}
+    assert _pr_check(clean, must_run=("cuda",)).must_run_failures() == {}
+    assert _pr_check(clean, must_run=("fa3", "aiter")).must_run_failures() == {
+        "fa3": "no test behind it ran on any device in the PR runs",
+        "aiter": "no test behind it ran on any device in the PR runs"}
+    assert _pr_check(clean, must_run=("fa3",)).exit_code() == 1
+    # a subtest's record names its pytest node id: its gates are its test's
+    sub = _check({}, {"t::a [x]": _out("passed", pytest_nodeid="t::a")})
+    sub.pr_gates = {"t::a": ("cuda",)}
+    assert _pr_check(sub, must_run=("cuda",)).must_run_failures() == {}
+    broken = _check({"t::a": _out("passed")}, {})
+    broken.pr = Run("pr", "p", 2, 1.0)
+    assert _pr_check(broken).unusable() == (["sm90 (simulated): the pr run (p) was interrupted (collection errors "
+                                             "or Ctrl-C) (pytest exit 2)"], True)
+    assert _pr_check(broken).exit_code() == 1
+    empty = _check({}, {})
+    empty.pr = Run("pr", "p", 5, 1.0)
+    assert _pr_check(clean, empty).exit_code() == 2
+    assert clean.label == "sm90 (simulated)" and _check({}, {}, runs_as="real").label == "sm90 (real)"
+
+
+def test_rows_group_tests_by_device_and_signature_and_name_four() -> None:
+    checks = [_check({}, {}, device="sm90"), _check({}, {}, device="sm100")]
+    verdicts = [Verdict(f"t::{n}", "sm100", "regression", "passed", "failed", "E one") for n in range(6)]
+    verdicts += [Verdict("t::x", "sm90", "regression", "passed", "failed", "E two",
+                         explanation="first line\n  the second line \nthird"),
+                 Verdict("t::y", "sm90", "regression", "passed", "failed", "E two", explanation="one line"),
+                 Verdict("t::a", "sm90", "regression", "passed", "failed", "E one")]
+    section = pr_check._section("Regressions", verdicts, _pr_check(*checks))
+    assert [(r.test, r.where, r.signature) for r in section.rows] == [
+        ("`t::a`", "sm90 (simulated)", "E one"),
+        ("`t::x`", "sm90 (simulated)", "E two — the second line"),
+        ("`t::y`", "sm90 (simulated)", "E two"),
+        ("`t::0`, `t::1`, `t::2`, `t::3` and 2 more", "sm100 (simulated)", "E one")]
+    assert section.note == "9 test x device in 4 row(s) (one per device and signature)"
+    four = pr_check._rows(verdicts[:4], _pr_check(*checks))
+    assert [r.test for r in four] == ["`t::0`, `t::1`, `t::2`, `t::3`"]
+    assert pr_check._section("Fixed", [], _pr_check(*checks)).note == ""
+
+
+@pytest.mark.parametrize(("detail", "path", "mock"), [
+    ("AttributeError: model_runner.server_args.x is not in the dsakit role contract (role=target)",
+     "server_args.x", "dsakit.MockModelRunner(role=target)"),
+    ("AttributeError: model_runner.server_args.y is not in the dsakit role contract (role=target)",
+     "server_args.x", None),
+    ("AttributeError: 'FakeRunner' object has no attribute 'page_size'", "server_args.page_size", "FakeRunner"),
+    ("AttributeError: 'FakeRunner' object has no attribute 'page_size'", "page_size", "FakeRunner"),
+    ("AttributeError: 'FakeRunner' object has no attribute 'page'", "page_size", None),
+    ("ValueError: boom", "page_size", None),
+])
+def test_the_mock_a_signature_says_lacks_a_read(detail: str, path: str, mock: str | None) -> None:
+    assert pr_check._mock_lacking(detail, path) == mock
+
+
+def test_failing_mocks_count_regressions_per_mock_file_and_device() -> None:
+    lacks = "AttributeError: 'FakeRunner' object has no attribute 'page_size'"
+    one = _check({}, {}, device="sm90")
+    one.verdicts = [Verdict("a.py::t1", "sm90", "regression", "passed", "failed", lacks),
+                    Verdict("a.py::t2", "sm90", "regression", "passed", "failed", lacks),
+                    Verdict("b.py::t3", "sm90", "pre-existing", "failed", "failed", lacks),
+                    Verdict("b.py::t4", "sm90", "regression", "passed", "failed", "ValueError")]
+    two = _check({}, {}, device="sm100")
+    two.verdicts = [Verdict("a.py::t1", "sm100", "regression", "passed", "failed", lacks)]
+    changes = [pr_check.ReadChange("added", "page_size", "f", "x.py:3", "", breaks=("static",)),
+               pr_check.ReadChange("removed", "page_size", "f", "x.py:3", ""),
+               pr_check.ReadChange("guard-changed", "other", "f", "x.py:4", "")]
+    result = pr_check.failing_mocks(changes, [one, two])
+    assert result[0].breaks == ("static", "FakeRunner in a.py on sm90 (2 regressions), sm100 (1 regressions)")
+    assert result[1] is changes[1] and result[2] is changes[2]
+
+
+def test_read_changes_name_added_removed_and_re_guarded_reads() -> None:
+    from types import SimpleNamespace
+
+    def read(guard: str, site: str) -> Any:
+        return SimpleNamespace(guard=guard, site=site)
+
+    base = {("a", "f"): [read("", "x.py:1")], ("b", "g"): [read("is_cuda()", "x.py:2"), read("", "x.py:5")],
+            ("c", "h"): [read("", "x.py:3")]}
+    pr = {("a", "f"): [read("", "x.py:1")], ("b", "g"): [read("is_hip()", "x.py:2")], ("d", "k"): [read("", "x.py:4")]}
+    changes = pr_check.read_changes(base, pr, ["sm90", "mi300"])
+    assert [(c.kind, c.path, c.function, c.site, c.guard, c.before) for c in changes] == [
+        ("guard-changed", "b", "g", "x.py:2", "is_hip()", "always or is_cuda()"),
+        ("added", "d", "k", "x.py:4", "", ""),
+        ("removed", "c", "h", "x.py:3", "", "")]
+    assert changes[0].fires_on == ("mi300",) and changes[1].fires_on == ("sm90", "mi300")
+    assert changes[2].as_dict() == {"kind": "removed", "path": "c", "function": "h", "site": "x.py:3", "guard": "",
+                                    "before": "", "fires_on": [], "breaks": []}
+
+
+def test_the_json_counts_each_verdict_and_names_the_runs() -> None:
+    boom = _out("failed", message="E", frame="t.py:1")
+    check = _check({"t::a": _out("passed"), "t::b": boom}, {"t::a": boom, "t::b": boom})
+    check.pr.sglang = {"version": "0.5.23"}  # type: ignore[union-attr]
+    data = pr_check.as_json(_pr_check(check, must_run=("cuda",)))
+    assert data["counts"] == {"regression": 1, "flaky": 0, "pre-existing": 1, "fixed": 0, "not-run": 0,
+                              "skip-change": 0, "passed": 0}
+    assert data["devices"] == [{"device": "sm90", "runs_as": "sm90", "label": "sm90 (simulated)", "base_exit": 0,
+                                "pr_exit": 0, "sglang": {"base": {}, "pr": {"version": "0.5.23"}}}]
+    assert data["must_run"] == {"codes": ["cuda"], "failed": {"cuda": "no test behind it ran on any device in the PR runs"}}
+    assert (data["base"], data["pr"], data["exit"], data["unusable_runs"], data["why"]) == (
+        "base-src", "pr-src", 1, [], [])
+    assert [v["test"] for v in data["verdicts"]] == ["t::a", "t::b"]
