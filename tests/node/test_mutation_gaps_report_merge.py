@@ -345,6 +345,33 @@ def test_only_a_versionless_file_with_format_1_fields_is_called_format_1(tmp_pat
     assert str(raised.value).startswith(f"{path}: {message}")
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "no such report file; pass the JSON files written by `pytest --dsakit-report PATH`"),
+    ("folder", "no such report file; pass the JSON files written by `pytest --dsakit-report PATH`"),
+    ("{not json", "not JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)); "
+                  "pass the JSON files written by `pytest --dsakit-report PATH`"),
+    (b"\xff\xfe", "not JSON ("),
+    ("[1, 2]", "not a dsakit report (a JSON list, not an object); pass the JSON files written by "
+               "`pytest --dsakit-report PATH`"),
+    ("collect", "a --collect-only report says what would skip, not what ran; merge reports of runs"),
+])
+def test_an_unreadable_report_is_named_with_what_is_wrong(tmp_path: Path, content: Any, message: str) -> None:
+    path = tmp_path / "r.json"
+    if content == "folder":
+        path.mkdir()
+    elif content == "collect":
+        good = Path(_report(tmp_path, "good.json", "h200", "sm90", {}))
+        path.write_text(json.dumps({**json.loads(good.read_text()), "collect_only": True}))
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(UsageError) as raised:
+        load_report(str(path))
+    assert str(raised.value).startswith(f"{path}: {message}")
+    assert raised.value.__suppress_context__ or raised.value.__context__ is None  # no chained traceback
+
+
 def test_a_report_reads_back_what_its_node_wrote(tmp_path: Path) -> None:
     path = _report(tmp_path, "r.json", "h200", "sm90", {"t.py::test_a": _passed()}, simulated=True,
                    shard=(2, 3), must_run=("cuda", "fa3"), table_key="sm90")
