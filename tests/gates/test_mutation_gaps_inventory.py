@@ -203,3 +203,51 @@ def test_an_uncoded_group_lists_its_messages_and_one_message_its_tests_unindente
     InventoryReporter._write_group(terminal, _group("fa3", [("t.py::a", "one")]), verbose=verbose)
     assert terminal.out.getvalue().splitlines() == [
         "   1 skipped  [fa3] one", "           runs on: sm90", *(["           t.py::a"] if verbose else [])]
+
+
+def test_a_workers_used_flag_reaches_the_controller_without_declarations() -> None:
+    controller = SkipInventory()
+    controller.merge({"declared": {}, "used": True})
+    assert controller.used is True
+    controller.merge({"declared": {}, "used": False})
+    assert controller.used is True  # one worker that used dsakit is enough
+
+
+def test_a_test_skipped_twice_behind_one_code_is_named_once() -> None:
+    inv = SkipInventory()
+    inv.add("t.py::test_a", [Reason("cuda", "no GPU")])
+    inv.add("t.py::test_a", [Reason("cuda", "no GPU"), Reason("fa3", "FA3 needs SM 9.x")])
+    assert inv.skipped_behind(["fa3", "cuda"]) == {"fa3": ["t.py::test_a"], "cuda": ["t.py::test_a"]}
+
+
+def test_the_header_line_marks_a_real_device_and_a_missing_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = SimpleNamespace(simulated=False, describe=lambda: "NVIDIA H200 (sm90)")
+    simulated = SimpleNamespace(simulated=True, describe=lambda: "B300 [simulated sm103]")
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: None)
+    assert inventory.header_line(real) == "dsakit: device NVIDIA H200 (sm90) [real]; SGLang not installed"  # type: ignore[arg-type]
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: "0.5.23")
+    assert inventory.header_line(simulated) == "dsakit: device B300 [simulated sm103]; SGLang 0.5.23"  # type: ignore[arg-type]
+
+
+def test_the_report_json_of_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsakit.gates.device_model import simulated_model
+
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: "0.5.23")
+    config = SimpleNamespace(option=SimpleNamespace(collectonly=False, group=2, splits=3))
+    reporter = InventoryReporter(config, SkipInventory(), lambda: simulated_model("sm90"), ("cuda", "fa3"),  # type: ignore[arg-type]
+                                 "r.json", host="h200", must_run_strict=True, announce=False)
+    assert (reporter.failures, reporter.untested, reporter.report_error, reporter.selected, reporter.is_worker,
+            reporter._recorder) == ({}, [], None, [], False, None)
+    assert reporter.pytest_report_header(config) == []  # type: ignore[arg-type]
+    reporter.inventory.add("t.py::test_a", [Reason("fa3", "FA3 needs SM 9.x")])
+    reporter.failures, reporter.untested = {"fa3": ["t.py::test_a"]}, ["cuda"]
+    data = reporter.as_json()
+    assert (data["format"], data["format_version"], data["host"], data["shard"], data["sglang"],
+            data["collect_only"]) == ("dsakit-report", 3, "h200", {"group": 2, "splits": 3}, "0.5.23", False)
+    assert data["device"]["table_key"] == "sm90" and data["device"]["simulated"] is True
+    assert data["must_run"] == {"codes": ["cuda", "fa3"], "failed": {"fa3": ["t.py::test_a"]},
+                                "no_test_behind": ["cuda"], "strict": True}
+    assert data["skips"]["total"] == 1 and [g["code"] for g in data["skips"]["groups"]] == ["fa3"]
+    assert data["skips"]["why"].startswith("why these skipped on sm90 (simulated): ")
+    assert (data["tests"], data["subtests"]) == ({}, {})
+    assert reporter.recorder is reporter.recorder  # made once

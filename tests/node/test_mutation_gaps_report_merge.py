@@ -372,6 +372,30 @@ def test_an_unreadable_report_is_named_with_what_is_wrong(tmp_path: Path, conten
     assert raised.value.__suppress_context__ or raised.value.__context__ is None  # no chained traceback
 
 
+def test_reports_of_one_node_that_do_not_fit_together_are_refused_naming_the_files(tmp_path: Path) -> None:
+    def node(name: str, shard: tuple[int, int] | None) -> str:
+        return _report(tmp_path, name, "h200", "sm90", {"t.py::test_a": _passed()}, shard=shard)
+
+    cases = [
+        ([node("w1.json", None), node("w2.json", None)],
+         f"several reports of node 'h200' (sm90 device [real], SGLang 0.5.23) and not all are pytest-split shards: "
+         f"{tmp_path}/w1.json, {tmp_path}/w2.json; give each run its own --dsakit-host-label"),
+        ([node("s1.json", (1, 2)), node("w3.json", None)],
+         f"several reports of node 'h200' (sm90 device [real], SGLang 0.5.23) and not all are pytest-split shards: "
+         f"{tmp_path}/s1.json, {tmp_path}/w3.json; give each run its own --dsakit-host-label"),
+        ([node("s1.json", (1, 2)), node("s3.json", (2, 3))],
+         f"node 'h200' was split in different ways (--splits): {tmp_path}/s1.json, {tmp_path}/s3.json; "
+         "merge shards of one split"),
+        ([node("s1.json", (1, 2)), node("s2.json", (2, 2)), node("s1b.json", (1, 2))],
+         f"node 'h200': shard 1 of 2 reported twice ({tmp_path}/s1.json, {tmp_path}/s1b.json); pass each shard's "
+         "report once"),
+    ]
+    for paths, message in cases:
+        with pytest.raises(UsageError) as raised:
+            merge(paths)
+        assert str(raised.value) == message
+
+
 def test_a_report_reads_back_what_its_node_wrote(tmp_path: Path) -> None:
     path = _report(tmp_path, "r.json", "h200", "sm90", {"t.py::test_a": _passed()}, simulated=True,
                    shard=(2, 3), must_run=("cuda", "fa3"), table_key="sm90")
