@@ -251,6 +251,7 @@ def test_gate_cells_and_the_fleet_column(tmp_path: Path) -> None:
     skipped = merge([_report(tmp_path, "k.json", "h200", "sm90", {"t.py::test_a": _skip("cuda", "no GPU", gates=("cuda",))})],
                     ["cuda"])
     assert skipped.must_run_failures() == {"cuda": "every test behind it was skipped on every node"}
+    assert skipped.failures() == [] and skipped.missing_shards() == [] and skipped.exit_code() == 1
     assert "gates that ran on no node: `cuda`" in format_text(skipped)
 
 
@@ -410,3 +411,51 @@ def test_a_report_reads_back_what_its_node_wrote(tmp_path: Path) -> None:
     report = load_report(path)
     assert (report.device, report.device_key, report.shard, report.simulated, report.table_key) == (
         "an H200 [real]", "?", None, False, "")
+
+
+def test_three_nodes_join_their_labels_notes_and_coverage(tmp_path: Path) -> None:
+    """Where two or more nodes, notes or tests meet: each list joined in node order, a group covered
+    whole or in part, a gate that only skipped on a node, a gate no node ran (not "simulated only")."""
+    sa, sb = "sa (sm100 simulated)", "sb (sm103 simulated)"
+    paths = [
+        _report(tmp_path, "h.json", "h200", "sm90", {
+            "t.py::test_f": {"outcome": "failed", "gates": [], "signature": "E x"}, "t.py::test_cov": _passed("fa3"),
+            "t.py::test_two": _skip("cuda", "no GPU", gates=("cuda",)),
+            "t.py::test_g": _skip("fa3", "FA3 needs SM 9.x", gates=("cuda",)),
+            "t.py::test_three": _skip("cuda", "no GPU", gates=("cuda",))}),
+        _report(tmp_path, "a.json", "sa", "sm100", {
+            "t.py::test_f": _passed(), "t.py::test_g": _passed("cuda"), "t.py::test_two": _passed(),
+            "t.py::test_cov": _skip("fa3", "FA3 needs SM 9.x", runs_on=("sm90",), note="Hopper", gates=("fa3",)),
+            "t.py::test_nowhere": _skip("aiter", "no AMD", gates=("aiter",))}, simulated=True),
+        _report(tmp_path, "b.json", "sb", "sm103", {
+            "t.py::test_f": _passed(), "t.py::test_g": _passed("cuda"), "t.py::test_two": _passed(),
+            "t.py::test_cov": _skip("fa3", "FA3 needs SM 9.x", runs_on=("sm90",), note="not Blackwell", gates=("fa3",)),
+            "t.py::test_u1": {"outcome": "skipped", "gates": [], "reasons": [{"code": "uncoded", "message": "m", "note": "n"}]},
+            "t.py::test_u2": {"outcome": "skipped", "gates": []}}, simulated=True)]
+    merged = merge(paths, ["cuda"], must_run_real=True)
+    data = as_json(merged)
+    assert data["skips"] == [
+        {"code": "fa3", "reason": "FA3 needs SM 9.x", "skipped": 3, "skipped_on": f"h200, {sa}, {sb}",
+         "runs_on": "sm90 (real here: h200) — Hopper; not Blackwell", "covered_on": f"h200, {sa}, {sb}",
+         "uncovered": [], "messages": []},
+        {"code": "cuda", "reason": "no GPU", "skipped": 2, "skipped_on": "h200", "runs_on": "unknown",
+         "covered_on": f"{sa}, {sb} (1 of 2 tests; the rest not covered on any node)", "uncovered": ["t.py::test_three"],
+         "messages": []},
+        # a skip with no reason says where it runs is unknown, beside the other skip's note
+        {"code": "uncoded", "reason": "m", "skipped": 2, "skipped_on": sb, "runs_on": "n; unknown",
+         "covered_on": "not covered on any node", "uncovered": ["t.py::test_u1", "t.py::test_u2"],
+         "messages": [{"message": "m", "count": 1}, {"message": "no reason given", "count": 1}]},
+        {"code": "aiter", "reason": "no AMD", "skipped": 1, "skipped_on": sa, "runs_on": "unknown",
+         "covered_on": "not covered on any node", "uncovered": ["t.py::test_nowhere"], "messages": []}]
+    assert data["gates"]["cuda"]["nodes"]["h200"] == {"ran": 0, "skipped": 3, "failed": 0, "skipped_by": {"cuda": 2, "fa3": 1}}
+    assert data["failures"] == [{"test": "t.py::test_f", "where": f"h200 only (passed on {sa}, {sb})", "signature": "E x"}]
+    assert merged.simulated_only() == ["cuda"]  # aiter ran on no node at all
+    assert data["must_run"]["failed"] == {
+        "cuda": f"it ran only on simulated devices ({sa}, {sb}); --must-run-real needs real hardware"}
+    text = format_text(merged)
+    gates = text[text.index("Gates (tests behind each gate, per node):") + 2:]
+    assert gates[:3] == [
+        "aiter  -                  skipped 1             -                     RAN ON NO NODE",
+        f"cuda   skipped 3 (fa3 1)  ran 1                 ran 1                 ran on {sa}, {sb} (simulated only: "
+        "no real hardware) (must-run: FAILED)",
+        "fa3    ran 1              skipped 1             skipped 1             ran on h200"]
