@@ -459,3 +459,39 @@ def test_three_nodes_join_their_labels_notes_and_coverage(tmp_path: Path) -> Non
         f"cuda   skipped 3 (fa3 1)  ran 1                 ran 1                 ran on {sa}, {sb} (simulated only: "
         "no real hardware) (must-run: FAILED)",
         "fa3    ran 1              skipped 1             skipped 1             ran on h200"]
+
+
+
+def test_one_release_no_failure_and_an_empty_node_in_the_text(tmp_path: Path) -> None:
+    paths = [_report(tmp_path, "g1.json", "h200", "sm90", {
+                 "t.py::test_a": _skip("fa3", "FA3 needs SM 9.x", gates=("cuda",)),
+                 "t.py::test_b": _skip("aiter", "no AMD", gates=("cuda",))}, shard=(1, 2)),
+             _report(tmp_path, "g2.json", "h200", "sm90", {}, shard=(2, 2)),
+             _report(tmp_path, "e.json", "b300", "sm103", {})]
+    merged = merge(paths)
+    assert merged.exit_code() == 0
+    assert format_text(merged) == [
+        'dsakit report merge: 2 node(s), 3 report(s), 2 test ids; 0 failure(s); 2 test(s) ran on no node',
+        'gates that ran on no node: `cuda`',
+        'why these skipped on h200: [aiter] no AMD (1); [fa3] FA3 needs SM 9.x (1)',
+        '',
+        'Nodes:',
+        'node  device               SGLang  shards     tests',
+        'h200  sm90 device [real]   0.5.23  1,2 of 2   2 skipped',
+        'b300  sm103 device [real]  0.5.23  whole run  no tests',
+        '',
+        'Gates (tests behind each gate, per node):',
+        'gate  h200                        b300  fleet',
+        'cuda  skipped 2 (aiter 1, fa3 1)  -     RAN ON NO NODE',
+        '',
+        'failures (0):',
+        '  none',
+        '',
+        'skips by reason code (each skip once):',
+        '  [aiter] 1 skipped on h200; runs on: unknown; covered on: not covered on any node',
+        '      no AMD',
+        '      ran on no node: t.py::test_b',
+        '  [fa3] 1 skipped on h200; runs on: unknown; covered on: not covered on any node',
+        '      FA3 needs SM 9.x',
+        '      ran on no node: t.py::test_a',
+    ]
