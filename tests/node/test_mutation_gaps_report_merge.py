@@ -211,6 +211,10 @@ def test_labels_name_the_device_where_a_host_ran_two_and_the_release_where_still
     assert [n.label for n in merged.nodes] == ["ci (sm90)", "ci (sm100)", "h200 (sm90) SGLang 0.5.23",
                                                "h200 (sm90) SGLang 0.5.21", "gb"]
     assert merged.nodes[4].sglang == "not installed"
+    assert report_merge._releases_note(merged) == (
+        "SGLang releases differ between nodes: 0.5.21 on h200 (sm90) SGLang 0.5.21; 0.5.23 on ci (sm90), ci (sm100), "
+        "h200 (sm90) SGLang 0.5.23; not installed on gb (each node's outcomes are for its own release; the SGLang "
+        "column says which)")
 
 
 def test_gate_cells_and_the_fleet_column(tmp_path: Path) -> None:
