@@ -174,6 +174,8 @@ EQUIVALENT += [
     (_RM, 'also = tuple(dict.fromkeys((*first.also, *(str(r.get("code", UNCODED)) for r in reasons[1:]))))',
      'also = tuple(dict.fromkeys((*first.also, *(str(r.get("code", UNCODED)) for r in reasons[0:]))))',
      "the first reason's own code is dropped from `also` on the next line: the same tuple"),
+    (_RM, "failures = view.failures[0].rows", "failures = view.failures[(-1)].rows",
+     "comment() makes exactly one failure section: its first is its last"),
     ("dsakit/gates/inventory.py", "if reason.code in wanted:", "if True:",
      "skipped_behind returns only the codes asked for (its last line): the other codes' lists are never read"),
     ("dsakit/gates/inventory.py", "self.declared: dict[str, list[str]] | None = {}",

@@ -263,11 +263,13 @@ def test_long_cells_signatures_reasons_and_uncovered_lists_are_clipped(tmp_path:
     long_reason = "r" * 250
     tests = {f"t.py::test_{n}": _skip("fa3", long_reason) for n in range(7)}
     tests["t.py::test_f"] = {"outcome": "failed", "gates": [], "signature": "s" * 200}
-    merged = merge([_report(tmp_path, "h.json", "h" * 80, "sm90", tests)])
+    merged = merge([_report(tmp_path, "h.json", "h" * 80, "sm90", tests),
+                    _report(tmp_path, "b.json", "b300", "sm103", {"t.py::test_f": _passed()})])
     text = format_text(merged)
-    node_row = text[text.index("Nodes:") + 2]
-    assert node_row.startswith("h" * 70 + "  sm90 device [real]  0.5.23  whole run  1 failed, 7 skipped")
-    assert f"  t.py::test_f  on {'h' * 80}: {'s' * 160}" in text
+    node_rows = text[text.index("Nodes:") + 2:text.index("Nodes:") + 4]
+    assert node_rows == ["h" * 70 + "  sm90 device [real]   0.5.23  whole run  1 failed, 7 skipped",
+                         "b300" + " " * 66 + "  sm103 device [real]  0.5.23  whole run  1 passed"]
+    assert f"  t.py::test_f  on {'h' * 80} only (passed on b300): {'s' * 160}" in text
     assert f"      {'r' * 200}" in text
     assert [line for line in text if "ran on no node:" in line] == [
         f"      ran on no node: t.py::test_{n}" for n in range(5)]
@@ -278,6 +280,9 @@ def test_five_uncovered_tests_are_all_listed_with_no_more_line(tmp_path: Path) -
     tests = {f"t.py::test_{n}": _skip("fa3", "FA3 needs SM 9.x") for n in range(5)}
     text = format_text(merge([_report(tmp_path, "h.json", "h200", "sm90", tests)]))
     assert text[-1] == "      ran on no node: t.py::test_4" and not any("more (--json" in line for line in text)
+    tests["t.py::test_5"] = _skip("fa3", "FA3 needs SM 9.x")
+    text = format_text(merge([_report(tmp_path, "h.json", "h200", "sm90", tests)]))
+    assert text[-2:] == ["      ran on no node: t.py::test_4", "      ... and 1 more (--json or --markdown list them)"]
 
 
 def test_a_skip_with_several_reasons_counts_under_its_first_and_names_the_others(tmp_path: Path) -> None:
