@@ -571,3 +571,21 @@ def test_the_markdown_of_a_fleet(tmp_path: Path) -> None:
         '| trtllm-dsa-decode | - | - | skipped 1 (aiter 1) | RAN ON NO NODE |',
         '',
     ]
+
+
+def test_the_commands_options_are_named_in_their_errors_and_must_run_real_reaches_the_merge(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = _report(tmp_path, "s.json", "ci", "sm90", {"t.py::test_a": _passed("cuda")}, simulated=True)
+    for option, kwargs in (("--json", {"json_path": str(tmp_path)}), ("--markdown", {"markdown_path": str(tmp_path)})):
+        with pytest.raises(UsageError) as raised:
+            run_report_merge([sim], **kwargs)  # type: ignore[arg-type]
+        assert str(raised.value).startswith(f"{option} {str(tmp_path)!r} is a directory")
+    with pytest.raises(UsageError) as raised:
+        run_report_merge([sim], must_run=",,")
+    assert str(raised.value).startswith("--must-run ',,' names no gate code")
+    assert capsys.readouterr().out == ""  # refused before anything was merged or printed
+    assert run_report_merge([sim], must_run="cuda") == 0
+    assert run_report_merge([sim], must_run="cuda", must_run_real=True) == 1
+    assert capsys.readouterr().err.endswith("dsakit report merge: FAILED: must-run gate cuda ran on no node (it ran only "
+                                            "on simulated devices (ci (sm90 simulated)); --must-run-real needs real "
+                                            "hardware)\n")
