@@ -181,6 +181,12 @@ EQUIVALENT += [
     ("dsakit/gates/inventory.py", "self.declared: dict[str, list[str]] | None = {}",
      "self.declared: dict[str, list[str]] & None = {}",
      "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
+    ("dsakit/gates/inventory.py", "self.report_error: str | None = None", 'self.report_error: str | None = ""',
+     "every reader tests it for truth (`if self.report_error`, `or self.report_error`): None and '' alike"),
+    ("dsakit/gates/inventory.py",
+     "self._recorder: OutcomeRecorder | None = None  # made when the first outcome is recorded",
+     "self._recorder: OutcomeRecorder & None = None  # made when the first outcome is recorded",
+     "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
     ("dsakit/gates/inventory.py", "self.report_error: str | None = None", "self.report_error: str & None = None",
      "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
 ]

@@ -251,3 +251,120 @@ def test_the_report_json_of_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["skips"]["why"].startswith("why these skipped on sm90 (simulated): ")
     assert (data["tests"], data["subtests"]) == ({}, {})
     assert reporter.recorder is reporter.recorder  # made once
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.stats: dict[str, list[Any]] = {}
+
+
+def _finishing(must_run: tuple[str, ...] = ("cuda",), *, strict: bool = False, worker: bool = False,
+               collectonly: bool = False, terminal: Any = None, report_path: str | None = None) -> InventoryReporter:
+    config = SimpleNamespace(option=SimpleNamespace(collectonly=collectonly),
+                             pluginmanager=SimpleNamespace(get_plugin=lambda name: terminal if name == "terminalreporter" else None))
+    if worker:
+        config.workerinput, config.workeroutput = {}, {}
+    from dsakit.gates.device_model import simulated_model
+
+    return InventoryReporter(config, SkipInventory(), lambda: simulated_model("sm90"), must_run, report_path,  # type: ignore[arg-type]
+                             host="h", must_run_strict=strict)
+
+
+@pytest.mark.parametrize(("status", "after"), [
+    (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED),
+    (pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.TESTS_FAILED),
+    (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.TESTS_FAILED),
+    (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERRUPTED),
+    (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.USAGE_ERROR),
+])
+def test_a_must_run_gate_skipped_fails_only_a_run_that_would_pass(status: pytest.ExitCode, after: pytest.ExitCode) -> None:
+    terminal = _Stats()
+    reporter = _finishing(("cuda", "fa3"), terminal=terminal)
+    reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
+    session = SimpleNamespace(exitstatus=status)
+    reporter.pytest_sessionfinish(session, int(status))  # type: ignore[arg-type]
+    assert session.exitstatus == after
+    assert reporter.failures == {"cuda": ["t.py::test_a"]}
+    # what no test sits behind is known only when the run was not interrupted
+    assert reporter.untested == ([] if status == pytest.ExitCode.INTERRUPTED else ["fa3"])
+    assert terminal.stats == {inventory.MUST_RUN_STAT: ["cuda"]}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_must_run_gate_no_test_sits_behind_fails_the_run_only_when_strict(strict: bool) -> None:
+    terminal = _Stats()
+    reporter = _finishing(("fa3",), strict=strict, terminal=terminal)
+    reporter.inventory.declare("t.py::test_a", ["cuda"])
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    assert reporter.untested == ["fa3"] and reporter.failures == {}
+    assert session.exitstatus == (pytest.ExitCode.TESTS_FAILED if strict else pytest.ExitCode.OK)
+    assert terminal.stats == {}  # only skipped must-run tests count in pytest's final line
+    plain = _finishing((), strict=True)
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    plain.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    assert session.exitstatus == pytest.ExitCode.OK  # strict, but nothing asked for
+
+
+def test_a_worker_hands_its_declarations_over_and_decides_nothing() -> None:
+    reporter = _finishing(("cuda",), worker=True, strict=True)
+    assert reporter.is_worker
+    reporter.inventory.declare("t.py::test_a", ["fa3"])
+    reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    assert reporter.config.workeroutput == {inventory.WORKER_KEY: {"declared": {"t.py::test_a": ["fa3"]}, "used": True}}
+    assert session.exitstatus == pytest.ExitCode.OK and reporter.failures == {} and reporter.untested == []
+
+
+def test_a_skipped_must_run_test_without_a_terminal_still_fails_the_run() -> None:
+    reporter = _finishing(("cuda",), terminal=None)
+    reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_collect_only_run_counts_the_planned_skips_of_its_selection() -> None:
+    reporter = _finishing(("cuda",), collectonly=True, terminal=_Stats())
+    reporter.inventory.plan("t.py::test_a", [Reason("cuda", "no GPU")])
+    reporter.inventory.plan("t.py::test_b", [Reason("cuda", "no GPU")])
+    reporter.inventory.declare("t.py::test_a", ["cuda"])
+    reporter.pytest_collection_finish(SimpleNamespace(items=[SimpleNamespace(nodeid="t.py::test_a")]))  # type: ignore[arg-type]
+    assert reporter.selected == ["t.py::test_a"]
+    reporter.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK), 0)  # type: ignore[arg-type]
+    assert reporter.failures == {"cuda": ["t.py::test_a"]}
+    interrupted = _finishing(("cuda",), collectonly=True)  # collection never finished: nothing selected
+    interrupted.inventory.plan("t.py::test_a", [Reason("cuda", "no GPU")])
+    interrupted.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.INTERRUPTED), 2)  # type: ignore[arg-type]
+    assert interrupted.inventory.skips == [] and interrupted.failures == {}
+
+
+@pytest.mark.parametrize(("status", "after"), [
+    (pytest.ExitCode.OK, pytest.ExitCode.USAGE_ERROR),
+    (pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.USAGE_ERROR),
+    (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.TESTS_FAILED),
+])
+def test_a_report_that_cannot_be_written_fails_a_passing_run(tmp_path: Any, status: pytest.ExitCode,
+                                                              after: pytest.ExitCode) -> None:
+    reporter = _finishing((), report_path=str(tmp_path))  # a folder: not written
+    session = SimpleNamespace(exitstatus=status)
+    reporter.pytest_sessionfinish(session, int(status))  # type: ignore[arg-type]
+    assert session.exitstatus == after
+    assert reporter.report_error is not None and "is a directory" in reporter.report_error
+    written = _finishing((), report_path=str(tmp_path / "r.json"))
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    written.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    assert session.exitstatus == pytest.ExitCode.OK and written.report_error is None
+    assert (tmp_path / "r.json").is_file()
+
+
+def test_outcomes_are_recorded_only_by_a_controller_that_writes_a_report() -> None:
+    passed = pytest.TestReport("t.py::test_a", ("t.py", 1, "test_a"), {}, "passed", None, "call")
+    for kwargs, recorded in (({"report_path": None}, False), ({"report_path": "r.json", "worker": True}, False),
+                             ({"report_path": "r.json"}, True)):
+        reporter = _finishing((), **kwargs)  # type: ignore[arg-type]
+        reporter.log_report(passed)
+        assert (reporter._recorder is not None) == recorded
+        if recorded:
+            assert list(reporter.recorder.outcomes) == ["t.py::test_a"]
