@@ -368,3 +368,78 @@ def test_outcomes_are_recorded_only_by_a_controller_that_writes_a_report() -> No
         assert (reporter._recorder is not None) == recorded
         if recorded:
             assert list(reporter.recorder.outcomes) == ["t.py::test_a"]
+
+
+class _Summary:
+    def __init__(self, skipped: int = 0) -> None:
+        self.lines: list[tuple[str, tuple[str, ...]]] = []
+        self.stats: dict[str, list[Any]] = {"skipped": [None] * skipped} if skipped else {}
+
+    def section(self, title: str) -> None:
+        self.lines.append(("== " + title, ()))
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.lines.append((line, tuple(sorted(k for k, v in markup.items() if v))))
+
+
+def _summary_of(reporter: InventoryReporter, *, skipped: int = 0, collectonly: bool = False,
+                verbose: int = 0) -> list[tuple[str, tuple[str, ...]]]:
+    terminal = _Summary(skipped)
+    reporter.pytest_terminal_summary(terminal, 0, SimpleNamespace(option=SimpleNamespace(  # type: ignore[arg-type]
+        collectonly=collectonly, verbose=verbose)))
+    return terminal.lines
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_the_inventory_section(monkeypatch: pytest.MonkeyPatch, strict: bool) -> None:
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: "0.5.23")
+    reporter = _finishing(("cuda", "fa3"), strict=strict)
+    reporter.inventory.add("t.py::a", [Reason("cuda", "no GPU")])
+    reporter.inventory.add("t.py::b", [Reason("fa3", "FA3 needs SM 9.x")])
+    reporter.failures, reporter.untested = {"cuda": ["t.py::a"]}, ["aiter"]
+    reporter.report_error = "--dsakit-report 'x' is a directory"
+    untested = ("fails the run (--dsakit-must-run-strict)" if strict else
+                "nothing to check; --dsakit-must-run-strict makes this fail the run")
+    assert _summary_of(reporter, skipped=2) == [
+        ("== dsakit skip inventory", ()),
+        ("device: NVIDIA H200 (SM 9.0, CUDA 12.8, 141 GiB) [simulated sm90]; SGLang 0.5.23", ()),
+        ("2 skips, each in one group below (pytest counts 2 skipped)", ()),
+        ("   1 skipped  [cuda] no GPU", ()),
+        ("           runs on: sm90, sm100, sm103, sm120", ()),
+        ("   1 skipped  [fa3] FA3 needs SM 9.x", ()),
+        ("           runs on: sm90", ()),
+        ("why these skipped on sm90 (simulated): cuda needs an NVIDIA GPU (CUDA) (1); fa3 needs exactly SM 9.x on "
+         "NVIDIA (Hopper) with sgl_kernel's flash_ops extension (1)", ()),
+        ("dsakit: --dsakit-must-run cuda: 1 test(s) behind gate cuda skipped: t.py::a", ("red",)),
+        (f"dsakit: --dsakit-must-run aiter: no collected test sits behind gate aiter: {untested}",
+         ("red",) if strict else ("yellow",)),
+        ("dsakit: --dsakit-report 'x' is a directory", ("red",))]
+
+
+def test_the_section_without_skips_and_in_collect_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: None)
+    reporter = _finishing(("cuda",))
+    device = ("device: NVIDIA H200 (SM 9.0, CUDA 12.8, 141 GiB) [simulated sm90]; SGLang not installed", ())
+    assert _summary_of(reporter) == [("== dsakit skip inventory", ()), device,
+                                     ("no test skipped behind a dsakit gate", ())]
+    reporter.inventory.add("t.py::a", [Reason("cuda", "no GPU")])
+    lines = _summary_of(reporter, collectonly=True)
+    assert lines[:3] == [("== dsakit skip inventory", ()), device, ("collect-only: skips decided at collection", ())]
+    assert ("no test skipped behind a dsakit gate", ()) not in lines
+
+
+def test_no_section_for_a_worker_or_a_run_with_nothing_to_say() -> None:
+    worker = _finishing(("cuda",), worker=True)
+    worker.inventory.add("t.py::a", [Reason("cuda", "no GPU")])
+    assert _summary_of(worker) == []
+    quiet = InventoryReporter(SimpleNamespace(option=SimpleNamespace(collectonly=False)), SkipInventory(),  # type: ignore[arg-type]
+                              lambda: None, (), None, announce=False)  # type: ignore[arg-type,return-value]
+    quiet.inventory.record(_report("t.py::test_a", ("t.py", 1, "Skipped: [cuda] looks coded")))  # a plain skip
+    assert _summary_of(quiet, skipped=1) == []  # the run uses nothing of dsakit: not its business
+    announced = _finishing(())  # a dsakit option set, but nothing skipped, asked for or failed
+    assert _summary_of(announced) == []
+    for attribute, value in (("must_run", ("cuda",)), ("report_error", "x")):
+        reporter = InventoryReporter(SimpleNamespace(option=SimpleNamespace(collectonly=False)), SkipInventory(),  # type: ignore[arg-type]
+                                     announced.device, (), None, announce=False)
+        setattr(reporter, attribute, value)
+        assert _summary_of(reporter)[0] == ("== dsakit skip inventory", ())
