@@ -443,3 +443,47 @@ def test_no_section_for_a_worker_or_a_run_with_nothing_to_say() -> None:
                                      announced.device, (), None, announce=False)
         setattr(reporter, attribute, value)
         assert _summary_of(reporter)[0] == ("== dsakit skip inventory", ())
+
+
+def test_each_tests_entry_in_the_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planned reasons win over the message's; the first reason explained, the others as written; a
+    failure's signature; every test's declared gates."""
+    monkeypatch.setattr(inventory, "_sglang_version", lambda: "0.5.23")
+    reporter = _finishing(("cuda",), report_path="r.json")
+    reporter.inventory.declare("t.py::test_p", ["fa3", "cuda"])
+    reporter.inventory.plan("t.py::test_p", [Reason("fa3", "FA3 needs SM 9.x")])
+
+    def phase(nodeid: str, outcome: str, longrepr: Any, when: str = "call") -> pytest.TestReport:
+        return pytest.TestReport(nodeid, ("t.py", 1, nodeid), {}, outcome, longrepr, when)
+
+    reporter.log_report(phase("t.py::test_p", "skipped", ("t.py", 1, "Skipped: [cuda] written"), "setup"))
+    reporter.log_report(phase("t.py::test_m", "skipped", ("t.py", 2, "Skipped: [aiter] no AMD | [cuda] no GPU"), "setup"))
+    reporter.log_report(phase("t.py::test_f", "failed", "E   ValueError: boom"))
+    reporter.log_report(phase("t.py::test_ok", "passed", None))
+    tests, subtests = reporter.tests_json()
+    assert subtests == {}
+    assert tests == {
+        "t.py::test_p": {"outcome": "skipped", "gates": ["fa3", "cuda"], "reasons": [
+            {"code": "fa3", "message": "FA3 needs SM 9.x", "also": [], "note": "", "runs_on": ["sm90"],
+             "words": "fa3 needs exactly SM 9.x on NVIDIA (Hopper) with sgl_kernel's flash_ops extension"}]},
+        "t.py::test_m": {"outcome": "skipped", "gates": [], "reasons": [
+            {"code": "aiter", "message": "no AMD", "also": ["cuda"], "note": "", "runs_on": ["gfx942", "gfx950"],
+             "words": "aiter needs an AMD gfx942 (MI300) or gfx950 (MI355) GPU"},
+            {"code": "cuda", "message": "no GPU"}]},
+        "t.py::test_f": {"outcome": "failed", "gates": [], "signature": "E ValueError: boom"},
+        "t.py::test_ok": {"outcome": "passed", "gates": []}}
+    reporter.inventory.declared = None  # an xdist controller whose workers never reported
+    assert reporter.tests_json()[0]["t.py::test_p"]["gates"] == []
+
+
+def test_the_runs_device_key_is_its_table_entry_else_its_own_key() -> None:
+    def device(key: str, sm: str, simulated: bool) -> Any:
+        return SimpleNamespace(key=key, simulated=simulated,
+                               as_dict=lambda: {"key": key, "vendor": "nvidia", "sm": sm, "gfx": None})
+
+    reporter = _finishing(())
+    for dev, key, where in ((device("h200-box", "9.0", False), "sm90", "sm90 (real)"),
+                            (device("v100-box", "7.0", False), "v100-box", "v100-box (real)"),
+                            (device("sm103", "10.3", True), "sm103", "sm103 (simulated)")):
+        reporter.device = lambda dev=dev: dev
+        assert (reporter.device_key(), reporter.where()) == (key, where)
