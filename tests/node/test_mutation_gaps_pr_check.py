@@ -305,3 +305,146 @@ def test_the_json_counts_each_verdict_and_names_the_runs() -> None:
     assert (data["base"], data["pr"], data["exit"], data["unusable_runs"], data["why"]) == (
         "base-src", "pr-src", 1, [], [])
     assert [v["test"] for v in data["verdicts"]] == ["t::a", "t::b"]
+
+
+def _everything() -> PrCheck:
+    boom = _out("failed", message="ValueError: boom", frame="t.py:3", explained="why\n  the read lacks it")
+    old = _out("failed", message="KeyError: 'k'", frame="t.py:9")
+    skip = _out("skipped", reason="[cuda] no GPU")
+    a = _check({"t::reg": _out("passed"), "t::pre": old, "t::flaky": _out("passed"), "t::fixed": old,
+                  "t::chg": _out("passed"), "t::nr": skip},
+                 {"t::reg": boom, "t::pre": old, "t::flaky": boom, "t::fixed": _out("passed"),
+                  "t::chg": _out("skipped", reason="[fa3] FA3 needs SM 9.x"), "t::nr": skip},
+                 device="sm90", runs_as="real", reruns={"pr": {"t::flaky": _out("passed")}})
+    b = _check({"t::reg": _out("passed"), "t::nr": skip}, {"t::reg": boom, "t::nr": skip}, device="sm100")
+    assert a.base is not None and a.pr is not None and b.pr is not None
+    a.base.env = {"python": "3.12", "packages": {"torch": "2.1"}}
+    a.pr.env = {"python": "3.12", "packages": {"torch": "2.2"}}
+    b.pr = Run("pr", "p", 2, 1.0, tests=b.pr.tests)
+    reads = [pr_check.ReadChange("added", "server_args.x", "init", "a.py:3", "is_cuda()", fires_on=("sm90", "sm100"),
+                                 breaks=("FakeRunner in t.py on sm90 (1 regressions)", "static")),
+             pr_check.ReadChange("guard-changed", "page_size", "forward", "b.py:7", "", "is_hip()"),
+             pr_check.ReadChange("added", "y", "f", "c.py:1", ""),
+             pr_check.ReadChange("removed", "z", "g", "d.py:2", "")]
+    return pr_check.PrCheck("base-src", "pr-src", [a, b], reads, ("aiter",))
+
+
+def test_the_pr_comment_of_every_kind_of_finding() -> None:
+    from dsakit.node import markdown
+
+    assert markdown.render(pr_check.comment(_everything())).split("\n") == [
+        '## dsakit pr-check',
+        '',
+        '- base `base-src`, PR `pr-src` on sm90 (real), sm100 (simulated)',
+        '- test x device: 2 regression, 1 flaky, 1 pre-existing, 1 fixed, 2 not-run, 1 skip-change',
+        '- must-run gate `aiter`: no test behind it ran on any device in the PR runs',
+        '- **sm100 (simulated): the pr run (p) was interrupted (collection errors or Ctrl-C) (pytest exit 2)** (the PR breaks the selection: a regression)',
+        '- sm90 (real): the two runs differ in environment: torch: base 2.1 vs pr 2.2',
+        "- why these skipped on sm90 (real), PR run: cuda needs an NVIDIA GPU (CUDA) (1); fa3 needs exactly SM 9.x on NVIDIA (Hopper) with sgl_kernel's flash_ops extension (1)",
+        '- why these skipped on sm100 (simulated), PR run: cuda needs an NVIDIA GPU (CUDA) (1)',
+        '',
+        '### Regressions (pass on base, fail on the PR) (2)',
+        '',
+        '2 test x device in 2 row(s) (one per device and signature)',
+        '',
+        '| test | where | signature |',
+        '|---|---|---|',
+        '| `t::reg` | sm90 (real) | `ValueError: boom @ t.py — the read lacks it` |',
+        '| `t::reg` | sm100 (simulated) | `ValueError: boom @ t.py — the read lacks it` |',
+        '',
+        '### model_runner reads the PR adds or re-guards, and the mocks they break',
+        '',
+        '| change | read | site | guard | fires on | mocks that lack it |',
+        '|---|---|---|---|---|---|',
+        '| added | model_runner.server_args.x in init | a.py:3 | is_cuda() | sm90, sm100 | FakeRunner in t.py on sm90 (1 regressions); static |',
+        '| guard-changed | model_runner.page_size in forward | b.py:7 | always (was: is_hip()) | - | none in the selection |',
+        '| added | model_runner.y in f | c.py:1 | always | - | none in the selection |',
+        '',
+        '### model_runner reads the PR removes',
+        '',
+        '| read | site |',
+        '|---|---|',
+        '| model_runner.z in g | d.py:2 |',
+        '',
+        '### Pre-existing failures (fail on base and PR), by device and signature (1)',
+        '',
+        '1 test x device in 1 row(s) (one per device and signature)',
+        '',
+        '| test | where | signature |',
+        '|---|---|---|',
+        "| `t::pre` | sm90 (real) | `KeyError: 'k' @ t.py` |",
+        '',
+        '### Flaky or order-dependent (passed when the failures were rerun alone) (1)',
+        '',
+        '1 test x device in 1 row(s) (one per device and signature)',
+        '',
+        '| test | where | signature |',
+        '|---|---|---|',
+        '| `t::flaky` | sm90 (real) | `ValueError: boom @ t.py — the read lacks it` |',
+        '',
+        '### Fixed by the PR (1)',
+        '',
+        '1 test x device in 1 row(s) (one per device and signature)',
+        '',
+        '| test | where | signature |',
+        '|---|---|---|',
+        "| `t::fixed` | sm90 (real) | `was: KeyError: 'k' @ t.py` |",
+        '',
+        '### Skips by reason code (1)',
+        '',
+        '| code | skips | skipped on | runs on | covered on | reason |',
+        '|---|---|---|---|---|---|',
+        '| `cuda` | 2 | sm90 (real), sm100 (simulated) | sm90 (real here: sm90 (real)), sm100 (only simulated here), sm103, sm120 (no node here) | no device | no GPU |',
+        '',
+        '<details><summary>Tests that ran on no node (1)</summary>',
+        '',
+        '- `cuda` (1): `t::nr`',
+        '',
+        '</details>',
+        '',
+        '### Skip changes (1): skipped on one tree only, or for another reason',
+        '',
+        '| test | device | base | PR |',
+        '|---|---|---|---|',
+        '| `t::chg` | sm90 (real) | passed | skipped: [fa3] FA3 needs SM 9.x |',
+        '',
+    ]
+
+
+def test_a_test_the_pr_no_longer_collects_passed_on_base_is_passed_not_not_run() -> None:
+    check = _check({"t::gone": _out("passed"), "t::gone_skip": _out("skipped", reason="r")}, {})
+    assert [(v.test, v.verdict) for v in check.verdicts] == [("t::gone", "passed"), ("t::gone_skip", "not-run")]
+
+
+def test_runs_that_compared_nothing_on_several_devices() -> None:
+    broken, fine, empty = _check({}, {}, device="sm90"), _check({}, {}, device="sm100"), _check({}, {}, device="sm103")
+    broken.pr = Run("pr", "p", 2, 1.0)
+    empty.pr = Run("pr", "p", 5, 1.0)
+    assert _pr_check(broken, fine, empty).unusable() == ([
+        "sm90 (simulated): the pr run (p) was interrupted (collection errors or Ctrl-C) (pytest exit 2)",
+        "sm103 (simulated): the pr run (p) collected no tests (pytest exit 5)"], True)
+    assert _pr_check().unusable() == ([], False)
+
+
+def test_rows_name_the_second_line_of_a_two_line_explanation_and_five_tests_as_four_and_one_more() -> None:
+    checks = [_check({}, {}, device="sm90")]
+    verdicts = [Verdict("t::x", "sm90", "regression", "passed", "failed", "E", explanation="first\n  second ")]
+    assert [r.signature for r in pr_check._rows(verdicts, _pr_check(*checks))] == ["E — second"]
+    five = [Verdict(f"t::{n}", "sm90", "regression", "passed", "failed", "E") for n in range(5)]
+    assert [r.test for r in pr_check._rows(five, _pr_check(*checks))] == ["`t::0`, `t::1`, `t::2`, `t::3` and 1 more"]
+
+
+def test_a_read_change_lists_where_it_fires_and_what_it_breaks_and_names_its_first_read() -> None:
+    from types import SimpleNamespace
+
+    change = pr_check.ReadChange("added", "p", "f", "x.py:1", "g", "", ("sm90",), ("m",))
+    assert change.as_dict()["fires_on"] == ["sm90"] and change.as_dict()["breaks"] == ["m"]
+
+    def read(guard: str, site: str) -> Any:
+        return SimpleNamespace(guard=guard, site=site)
+
+    base = {("gone", "f"): [read("is_cuda()", "x.py:1"), read("", "x.py:9")]}
+    pr = {("new", "f"): [read("is_hip()", "y.py:2"), read("", "y.py:8")]}
+    changes = pr_check.read_changes(base, pr, ["sm90"])
+    assert [(c.kind, c.site, c.guard) for c in changes] == [("added", "y.py:2", "is_hip()"),
+                                                           ("removed", "x.py:1", "is_cuda()")]
