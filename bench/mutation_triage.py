@@ -212,6 +212,9 @@ EQUIVALENT += [
        f"for v in sorted(verdicts, key=lambda v: (order.get(v.device, {default}), v.detail, v.test)):",
        "every verdict's device is one of the checks' (verdicts() names its check's device): the default is never used")
       for default in ("1", "(-1)")),
+    ("dsakit/pr_check.py", "if check.pr is not None and (groups := group_causes(_causes(check)))]",
+     "if (groups := group_causes(_causes(check)))]",
+     "run_all sets every check's PR run before a PrCheck is made: the None test only narrows the type"),
     ("dsakit/gates/inventory.py", "if reason.code in wanted:", "if True:",
      "skipped_behind returns only the codes asked for (its last line): the other codes' lists are never read"),
     ("dsakit/gates/inventory.py", "self.declared: dict[str, list[str]] | None = {}",

@@ -448,3 +448,32 @@ def test_a_read_change_lists_where_it_fires_and_what_it_breaks_and_names_its_fir
     changes = pr_check.read_changes(base, pr, ["sm90"])
     assert [(c.kind, c.site, c.guard) for c in changes] == [("added", "y.py:2", "is_hip()"),
                                                            ("removed", "x.py:1", "is_cuda()")]
+
+
+def test_tests_that_ran_on_no_device_group_each_test_x_device_once() -> None:
+    skip = _out("skipped", reason="[cuda] no GPU")
+    plain = _out("skipped", reason="just skipped")
+    one = _check({}, {"t::c1": skip, "t::c2": skip, "t::u1": plain, "t::u2": plain, "t::ran": skip}, device="sm90")
+    two = _check({"t::ran": _out("passed")}, {"t::ran": _out("passed"), "t::c1": skip}, device="sm100")
+    groups = pr_check._not_run_groups(_pr_check(one, two))
+    assert [(g.code, g.skipped, g.skipped_on, g.covered_on, g.uncovered, g.messages) for g in groups] == [
+        ("cuda", 3, "sm90 (simulated), sm100 (simulated)", "no device", ("t::c1", "t::c2"), ()),
+        ("uncoded", 2, "sm90 (simulated)", "no device", ("t::u1", "t::u2"), (("just skipped", 2),))]
+    data = pr_check.as_json(_pr_check(one, two))
+    assert data["reads"] == [] and data["why"] == [
+        "why these skipped on sm90 (simulated), PR run: cuda needs an NVIDIA GPU (CUDA) (3); not explained "
+        "(2: 'just skipped' x2)",
+        "why these skipped on sm100 (simulated), PR run: cuda needs an NVIDIA GPU (CUDA) (1)"]
+    changed = _pr_check(one)
+    changed.reads = [pr_check.ReadChange("removed", "z", "g", "d.py:2", "")]
+    assert pr_check.as_json(changed)["reads"] == [{"kind": "removed", "path": "z", "function": "g", "site": "d.py:2",
+                                                   "guard": "", "before": "", "fires_on": [], "breaks": []}]
+
+
+def test_the_comment_names_four_tests_per_not_run_group() -> None:
+    from dsakit.node import markdown
+
+    skip = _out("skipped", reason="[cuda] no GPU")
+    check = _check({}, {f"t::c{n}": skip for n in range(6)}, device="sm90")
+    md = markdown.render(pr_check.comment(_pr_check(check)))
+    assert "- `cuda` (6): `t::c0`, `t::c1`, `t::c2`, `t::c3`, ... and 2 more" in md.splitlines()
