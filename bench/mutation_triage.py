@@ -215,6 +215,7 @@ EQUIVALENT += [
     ("dsakit/pr_check.py", "if check.pr is not None and (groups := group_causes(_causes(check)))]",
      "if (groups := group_causes(_causes(check)))]",
      "run_all sets every check's PR run before a PrCheck is made: the None test only narrows the type"),
+    ("dsakit/node/pr_vs_base.py", "ended = False", "ended = None", "read only as `if not ended`: None and False alike"),
     ("dsakit/gates/inventory.py", "if reason.code in wanted:", "if True:",
      "skipped_behind returns only the codes asked for (its last line): the other codes' lists are never read"),
     ("dsakit/gates/inventory.py", "self.declared: dict[str, list[str]] | None = {}",

@@ -112,6 +112,7 @@ def test_runs_that_compared_nothing(base_code: int, pr_code: int, lines: list[st
     ("RuntimeError: CUDA error: an illegal memory access", 1, "RuntimeError: CUDA error: an illegal memory access"),
     ("[gw0] node down: worker 'gw0' crashed while running t.py::a", 1, "worker 'gw0' crashed while running t.py::a"),
     ("", -9, "the test process was killed by SIGKILL"),
+    ("", -1, "the test process was killed by SIGHUP"),
     ("", -200, "the test process was killed by signal 200"),
     ("", 0, "the test process died"),
     ("", 1, "the test process died"),
@@ -138,6 +139,13 @@ def test_a_record_cut_by_a_crash_marks_the_tests_in_flight(tmp_path: Path) -> No
     assert whole.crashed is None and list(whole.tests) == ["t::a"]
     missing = pr_vs_base.load_record(tmp_path / "none.jsonl", "pr", "src", 0, 2.0, "")
     assert missing.crashed == "the test process died" and missing.tests == {}
+    # a cut line in the middle is skipped, the records after it still read; a record of another kind is
+    # not the end; a death by a signal without a fatal line says which signal
+    mixed = [json.dumps(lines[1]), '{"kind": "te', json.dumps(lines[2]), json.dumps({"kind": "note"})]
+    record.write_text("\n".join(mixed) + "\n")
+    cut = pr_vs_base.load_record(record, "pr", "src", -11, 2.0, "no fatal line here")
+    assert cut.crashed == "the test process was killed by SIGSEGV"
+    assert cut.tests == {"t::a": {"kind": "test", "nodeid": "t::a", "outcome": "passed"}}
 
 
 def _check(base: dict[str, Any], pr: dict[str, Any], *, device: str = "sm90", runs_as: str = "sm90",
