@@ -216,6 +216,9 @@ EQUIVALENT += [
      "if (groups := group_causes(_causes(check)))]",
      "run_all sets every check's PR run before a PrCheck is made: the None test only narrows the type"),
     ("dsakit/node/pr_vs_base.py", "ended = False", "ended = None", "read only as `if not ended`: None and False alike"),
+    *(("dsakit/node/pr_vs_base.py", "elif b_fail and p_fail:", after,
+       "the two branches above take every change where exactly one run fails: here both fail or neither")
+      for after in ("elif b_fail or p_fail:", "elif b_fail:", "elif p_fail:")),
     ("dsakit/gates/inventory.py", "if reason.code in wanted:", "if True:",
      "skipped_behind returns only the codes asked for (its last line): the other codes' lists are never read"),
     ("dsakit/gates/inventory.py", "self.declared: dict[str, list[str]] | None = {}",

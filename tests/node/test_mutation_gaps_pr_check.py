@@ -42,7 +42,7 @@ def test_every_class_of_change_with_its_detail() -> None:
           "t::skip_other": _out("skipped", reason="no ROCm"), "t::pass_pass": _out("passed"),
           "t::new": _out("failed", message="E: new", frame="n.py:1"), "t::new_skip": _out("skipped", reason="r"),
           "t::xfail_pass": _out("passed"), "t::error": _out("crashed", message="Segfault"),
-          "t::fixed_xpass": _out("passed")}
+          "t::fixed_xpass": _out("passed"), "t::new_xfail": _out("xfailed", reason="known bug")}
     assert _changes(base, pr) == [
         ("t::pass_fail", "regression", "passed", "failed", "ValueError: boom @ t.py"),
         ("t::skip_fail", "regression", "skipped", "failed", "ValueError: boom @ t.py (was skipped: Skipped: [cuda] no GPU)"),
@@ -61,7 +61,8 @@ def test_every_class_of_change_with_its_detail() -> None:
         ("t::error", "regression", "passed", "crashed", "Segfault"),
         ("t::fixed_xpass", "fixed", "xpassed", "passed", "was: XPASS"),
         ("t::new", "added", None, "failed", "E: new @ n.py"),
-        ("t::new_skip", "added", None, "skipped", "r")]
+        ("t::new_skip", "added", None, "skipped", "r"),
+        ("t::new_xfail", "added", None, "xfailed", "")]  # an xfail's reason is not a skip's
     assert Change("t::a", "added", None, "passed").as_dict() == {
         "test": "t::a", "class": "added", "base": None, "pr": "passed", "detail": ""}
     assert _changes({}, {"t::p": _out("passed")}) == [("t::p", "added", None, "passed", "")]
@@ -80,10 +81,10 @@ def test_fingerprint_mismatch_names_every_difference() -> None:
                                          "packages": {"torch": "2.1", "numpy": "1"}})
     same = Run("pr", "p", 0, 1.0, env=json.loads(json.dumps(base.env)))
     assert pr_vs_base.fingerprint_mismatch(base, same) == []
-    pr = Run("pr", "p", 0, 1.0, env={"python": "3.13", "implementation": "cpython", "device": "sm90",
+    pr = Run("pr", "p", 0, 1.0, env={"python": "3.13", "implementation": "pypy", "device": "sm90",
                                      "packages": {"torch": "2.2", "triton": "3"}})
     assert pr_vs_base.fingerprint_mismatch(base, pr) == [
-        "python: base '3.12' vs pr '3.13'", "device: base 'cpu' vs pr 'sm90'", "numpy: base 1 vs pr None",
+        "python: base '3.12' vs pr '3.13'", "implementation: base 'cpython' vs pr 'pypy'", "device: base 'cpu' vs pr 'sm90'", "numpy: base 1 vs pr None",
         "torch: base 2.1 vs pr 2.2", "triton: base None vs pr 3"]
 
 
