@@ -486,3 +486,18 @@ def test_the_comment_names_four_tests_per_not_run_group() -> None:
     check = _check({}, {f"t::c{n}": skip for n in range(6)}, device="sm90")
     md = markdown.render(pr_check.comment(_pr_check(check)))
     assert "- `cuda` (6): `t::c0`, `t::c1`, `t::c2`, `t::c3`, ... and 2 more" in md.splitlines()
+
+
+def test_the_comments_summary_when_nothing_ran_and_both_runs_broke() -> None:
+    check = _check({}, {})
+    assert check.base is not None and check.pr is not None
+    check.base = Run("base", "b", 5, 1.0, env={"python": "3.12", "device": "cpu"})
+    check.pr = Run("pr", "p", 5, 1.0, env={"python": "3.13", "device": "sm90"})
+    summary = pr_check.comment(_pr_check(check)).summary
+    assert summary == [
+        "base `base-src`, PR `pr-src` on sm90 (simulated)",
+        "test x device: no test ran",
+        "**sm90 (simulated): the base run (b) collected no tests (pytest exit 5)**",
+        "**sm90 (simulated): the pr run (p) collected no tests (pytest exit 5)**",
+        "sm90 (simulated): the two runs differ in environment: python: base '3.12' vs pr '3.13'; device: base 'cpu' "
+        "vs pr 'sm90'"]
