@@ -183,10 +183,10 @@ def _group(code: str, skips: list[tuple[str, str]], also: tuple[str, ...] = ()) 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_a_groups_lines_with_and_without_v(verbose: bool) -> None:
     group = _group("fa3", [("t.py::a", "FA3 needs SM 9.x"), ("t.py::b", "FA3 needs SM 9.x"), ("t.py::c", "other")],
-                   also=("cuda",))
+                   also=("cuda", "aiter"))
     terminal = _Terminal()
     InventoryReporter._write_group(terminal, group, verbose=verbose)
-    plain = ["   3 skipped  [fa3] FA3 needs SM 9.x", "           runs on: sm90; also closed: cuda (3)"]
+    plain = ["   3 skipped  [fa3] FA3 needs SM 9.x", "           runs on: sm90; also closed: cuda (3), aiter (3)"]
     every = ["             2x FA3 needs SM 9.x", "               t.py::a", "               t.py::b",
              "             1x other", "               t.py::c"]
     assert terminal.out.getvalue().splitlines() == plain + (every if verbose else [])
@@ -351,7 +351,8 @@ def test_a_report_that_cannot_be_written_fails_a_passing_run(tmp_path: Any, stat
     session = SimpleNamespace(exitstatus=status)
     reporter.pytest_sessionfinish(session, int(status))  # type: ignore[arg-type]
     assert session.exitstatus == after
-    assert reporter.report_error is not None and "is a directory" in reporter.report_error
+    assert reporter.report_error == (f"not written at the end of the run: --dsakit-report {str(tmp_path)!r} is a "
+                                     f"directory; pass a file path (for example {tmp_path}/report.json)")
     written = _finishing((), report_path=str(tmp_path / "r.json"))
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     written.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
@@ -438,6 +439,13 @@ def test_no_section_for_a_worker_or_a_run_with_nothing_to_say() -> None:
     assert _summary_of(quiet, skipped=1) == []  # the run uses nothing of dsakit: not its business
     announced = _finishing(())  # a dsakit option set, but nothing skipped, asked for or failed
     assert _summary_of(announced) == []
+    announced.inventory.record(_report("t.py::test_a", ("t.py", 1, "Skipped: plain")))
+    assert _summary_of(announced, skipped=1)[0] == ("== dsakit skip inventory", ())  # an option set: shown
+    gated = InventoryReporter(SimpleNamespace(option=SimpleNamespace(collectonly=False)), SkipInventory(),  # type: ignore[arg-type]
+                              announced.device, (), None, announce=False)
+    gated.inventory.declare("t.py::test_a", ["cuda"])
+    gated.inventory.record(_report("t.py::test_a", ("t.py", 1, "Skipped: [cuda] no GPU")))
+    assert _summary_of(gated, skipped=1)[0] == ("== dsakit skip inventory", ())  # a gate skipped: shown
     for attribute, value in (("must_run", ("cuda",)), ("report_error", "x")):
         reporter = InventoryReporter(SimpleNamespace(option=SimpleNamespace(collectonly=False)), SkipInventory(),  # type: ignore[arg-type]
                                      announced.device, (), None, announce=False)
@@ -487,3 +495,9 @@ def test_the_runs_device_key_is_its_table_entry_else_its_own_key() -> None:
                             (device("sm103", "10.3", True), "sm103", "sm103 (simulated)")):
         reporter.device = lambda dev=dev: dev
         assert (reporter.device_key(), reporter.where()) == (key, where)
+
+
+def test_the_recorder_hook_passes_every_outcome_only_to_a_controller_writing_a_report() -> None:
+    assert inventory.SkipRecorder(_finishing((), report_path="r.json")).every_outcome is True
+    assert inventory.SkipRecorder(_finishing((), report_path="r.json", worker=True)).every_outcome is False
+    assert inventory.SkipRecorder(_finishing(())).every_outcome is False
