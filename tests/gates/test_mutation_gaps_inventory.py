@@ -501,3 +501,16 @@ def test_the_recorder_hook_passes_every_outcome_only_to_a_controller_writing_a_r
     assert inventory.SkipRecorder(_finishing((), report_path="r.json")).every_outcome is True
     assert inventory.SkipRecorder(_finishing((), report_path="r.json", worker=True)).every_outcome is False
     assert inventory.SkipRecorder(_finishing(())).every_outcome is False
+
+
+def test_the_recorder_hook_hands_on_skips_always_and_other_outcomes_only_for_a_report() -> None:
+    passed = pytest.TestReport("t.py::test_a", ("t.py", 1, "test_a"), {}, "passed", None, "call")
+    skipped = pytest.TestReport("t.py::test_b", ("t.py", 2, "test_b"), {}, "skipped", ("t.py", 2, "Skipped: x"), "setup")
+    for kwargs, handed in (({}, ["t.py::test_b"]), ({"report_path": "r.json"}, ["t.py::test_a", "t.py::test_b"])):
+        reporter = _finishing((), **kwargs)  # type: ignore[arg-type]
+        seen: list[str] = []
+        reporter.log_report = lambda report: seen.append(report.nodeid)  # type: ignore[method-assign]
+        hook = inventory.SkipRecorder(reporter)
+        hook.pytest_runtest_logreport(passed)
+        hook.pytest_runtest_logreport(skipped)
+        assert seen == handed
