@@ -514,3 +514,23 @@ def test_the_recorder_hook_hands_on_skips_always_and_other_outcomes_only_for_a_r
         hook.pytest_runtest_logreport(passed)
         hook.pytest_runtest_logreport(skipped)
         assert seen == handed
+
+
+def test_the_xdist_hooks_pass_the_device_mark_the_controller_and_merge_each_worker() -> None:
+    inv = SkipInventory()
+    hooks = inventory.XdistHooks(inv, "sm103")
+    node = SimpleNamespace(workerinput={})
+    hooks.pytest_configure_node(node)
+    assert node.workerinput == {inventory.DEVICE_KEY: "sm103"}
+    for option, worker, unknown in ((SimpleNamespace(dist="load"), False, True), (SimpleNamespace(dist="no"), False, False),
+                                    (SimpleNamespace(), False, False), (SimpleNamespace(dist="load"), True, False)):
+        inv.declared = {}
+        config = SimpleNamespace(option=option, **({"workerinput": {}} if worker else {}))
+        hooks.pytest_configure(config)  # type: ignore[arg-type]
+        assert (inv.declared is None) == unknown
+    inv.declared = None
+    hooks.pytest_testnodedown(SimpleNamespace(workeroutput={inventory.WORKER_KEY: {
+        "declared": {"t.py::test_a": ["cuda"]}, "used": True}}), None)
+    hooks.pytest_testnodedown(SimpleNamespace(), None)  # a worker that died before handing anything over
+    hooks.pytest_testnodedown(SimpleNamespace(workeroutput={inventory.WORKER_KEY: {}}), None)
+    assert inv.declared == {"t.py::test_a": ["cuda"]} and inv.used
