@@ -57,17 +57,14 @@ def format_summary() -> list[str]:
 WORKER_KEY = "dsakit_contract_reads"
 
 
-class XdistReadLog:
-    """xdist-only hooks (registered by the plugin when xdist is loaded): the "dsakit contract
+def hand_over(config: Any) -> None:
+    """An xdist worker's pytest_sessionfinish: its log goes to the controller in `workeroutput`."""
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
+
+
+def take_over(node: Any) -> None:
+    """The controller's pytest_testnodedown: a worker's log joins this one, so the "dsakit contract
     reads" summary of a `-n N` run lists every worker's reads, as a serial run would."""
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
-
-    def pytest_sessionfinish(self) -> None:
-        if hasattr(self.config, "workeroutput"):
-            self.config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
-
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
-        for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
-            record(ContractRead(**data))
+    for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
+        record(ContractRead(**data))

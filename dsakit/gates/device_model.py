@@ -25,10 +25,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.options import environment
 from dsakit.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
 
-DEVICE_ENV = "DSAKIT_DEVICE"
-DEVICE_FROM_TORCH_ENV = "DSAKIT_DEVICE_FROM_TORCH"
 REAL = "real"
 
 _GIB = 1 << 30
@@ -135,17 +134,22 @@ def simulated_model(name: str) -> DeviceModel:
 def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceModel:
     """The device for a selection: a simulated profile by name, else this machine's device.
 
-    `name` None or empty falls back to `$DSAKIT_DEVICE`, then to the real device.
+    `name` None or empty falls back to `$DSAKIT_DEVICE` (a command's; a pytest run's device is its
+    DsakitSession's, dsakit.session), then to the real device.
     """
-    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    chosen = name if name else _device_from_env()
     if not chosen or chosen.strip().lower() == REAL:
         return real_device(allow_torch=allow_torch)
     return simulated_model(chosen)
 
 
+def _device_from_env() -> str:
+    return str(environment("dsakit_device") or "")
+
+
 def validate_device_name(name: str | None) -> str:
     """The canonical selection name ('real' or a profile key); UsageError for unknown names."""
-    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    chosen = name if name else _device_from_env()
     if not chosen or chosen.strip().lower() == REAL:
         return REAL
     return simulated_model(chosen).key
@@ -291,7 +295,7 @@ def real_device(*, allow_torch: bool = False) -> DeviceModel:
         found = read()
         if found is not None:
             return found
-    if allow_torch or os.environ.get(DEVICE_FROM_TORCH_ENV) == "1" or "torch" in sys.modules:
+    if allow_torch or environment("dsakit_device_from_torch") or "torch" in sys.modules:
         try:
             found = _read_torch()
         except Exception:  # noqa: BLE001 - a CPU build or a broken driver both mean "no GPU"

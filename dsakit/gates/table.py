@@ -273,7 +273,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.sglang_release import FEATURES, installed_release
+        from dsakit.release.table import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -311,7 +311,7 @@ def _sglang_kit_modules() -> Check:
         missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
         if not missing:
             return None
-        from dsakit.sglang_release import installed_release
+        from dsakit.release.table import installed_release
 
         try:
             version = installed_release().version  # the imported tree's, not the distribution's
@@ -335,7 +335,7 @@ _SGLANG_COVERED_BY = {
 
 def _sglang_import_chain() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.sglang_import_chain import gate_check
+        from dsakit.release.import_chain import gate_check
 
         return gate_check()
 
@@ -343,13 +343,13 @@ def _sglang_import_chain() -> Check:
 
 
 def _import_chain_covered_by() -> str:
-    from dsakit.sglang_import_chain import COVERED_BY
+    from dsakit.release.import_chain import COVERED_BY
 
     return COVERED_BY
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.sglang_release import FEATURES
+    from dsakit.release.table import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",

@@ -23,10 +23,10 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsakit.call_site import call_site, short_path
+from dsakit.mocks.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
-from dsakit.upstream.device_simulation import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.simulation.probe_patches import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.

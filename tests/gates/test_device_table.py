@@ -26,7 +26,7 @@ from dsakit.gates.device_model import SIMULATED, device_names, simulated_model, 
 from dsakit.devices import ANSWERS, DeviceEntry
 from dsakit.gates.table import evaluate, known_devices_opening
 from dsakit.options import OPTIONS
-from dsakit.upstream import device_probes
+from dsakit.simulation import probes as device_probes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,8 +75,8 @@ from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit import devices
 from dsakit.gates.device_model import SIMULATED
 from dsakit.devices import DeviceEntry
-from dsakit.sglang_release import installed_release
-from dsakit.upstream import device_probes
+from dsakit.release.table import installed_release
+from dsakit.simulation import probes as device_probes
 
 fields = json.loads(sys.argv[2])
 fields[3], fields[8] = tuple(fields[3]) or None, tuple(fields[8])

@@ -1,0 +1,4 @@
+"""What dsakit reads from and does with the SGLang under test: its runtime context (`scope`:
+SGLangScope), the source scans (`source_scan`), `dsakit contract check` (`contract_check`) and the
+runner-site scan behind contracts/runner_sites.json (`runner_site_scan`). The release itself and
+its files: dsakit.release; the device probes and their simulation: dsakit.simulation."""
