@@ -2,7 +2,7 @@
 
 Owns reading `runner_sites.json` (written by `python scripts/runner_sites.py --write` from the source
 scan) and the one wording of a site for a release, saying so when that tree's files differ from the
-release's. Must not parse SGLang source (it hashes files) nor import dsakit.upstream.
+release's. Must not parse SGLang source (it hashes files) nor import dsakit.sglang_facts.
 """
 
 from __future__ import annotations

@@ -133,6 +133,7 @@ _EXPORTS: dict[str, str] = {
     "simulate_device": "dsakit.simulation.probe_patches",
     "SimulatedKernelLaunch": "dsakit.simulation.probe_patches",
     "SimulatedKernelAbsent": "dsakit.simulation.probe_patches",
+    "KernelContractViolation": "dsakit.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

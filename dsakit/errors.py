@@ -36,3 +36,17 @@ class ContractViolation(AttributeError):
         self.code = code
         self.reading_site = reading_site
         self.device = device  # the simulated device whose branch read it ("" when not simulating)
+
+
+class KernelContractViolation(DsakitError, ValueError):
+    """A kernel entry point was called with arguments its kernel does not accept (a negative padded
+    length, a missing v2 plan, ...): raised before the launch, under `--dsakit-kernel-contracts`."""
+
+    def __init__(self, message: str, *, kernel: str, argument: str, row: int | None, value: object,
+                 site: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+        self.argument = argument
+        self.row = row
+        self.value = value
+        self.site = site

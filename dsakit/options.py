@@ -108,6 +108,11 @@ OPTIONS: tuple[RunOption, ...] = (
               "GPUs x N", default=0, kind="int", metavar="N"),
     RunOption("--dsakit-split-threads", "give each xdist worker OMP_NUM_THREADS = CPUs / workers (off unless "
               "given; an OMP_NUM_THREADS you set wins)", default=False, kind="bool"),
+    # -- kernel-launch contracts (dsakit.topk.launch_guard)
+    RunOption("--dsakit-kernel-contracts", "check the arguments of every launch of SGLang's top-k and DSA "
+              "metadata kernel entry points before the kernel runs (lengths, row starts, page tables, the v2 "
+              "plan, dtypes and shapes; CUDA graphs: before each replay), in any suite; a violation fails "
+              "the test naming the kernel, argument, row and call site", default=False, kind="bool"),
     # -- target/draft top-k backend matrix (dsakit.topk.matrix)
     RunOption("--dsakit-topk-subset", "top-k backend matrix subset for every `topk_cell` test of this run "
               "(overrides the dsakit_topk_matrix marker; default: the marker's, else pairwise)",

@@ -189,6 +189,12 @@ class DsakitSession:
 
             self.fault_handoff = XdistFaultHandoff(config)
         self._configure_simulation()
+        if options["dsakit_kernel_contracts"]:  # after the simulation: its guards get wrapped, not the reverse
+            from dsakit.topk.launch_guard import LaunchGuard
+
+            guard = LaunchGuard()
+            guard.install()
+            self._register("dsakit-kernel-contracts", guard)
         self.wrapper_start.watch()  # type: ignore[union-attr]  # now, or once torch / a simulation / a fault probe arrives
         # a run that sets a dsakit option uses dsakit; an xdist controller records its workers'
         # reports before it can know; else a collected test or a `require()` call starts them

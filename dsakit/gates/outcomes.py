@@ -83,6 +83,11 @@ def _failure(report: pytest.TestReport) -> dict[str, Any]:
     return failure
 
 
+# A test report's user property under a portable simulation (dsakit.simulation.whole_run): the
+# kernels that ran for real on this GPU, {"arch": "sm90", "kernels": ["Triton x", "JIT y"]}.
+RAN_ON_THIS_GPU = "dsakit_ran_on_this_gpu"
+
+
 def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> dict[str, Any] | None:
     """A test's outcome record after one more phase report (`current`: the record so far), or None
     when the phase changes nothing. Also the per-test outcome of `--dsakit-report`."""
@@ -104,6 +109,9 @@ def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> d
         return None
     if current is not None and current["outcome"] in ("failed", "error"):
         return None  # a teardown pass never hides an earlier failure
+    for name, value in report.user_properties:
+        if name == RAN_ON_THIS_GPU:  # a portable simulation: the kernels the test ran for real, and on what
+            detail = {**detail, "ran_on_this_gpu": value}
     return {"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
             "duration": round(report.duration, 4), **detail}
 

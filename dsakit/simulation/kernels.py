@@ -17,16 +17,16 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsakit.mocks.call_site import call_site, short_path
 from dsakit.gates.device_model import DeviceModel
+from dsakit.mocks.call_site import shown_path, site_outside
+from dsakit.sglang_facts.import_hooks import Patches, rebind_everywhere
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
-from dsakit.simulation.probe_patches import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.
@@ -49,14 +49,7 @@ _MACHINERY = ("/dsakit/", "/torch/", "/triton/", "/tvm_ffi/", "/sgl_kernel/", "/
 
 def launch_site() -> str:
     """The first frame outside the launch machinery: who asked for the kernel."""
-    frame: Any = sys._getframe(1)
-    while frame is not None and any(part in frame.f_code.co_filename for part in _MACHINERY):
-        frame = frame.f_back
-    if frame is None:
-        return "<unknown>"
-    site = call_site(frame).split(" in ")[0]
-    here = os.getcwd() + os.sep
-    return site[len(here):] if site.startswith(here) else short_path(site)  # a test file: from the run's folder
+    return site_outside(_MACHINERY, depth=1)
 
 
 def site_of(tb: Any) -> str:
@@ -64,13 +57,9 @@ def site_of(tb: Any) -> str:
     site = None
     while tb is not None:
         if not any(part in tb.tb_frame.f_code.co_filename for part in _MACHINERY):
-            site = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+            site = f"{shown_path(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
         tb = tb.tb_next
-    if site is None:
-        return "<unknown>"
-    text = short_path(site)
-    here = os.getcwd() + os.sep
-    return text[len(here):] if text.startswith(here) else short_path(text)
+    return site or "<unknown>"
 
 
 def refuse(kernel: str, device: DeviceModel, why: str | None = None) -> SimulatedKernelLaunch:
@@ -298,6 +287,7 @@ def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequ
             raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
 
         launch.__name__ = function
+        launch.__wrapped__ = original  # type: ignore[attr-defined]  # its signature, for what wraps it
         rebind_everywhere(patches, original, launch)
 
 
@@ -309,20 +299,6 @@ def jit_guards(real: str | None, portable: bool) -> dict[str, Callable[[Patches,
         "flashinfer.jit.core": lambda p, m, d: _guard_flashinfer_jit(p, m, d, real=real, portable=portable),
         **({"triton.runtime.jit": record_triton} if portable else {}),
     }
-
-
-def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:
-    """Replace `original` in every loaded module that bound it (`from x import f` copies the name)."""
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        for name, value in list(namespace.items()):
-            if value is original:
-                try:
-                    patches.set(module, name, replacement)
-                except AttributeError:  # a module that refuses new values (torch's config modules)
-                    continue
 
 
 # ---------------------------------------------------------------- stand-ins for absent libraries

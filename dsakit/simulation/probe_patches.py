@@ -13,7 +13,6 @@ import contextlib
 import functools
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from dsakit.errors import UsageError
 from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
 from dsakit.devices import DEVICES
 from dsakit.reasons import Reason
+from dsakit.sglang_facts.import_hooks import Patches
 from dsakit.simulation.probes import ATT, COMMON, KOPS, PROBES
 
 KERNEL_LAUNCH = "simulated-kernel-launch"
@@ -46,7 +46,6 @@ _CACHE_ONCE = ("is_hip_runtime", "is_musa_runtime", "is_sail_runtime")  # sglang
 _JIT_COMMON = "sglang.kernels.jit.utils.common"
 _TRTLLM = f"{ATT}.trtllm_mla_backend"
 _FLASH_MLA = f"{KOPS}.flash_mla_interface"
-_MISSING = object()
 
 
 class SimulatedKernelLaunch(RuntimeError):
@@ -100,50 +99,6 @@ def _launch_guard(kernel: str, device: DeviceModel) -> Callable[..., Any]:
         raise SimulatedKernelLaunch(kernel, _caller_site(), device)
 
     return launch
-
-
-class Patches:
-    """setattr with undo, and undo callbacks; `restore` undoes all of it in reverse order."""
-
-    def __init__(self) -> None:
-        self._undo: list[Callable[[], None]] = []
-
-    def set(self, owner: Any, name: str, value: Any) -> None:
-        old = owner.__dict__.get(name, _MISSING) if isinstance(owner, types.ModuleType) else getattr(owner, name, _MISSING)
-
-        def undo() -> None:
-            if old is _MISSING:
-                with contextlib.suppress(AttributeError):
-                    delattr(owner, name)
-            else:
-                setattr(owner, name, old)
-
-        setattr(owner, name, value)
-        self._undo.append(undo)
-
-    def setdefault_env(self, name: str, value: str) -> None:
-        """os.environ[name] = value unless the user set it; removed again on restore."""
-        if name in os.environ:
-            return
-        os.environ[name] = value
-
-        def undo() -> None:
-            os.environ.pop(name, None)
-
-        self._undo.append(undo)
-
-    def callback(self, undo: Callable[[], None]) -> None:
-        self._undo.append(undo)
-
-    def restore(self) -> None:
-        errors: list[BaseException] = []
-        while self._undo:
-            try:
-                self._undo.pop()()
-            except Exception as error:  # noqa: BLE001 - keep restoring the rest
-                errors.append(error)
-        if errors:
-            raise errors[0]
 
 
 def _module(name: str) -> types.ModuleType | None:
@@ -344,7 +299,9 @@ def _patch_kernels(patches: Patches, device: DeviceModel, modules: dict[str, typ
         module = modules.get(name)
         for attribute, kernel in kernels.items():
             if module is not None and attribute in vars(module):
-                patches.set(module, attribute, _launch_guard(kernel, device))
+                guard = _launch_guard(kernel, device)
+                guard.__wrapped__ = vars(module)[attribute]  # type: ignore[attr-defined]  # its signature
+                patches.set(module, attribute, guard)
 
 
 def _isolate_buffers(patches: Patches) -> None:

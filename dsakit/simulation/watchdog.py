@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from dsakit.mocks.call_site import shown_path
+
 GRACE_S = 10.0  # after the timeout: how long an interrupted test has to unwind before the process ends
 _MACHINERY = ("/_pytest/", "/pluggy/", "/dsakit/", "/threading.py", "/unittest/")
 
@@ -49,7 +51,7 @@ def in_flight(frame: Any) -> str:
     for extra in (package, own):
         if extra is not None and all(extra is not f for f in shown):
             shown.append(extra)
-    text = ", called from ".join(f"{_shown(f.filename)}:{f.lineno} in {f.name}" for f in shown)
+    text = ", called from ".join(f"{shown_path(f.filename)}:{f.lineno} in {f.name}" for f in shown)
     command = _waited_command(frame)
     return f"{text}; waiting for: {command}" if command else text
 
@@ -64,13 +66,6 @@ def _waited_command(frame: Any) -> str | None:
             return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
         frame = frame.f_back
     return None
-
-
-def _shown(path: str) -> str:
-    from dsakit.mocks.call_site import short_path
-
-    here = os.getcwd() + os.sep
-    return path[len(here):] if path.startswith(here) else short_path(path)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -59,8 +59,8 @@ class WholeRun:
         kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
         imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.simulation.import_hooks import AfterImport
-        from dsakit.simulation.probe_patches import Patches, announced, patch_arrived, watched_modules
+        from dsakit.sglang_facts.import_hooks import AfterImport, Patches
+        from dsakit.simulation.probe_patches import announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
         try:
@@ -143,9 +143,11 @@ class WholeRun:
             self._note_ran(report)
             return
         if type(report).__name__ != "SubtestReport" and self.plan.portable:
+            from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+
             ran = sys.modules.get("dsakit.simulation.kernels")
             if ran is not None and ran.RAN:
-                report.user_properties.append((RAN_PROPERTY, {"arch": self.plan.real_key or self.plan.real.sm_text,
+                report.user_properties.append((RAN_ON_THIS_GPU, {"arch": self.plan.real_key or self.plan.real.sm_text,
                                                               "kernels": list(ran.RAN)}))
                 ran.RAN.clear()
             self._note_ran(report)
@@ -170,8 +172,10 @@ class WholeRun:
             ran.RAN.clear()  # what the previous test left (a setup that launched, then failed)
 
     def _note_ran(self, report: pytest.TestReport) -> None:
+        from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+
         for name, value in report.user_properties:
-            if name == RAN_PROPERTY and isinstance(value, dict):
+            if name == RAN_ON_THIS_GPU and isinstance(value, dict):
                 self._arch = str(value.get("arch"))
                 for kernel in value.get("kernels", ()):
                     self._ran[str(kernel)] = self._ran.get(str(kernel), 0) + 1
@@ -242,7 +246,6 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
 
 
 KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.simulation.probe_patches.KERNEL_LAUNCH, without its import
-RAN_PROPERTY = "dsakit_ran_on_this_gpu"  # a test report's user property: the kernels that ran for real
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:

@@ -16,9 +16,14 @@ import pytest
 from dsakit.gates.device_model import simulated_model
 from dsakit.simulation import kernel_archs
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily
-from dsakit.simulation.probe_patches import Patches, SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+if HAS_TORCH:
+    # imported while this module is collected: an in-process pytester run elsewhere in the worker then
+    # finds torch imported and keeps it (a torch it dropped cannot be imported again in one process)
+    importlib.import_module("torch")
 
 FAMILY = KernelFamily("sm10x-only", "an SM 10.x kernel", ("sm100", "sm103"), "tcgen05 instructions",
                       entry_points=("fake_lib:launch",), jit_names=(r"sm100_thing",))
@@ -251,3 +256,18 @@ def test_a_stand_in_submodule_that_shadows_a_callable_is_called_like_it() -> Non
     kernel = jit(out_idx=[-1])(lambda: None)
     with pytest.raises(SimulatedKernelLaunch, match=r"tilelang\.jit\(\)\(\) \(called at "):
         kernel(torch.zeros(2))
+
+
+def test_a_report_record_carries_the_kernels_a_test_ran_for_real() -> None:
+    """--dsakit-report and dsakit compare read the recorder: a portable run's test says what ran where."""
+    from types import SimpleNamespace
+
+    from dsakit.gates.outcomes import RAN_ON_THIS_GPU, next_outcome
+
+    ran = {"arch": "sm90", "kernels": ["Triton _fused_dsa_decode_metadata_kernel", "JIT dpsk_v4_topk_v2/true"]}
+    report = SimpleNamespace(nodeid="t.py::test_x", when="call", duration=0.5, skipped=False, failed=False,
+                             passed=True, user_properties=[(RAN_ON_THIS_GPU, ran)], longrepr=None)
+    record = next_outcome(None, report)  # type: ignore[arg-type]
+    assert record is not None and record["ran_on_this_gpu"] == ran and record["outcome"] == "passed"
+    report.user_properties = []
+    assert "ran_on_this_gpu" not in (next_outcome(None, report) or {})  # type: ignore[arg-type]

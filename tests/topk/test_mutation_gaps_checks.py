@@ -225,7 +225,7 @@ def test_a_wrong_column_count_is_one_shape_problem() -> None:
     assert report.format("T") == "T: 1 of 1 rows fail (k=2)\n  row -1 [shape] (length 0): indices have 3 columns, expected k=2"
 
 
-def test_the_report_lists_twelve_problems_then_counts_the_rest() -> None:
+def test_thirteen_failing_rows_show_twelve_then_a_count() -> None:
     rows = 13
     report = check_topk(_i([[5]] * rows), _f([[1.0, 2]] * rows), _i([2] * rows), 1)
     lines = report.format("T").split("\n")
@@ -306,7 +306,7 @@ def test_the_count_problem_says_what_was_expected() -> None:
         ("count", "selected 0 positions, expected 1..3 (-inf/NaN may be padded)")]
 
 
-def test_a_comparison_of_different_row_counts_is_one_shape_problem() -> None:
+def test_a_comparison_of_one_column_rows_of_different_counts_is_one_shape_problem() -> None:
     report = compare_topk(_i([[0], [1]]), _i([[0]]), _f([[1.0, 2], [1.0, 2]]), _i([2, 2]))
     assert [(p.row, p.code, p.message) for p in report.problems] == [(-1, "shape", "actual has 2 rows, expected 1")]
 

@@ -1,11 +1,12 @@
-"""What a whole-run simulation costs: one pytest selection, plain and as a simulated device, side by side.
+"""What a dsakit run option costs: one pytest selection without and with it, side by side.
 
-    python bench/bench_simulation_overhead.py [--device sm103] [--pairs 3] [--cwd DIR] -- PYTEST_ARGS...
+    python bench/bench_option_overhead.py --option "--dsakit-device sm103" [--pairs 3] [--cwd DIR] -- PYTEST_ARGS...
 
-Runs the selection alternately without and with `--dsakit-device DEVICE` (both with dsakit loaded, so
-the difference is the simulation alone; a first unmeasured run of each warms the JIT caches), each
-in its own process, and prints every pair's wall times and the ratio simulated / plain, then the
-medians. On a GPU node: the portable plan (issue 35's target: at most 1.3x). Nothing is left behind.
+Runs the selection alternately without and with OPTION (both with dsakit loaded, so the difference is
+the option alone; a first unmeasured run of each warms the JIT caches), each in its own process, and
+prints every pair's wall times and the ratio with / without, then the medians. Targets on a GPU node:
+the portable simulation `--dsakit-device sm103` at most 1.3x (issue 35), `--dsakit-kernel-contracts`
+at most 1.1x (issue 38). Nothing is left behind.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _run(cwd: str, args: list[str]) -> tuple[float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="sm103")
+    parser.add_argument("--option", required=True, help='the option under test, one string: "--dsakit-device sm103"')
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--cwd", default=".")
     parser.add_argument("--no-warm", action="store_true", help="skip the unmeasured first run of each")
@@ -37,20 +38,20 @@ def main(argv: list[str] | None = None) -> int:
     if options.pairs < 1:
         parser.error(f"--pairs {options.pairs}: expected at least 1")
     plain = list(options.pytest_args)
-    simulated = [*plain, "--dsakit-device", options.device]
+    simulated = [*plain, *options.option.split()]
     if not options.no_warm:
         for args in (plain, simulated):
             _run(options.cwd, args)
     ratios, walls = [], {"plain": [], "simulated": []}
-    print(f"{'pair':>4}  {'plain s':>8}  {options.device + ' s':>10}  {'ratio':>6}  outcomes (plain | simulated)")
+    print(f"{'pair':>4}  {'without s':>9}  {'with s':>8}  {'ratio':>6}  outcomes (without | with {options.option})")
     for pair in range(1, options.pairs + 1):
         a, a_line = _run(options.cwd, plain)
         b, b_line = _run(options.cwd, simulated)
         walls["plain"].append(a)
         walls["simulated"].append(b)
         ratios.append(b / a)
-        print(f"{pair:>4}  {a:8.1f}  {b:10.1f}  {b / a:6.3f}  {a_line} | {b_line}")
-    print(f"median: plain {statistics.median(walls['plain']):.1f} s, simulated {options.device} "
+        print(f"{pair:>4}  {a:9.1f}  {b:8.1f}  {b / a:6.3f}  {a_line} | {b_line}")
+    print(f"median: without {statistics.median(walls['plain']):.1f} s, with {options.option} "
           f"{statistics.median(walls['simulated']):.1f} s, ratio {statistics.median(ratios):.3f}x "
           f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
     return 0

@@ -1,14 +1,19 @@
-"""Run a callback when a module has finished importing (now, if it already has).
+"""Patching other packages for the length of a run, undone at its end.
 
-Owns the one meta-path finder a whole-run simulation uses to patch torch, Triton, the JIT loaders
-and SGLang's probe modules the moment they exist, so a suite that never imports them pays nothing.
-Must not change what is imported or how: it wraps the loader the other finders return.
+Owns the one meta-path finder that runs a callback when a module has finished importing (now, if it
+already has): the whole-run simulation patches torch, Triton, the JIT loaders and SGLang's probe
+modules the moment they exist, and the kernel-launch contracts wrap entry points, so a suite that
+never imports them pays nothing; `Patches` (setattr with undo); `rebind_everywhere` (a function
+replaced in every module that bound it). Must not change what is imported or how: the finder wraps
+the loader the other finders return. A leaf: imports nothing of dsakit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -79,3 +84,64 @@ class AfterImport(importlib.abc.MetaPathFinder):
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         self._callbacks.clear()
+
+
+_MISSING = object()
+
+
+class Patches:
+    """setattr with undo, and undo callbacks; `restore` undoes all of it in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        old = owner.__dict__.get(name, _MISSING) if isinstance(owner, types.ModuleType) else getattr(owner, name, _MISSING)
+
+        def undo() -> None:
+            if old is _MISSING:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+        setattr(owner, name, value)
+        self._undo.append(undo)
+
+    def setdefault_env(self, name: str, value: str) -> None:
+        """os.environ[name] = value unless the user set it; removed again on restore."""
+        if name in os.environ:
+            return
+        os.environ[name] = value
+
+        def undo() -> None:
+            os.environ.pop(name, None)
+
+        self._undo.append(undo)
+
+    def callback(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def restore(self) -> None:
+        errors: list[BaseException] = []
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception as error:  # noqa: BLE001 - keep restoring the rest
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
+def rebind_everywhere(patches: Patches, original: Any, replacement: Any) -> None:
+    """Replace `original` in every loaded module that bound it (`from x import f` copies the name)."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if value is original:
+                try:
+                    patches.set(module, name, replacement)
+                except AttributeError:  # a module that refuses new values (torch's config modules)
+                    continue
