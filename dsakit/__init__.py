@@ -144,8 +144,10 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'dsakit' has no attribute {name!r}")
     # Not cached in globals(): the owning module stays the single source (pytester's in-process
-    # runs drop and re-import modules, and a cached class would then be a stale twin).
-    return getattr(importlib.import_module(module), name)
+    # runs drop and re-import modules, and a cached class would then be a stale twin). A loaded
+    # module is read from sys.modules: `dsakit.gate(...)` on every param of a matrix asks here.
+    loaded = sys.modules.get(module)
+    return getattr(loaded if loaded is not None else importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

@@ -11,33 +11,34 @@ Imports nothing: asking costs a list lookup.
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:  # types only: creating a Protocol class costs every run that loads this leaf
+    from typing import Protocol
 
-class Run(Protocol):
-    """What the lower wings read of a run (its DsakitSession): each reader narrows the part it owns."""
+    class Run(Protocol):
+        """What the lower wings read of a run (its DsakitSession): each reader narrows the part it owns."""
 
-    @property
-    def pid(self) -> int:
-        """The process that configured the run (a forked child inherits the stack, not the run)."""
+        @property
+        def pid(self) -> int:
+            """The process that configured the run (a forked child inherits the stack, not the run)."""
 
-    @property
-    def contract(self) -> object:
-        """The suite's contract (dsakit.contracts.schema.Contract), None: dsakit's own."""
+        @property
+        def contract(self) -> object:
+            """The suite's contract (dsakit.contracts.schema.Contract), None: dsakit's own."""
 
-    @property
-    def gates(self) -> object:
-        """The gate session (dsakit.gates.marks.GateSession)."""
+        @property
+        def gates(self) -> object:
+            """The gate session (dsakit.gates.marks.GateSession)."""
 
+    class Device(Protocol):
+        """A simulated device as the strict mock names it (dsakit.gates.device_model.DeviceModel)."""
 
-class Device(Protocol):
-    """A simulated device as the strict mock names it (dsakit.gates.device_model.DeviceModel)."""
+        @property
+        def key(self) -> str: ...
 
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
+        @property
+        def name(self) -> str: ...
 
 
 _RUNS: list[Run] = []

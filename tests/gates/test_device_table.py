@@ -8,7 +8,6 @@ Runs that enter a simulation import torch and SGLang, so they run in a subproces
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import os
 import subprocess
@@ -32,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # A device the shipped table lacks, with a toolkit below what SGLang's SM 12.x probes need
 # (is_sm120_supported: CUDA >= 12.8): the case where a probe that skips the toolkit goes wrong.
-EXTRA = DeviceEntry("sm121", "nvidia", "NVIDIA DGX Spark GB10", (12, 1), None, 128, "12.6", 48, ("gb10",))
+EXTRA_FACTS = ("sm121", "nvidia", "NVIDIA DGX Spark GB10", (12, 1), None, 128, "12.6", 48, ("gb10",))
+EXTRA = DeviceEntry(*EXTRA_FACTS)
 
 
 sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
@@ -224,7 +224,7 @@ def test_pr_check_runs_the_table_s_pr_gate_devices_by_default(monkeypatch: pytes
     from dsakit.pr_check import parse_devices
 
     assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942"]
-    monkeypatch.setitem(devices.DEVICES, EXTRA.key, dataclasses.replace(EXTRA, pr_gate=True))
+    monkeypatch.setitem(devices.DEVICES, EXTRA.key, DeviceEntry(*EXTRA_FACTS, pr_gate=True))
     assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942", "sm121"]
     with pytest.raises(SystemExit):
         dsakit.cli.main(["pr-check", "--help"])
