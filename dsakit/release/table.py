@@ -264,14 +264,17 @@ def _defined_in_text(text: str, name: str) -> bool:
     found this way": the caller asks the AST (`_defined_names`), whose answer is the exact one."""
     owner, _, leaf = name.rpartition(".")
     if not owner:
-        return re.search(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(leaf)}\b", text, re.M) is not None
+        found = re.search(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(leaf)}\b", text, re.M)
+        return found is not None and _outside_strings(text[:found.start()])
     header = re.search(rf"^class\s+{re.escape(owner)}\b[^\n]*\n", text, re.M)
-    if header is None or "." in owner:
+    if header is None or "." in owner or not _outside_strings(text[:header.start()]):
         return False
     indent = None
-    for line in text[header.end():].splitlines():
+    offset = header.end()
+    for line in text[header.end():].splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
         stripped = line.lstrip()
-        if not stripped or stripped.startswith("#"):
+        if not stripped.strip() or stripped.startswith("#"):
             continue
         width = len(line) - len(stripped)
         if width == 0:
@@ -279,8 +282,13 @@ def _defined_in_text(text: str, name: str) -> bool:
         if indent is None:
             indent = width
         if width == indent and re.match(rf"(?:async\s+)?def\s+{re.escape(leaf)}\s*\(", stripped):
-            return True
+            return _outside_strings(text[:start])
     return False
+
+
+def _outside_strings(before: str) -> bool:
+    """Is what follows `before` outside a triple-quoted string (an even count of each quote)?"""
+    return before.count('"""') % 2 == 0 and before.count("'''") % 2 == 0
 
 
 def _defined_names(path: Path) -> frozenset[str]:
