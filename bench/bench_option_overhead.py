@@ -1,6 +1,7 @@
 """What a dsakit run option costs: one pytest selection without and with it, side by side.
 
     python bench/bench_option_overhead.py --option "--dsakit-device sm103" [--pairs 3] [--cwd DIR] -- PYTEST_ARGS...
+    python bench/bench_option_overhead.py --option --dsakit-kernel-contracts ...
 
 Runs the selection alternately without and with OPTION (both with dsakit loaded, so the difference is
 the option alone; a first unmeasured run of each warms the JIT caches), each in its own process, and
@@ -34,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", default=".")
     parser.add_argument("--no-warm", action="store_true", help="skip the unmeasured first run of each")
     parser.add_argument("pytest_args", nargs="+")
-    options = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--option" in args[:-1]:  # a lone flag as the value ("--option --dsakit-kernel-contracts"): argparse would
+        at = args.index("--option")  # read it as an option of its own
+        args[at:at + 2] = [f"--option={args[at + 1]}"]
+    options = parser.parse_args(args)
     if options.pairs < 1:
         parser.error(f"--pairs {options.pairs}: expected at least 1")
     plain = list(options.pytest_args)

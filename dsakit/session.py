@@ -192,7 +192,7 @@ class DsakitSession:
         if options["dsakit_kernel_contracts"]:  # after the simulation: its guards get wrapped, not the reverse
             from dsakit.topk.launch_guard import LaunchGuard
 
-            guard = LaunchGuard()
+            guard = LaunchGuard(config)
             guard.install()
             self._register("dsakit-kernel-contracts", guard)
         self.wrapper_start.watch()  # type: ignore[union-attr]  # now, or once torch / a simulation / a fault probe arrives

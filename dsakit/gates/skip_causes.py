@@ -29,8 +29,10 @@ _WORDS = {
     KERNEL_LAUNCH: "kernels not run under simulation",
     POISONED: "not run after another test poisoned the CUDA context",
 }
-# the kernel a [simulated-kernel-launch] sentence names: "<kernel> (called at <site>) would launch ..."
-_KERNEL = re.compile(r"^(.*?) \(called at ")
+# the kernel a [simulated-kernel-launch] sentence names: "<kernel> (called at <site>) would launch ...",
+# also where a test skips because every subtest was refused: "every subtest (N) was refused ...; the
+# first: [simulated-kernel-launch] <kernel> (called at ..."
+_KERNEL = re.compile(r"^(?:every subtest .*?the first: \[simulated-kernel-launch\] )?(.*?) \(called at ")
 _LISTED = 4  # kernels or messages a paragraph names before "and N more"
 
 

@@ -122,8 +122,9 @@ def plan_for(plan: str, lengths: str) -> Check:
     return Check("plan", (plan, lengths))
 
 
-def at_most_rows(count: str, of: str) -> Check:
-    return Check("at_most_rows", (count, of))
+def at_most_rows(count: str, of: str, dim: int = 0) -> Check:
+    """An int at most `of.shape[dim]` (dim 0: its rows)."""
+    return Check("at_most_rows", (count, of), param=dim)
 
 
 # ---------------------------------------------------------------- evaluators
@@ -290,9 +291,11 @@ def _plan(check: Check, a: Mapping[str, Any]) -> list[Violation]:
 
 def _at_most_rows(check: Check, a: Mapping[str, Any]) -> list[Violation]:
     count, of = (_arg(a, name) for name in check.args)
-    if not isinstance(count, int) or not _is_tensor(of) or of.dim() == 0 or count <= of.shape[0]:
+    dim = check.param or 0
+    if not isinstance(count, int) or not _is_tensor(of) or of.dim() <= dim or count <= of.shape[dim]:
         return []
-    return [Violation(check.args[0], f"must be at most {check.args[1]}'s {of.shape[0]} rows", value=count)]
+    bound = f"{check.args[1]}'s {of.shape[0]} rows" if dim == 0 else f"{check.args[1]}.shape[{dim}] = {of.shape[dim]}"
+    return [Violation(check.args[0], f"must be at most {bound}", value=count)]
 
 
 _EVALUATORS: dict[str, Callable[[Check, Mapping[str, Any]], list[Violation]]] = {
@@ -330,13 +333,16 @@ def _paged_v2(function: str) -> KernelEntry:
 
 
 def _metadata(module: str, function: str, lengths: str, *extra: Check) -> KernelEntry:
+    # The Triton kernels load the lengths in any integer dtype and cast them to int32, clamp the DSA
+    # lengths to dsa_index_topk (any k: they select nothing) and read req_to_token's columns below
+    # max_len only (a length past max_len is clamped, not read): so max_len, not a length, is bounded
+    # by req_to_token's width (measured on the H200 against SGLang 0.5.21's test_dsa_metadata.py).
     return KernelEntry(
         f"SGLang's DSA metadata kernel ({function})", f"{module}:{function}",
-        (dtype(lengths, "int32"), at_most_rows("bs", lengths), lengths_within(lengths, count="bs",
-                                                                             width_of=("req_to_token", 1)),
-         index_within("req_pool_indices", "req_to_token", 0, count="bs"), positive("real_page_size"),
-         k_in_range("dsa_index_topk"), *extra),
-        why="the Triton kernels gather req_to_token rows by req_pool_indices up to each row's length")
+        (dtype(lengths, "int32", "int64"), at_most_rows("bs", lengths), lengths_within(lengths, count="bs"),
+         at_most_rows("max_len", "req_to_token", 1),
+         index_within("req_pool_indices", "req_to_token", 0, count="bs"), positive("real_page_size"), *extra),
+        why="the Triton kernels gather req_to_token rows by req_pool_indices, columns below max_len")
 
 
 KERNEL_ENTRIES: tuple[KernelEntry, ...] = (

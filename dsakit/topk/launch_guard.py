@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
+
 from dsakit.errors import KernelContractViolation
 from dsakit.mocks.call_site import site_outside
 from dsakit.sglang_facts.import_hooks import AfterImport, Patches, rebind_everywhere
@@ -67,6 +69,15 @@ class _Graphs:
 
 _GRAPHS = _Graphs()
 
+# What this process checked: "launch" / "replay" / "refused" -> kernel -> count (the run's summary;
+# an xdist worker hands its tally to the controller)
+_TALLY: dict[str, dict[str, int]] = {}
+
+
+def _count(kind: str, entry: KernelEntry) -> None:
+    per_kernel = _TALLY.setdefault(kind, {})
+    per_kernel[entry.kernel] = per_kernel.get(entry.kernel, 0) + 1
+
 
 def _guard_graphs(patches: Patches, torch: Any) -> None:
     graph_class = getattr(getattr(torch, "cuda", None), "CUDAGraph", None)
@@ -94,7 +105,9 @@ def _guard_graphs(patches: Patches, torch: Any) -> None:
     def checked_replay(self: Any) -> Any:
         for entry, arguments, site in _GRAPHS.launches.get(self, ()):
             found = violations(entry, arguments)
+            _count("replay", entry)
             if found:
+                _count("refused", entry)
                 raise violation(entry, found, site, " when this CUDA graph replays (its captured static buffers "
                                 "now hold these values)")
         return replay(self)
@@ -122,7 +135,9 @@ def guarded(entry: KernelEntry, original: Callable[..., Any]) -> Callable[..., A
             arguments: dict[str, Any] = dict(bound.arguments)
             graph = _GRAPHS.capturing()
             found = violations(entry, arguments, values=graph is None)
+            _count("launch", entry)
             if found:
+                _count("refused", entry)
                 raise violation(entry, found, caller_site())
             if graph is not None:
                 _GRAPHS.launches.setdefault(graph, []).append((entry, arguments, caller_site()))
@@ -150,7 +165,8 @@ class LaunchGuard:
     """The run's kernel-launch contracts: installed at configure (by the run's DsakitSession, where
     --dsakit-kernel-contracts asks for them), undone at unconfigure."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
         self.patches = Patches()
         self.wrapped: list[str] = []
         self._hooks: AfterImport | None = None
@@ -160,14 +176,27 @@ class LaunchGuard:
                 "(dsakit/topk/kernel_contracts.py) checks its arguments first; CUDA graphs before each replay")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        terminalreporter.write_line(tally_line(_TALLY))
         if self.wrapped and terminalreporter.verbosity > 0:
             terminalreporter.write_line(f"dsakit: kernel-launch contracts wrapped {len(self.wrapped)} entry "
                                         f"points: {', '.join(sorted(self.wrapped))}")
+
+    def pytest_sessionfinish(self) -> None:
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: the controller's summary counts its launches
+            workeroutput[TALLY_KEY] = {kind: dict(counts) for kind, counts in _TALLY.items()}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any) -> None:
+        for kind, counts in (getattr(node, "workeroutput", None) or {}).get(TALLY_KEY, {}).items():
+            for kernel, count in counts.items():
+                _TALLY.setdefault(kind, {})[kernel] = _TALLY.get(kind, {}).get(kernel, 0) + count
 
     def pytest_unconfigure(self) -> None:
         self.uninstall()
 
     def install(self) -> None:
+        _TALLY.clear()
         hooks = self._hooks = AfterImport()
         self.patches.callback(hooks.close)
         for name, entries in entries_by_module().items():
@@ -181,4 +210,20 @@ class LaunchGuard:
         self.patches.restore()
 
     def summary(self) -> Mapping[str, Any]:
-        return {"wrapped": list(self.wrapped)}
+        return {"wrapped": list(self.wrapped), "tally": {kind: dict(counts) for kind, counts in _TALLY.items()}}
+
+
+TALLY_KEY = "dsakit_kernel_contracts"
+
+
+def tally_line(tally: Mapping[str, Mapping[str, int]]) -> str:
+    """The run's one summary line: how many launches the contracts checked, of which kernels, and
+    how many they refused (a run that checked none says so: the option then guarded nothing)."""
+    launches, replays, refused = (sum(tally.get(kind, {}).values()) for kind in ("launch", "replay", "refused"))
+    kernels = sorted(set(tally.get("launch", {})) | set(tally.get("replay", {})))
+    if not kernels:
+        return ("dsakit: kernel-launch contracts checked no launch: no test reached a top-k or DSA metadata "
+                "entry point of dsakit/topk/kernel_contracts.py")
+    graphs = f" and {replays} captured launch(es) before CUDA-graph replays" if replays else ""
+    return (f"dsakit: kernel-launch contracts checked {launches} launch(es){graphs} of {len(kernels)} kernel(s) "
+            f"({', '.join(kernels)}); {refused} refused")

@@ -276,6 +276,23 @@ def test_dsakit_codes_words_are_the_codes_their_modules_raise() -> None:
         "kernels not run under simulation (2: the Triton kernel _k x2)")
 
 
+def test_a_test_whose_every_subtest_was_refused_counts_under_its_kernel() -> None:
+    """The paragraph names the kernel of a whole-test skip (every subtest refused), not the sentence
+    around it (seen on the H200: 'kernels not run under simulation (12: flashinfer...deepseek x10,
+    every subtest (2) was refused under simulated sm103, so nothing ran; the first: ...')."""
+    from dsakit.gates.skip_causes import explain, group_causes
+
+    from dsakit.reasons import Reason
+
+    kernel = "flashinfer.prefill.trtllm_ragged_attention_deepseek"
+    one = Reason("simulated-kernel-launch",
+                 f"{kernel} (called at sglang/srt/layers/attention/dsa_backend.py:3022) would launch")
+    whole = Reason("simulated-kernel-launch", f"every subtest (8) was refused under simulated sm103, so nothing "
+                   f"ran; the first: {one}")
+    causes = [(f"t{i}", explain(str(r), [r], "0.5.23", "sm103")) for i, r in enumerate([one, one, whole])]
+    assert group_causes(causes)[0].clause() == f"kernels not run under simulation (3: {kernel} x3)"
+
+
 # ---------------------------------------------------------------- the fleet and pr-check
 
 FLEET_SUITE = """

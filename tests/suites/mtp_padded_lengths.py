@@ -19,7 +19,7 @@ import pytest
 import torch
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="[cuda] captures a CUDA graph")
-ROWS, WIDTH, PAGE, TOPK = 4, 8192, 64, 512
+ROWS, WIDTH, PAGE, TOPK = 4, 32768, 64, 512  # a wide graph score buffer: the streaming level
 
 
 def _decode(scores: torch.Tensor, lengths: torch.Tensor, table: torch.Tensor, plan: torch.Tensor) -> torch.Tensor:

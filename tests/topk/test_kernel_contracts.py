@@ -68,7 +68,7 @@ def test_a_negative_padded_length_names_its_row_and_value() -> None:
     ({"page_tables": "narrow"}, "page_tables[0] = '4 live pages > table width 2'"),
     ({"page_tables": "negative"}, "page_tables[1] = 'a live page entry is negative (not a page of the pool)'"),
     ({"out_page_indices": "k=4096"}, "out_page_indices (k = 4096): k must be in 1..2048"),
-    ({"seq_lens": "int64"}, "seq_lens (int64): dtype must be int32"),
+    ({"seq_lens": "int64"}, "seq_lens (int64): dtype must be int32"),  # the v2 JIT reads uint32
     ({"scores": "strided"}, "scores (strides (1, 3)): its last dimension must be contiguous"),
     ({"page_size": 0}, "page_size (0): must be > 0"),
 ], ids=["too-long", "no-plan", "plan-shape", "table-narrow", "table-negative", "k", "dtype", "strided", "page-size"])
@@ -117,13 +117,29 @@ def test_metadata_kernels_check_the_live_rows_against_req_to_token() -> None:
 
     entry = _entry("dsa.metadata:fused_dsa_decode_metadata")
     args = {"seq_lens": torch.tensor([5, 9, -1], dtype=torch.int32), "req_pool_indices": torch.tensor([0, 7, 99]),
-            "req_to_token": torch.zeros(4, 8, dtype=torch.int32), "bs": 2, "real_page_size": 64,
+            "req_to_token": torch.zeros(4, 8, dtype=torch.int32), "bs": 2, "max_len": 9, "real_page_size": 64,
             "dsa_index_topk": 2048}
     assert _described(violations(entry, args)) == [
-        "seq_lens[1] = 9: a length must be at most req_to_token.shape[1] = 8",
+        "max_len (9): must be at most req_to_token.shape[1] = 8",
         "req_pool_indices[1] = 7: must index req_to_token (0 <= value < req_to_token.shape[0] = 4)"]
+    args["bs"] = 3
+    assert "seq_lens[2] = -1: a length must be >= 0" in "\n".join(_described(violations(entry, args)))
     args["bs"] = 4
     assert _described(violations(entry, args))[0] == "bs (4): must be at most seq_lens's 3 rows"
+
+
+@torch_needed
+def test_metadata_kernels_take_what_their_triton_kernels_accept() -> None:
+    """No false violation (found on the H200 in SGLang 0.5.21's test_dsa_metadata.py): int64 lengths
+    (the kernels cast them), lengths past max_len (clamped: test_large_batch_coverage) and a
+    dsa_index_topk above 2048 (the kernels clamp lengths to it: test_large_shape_coverage)."""
+    import torch
+
+    entry = _entry("dsa.metadata:fused_dsa_draft_extend_metadata")
+    args = {"seq_lens": torch.tensor([257, 1_000_000], dtype=torch.int64), "req_pool_indices": torch.tensor([0, 2]),
+            "req_to_token": torch.zeros(4, 1, dtype=torch.int32), "bs": 2, "max_len": 1, "real_page_size": 64,
+            "dsa_index_topk": 4096}
+    assert violations(entry, args) == []
 
 
 @torch_needed
@@ -261,7 +277,25 @@ def test_under_a_simulated_b300_on_cpu_the_checks_run_where_the_launch_is_refuse
         "*VIOLATION: SGLang's top-k v2 paged transform (topk_transform_paged_v2) "
         "(sglang.kernels.ops.attention.dsv4.topk:topk_transform_paged_v2) would launch with arguments its kernel "
         "does not accept; called at sglang/srt/layers/attention/dsa/dsa_topk_backend.py:*",
+        "dsakit: kernel-launch contracts checked 2 launch(es) of 2 kernel(s) (*topk_transform_paged_v2*plan_topk_v2*); "
+        "2 refused",
     ])
+
+
+@torch_needed
+@sglang_v2
+def test_the_summary_counts_every_workers_launches(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under xdist the launches happen in the workers; the controller's summary line adds them up
+    (a run whose line says "checked no launch" guarded nothing)."""
+    pytester.makepyfile(test_v2=SUITE)
+    monkeypatch.setenv("EXPECT_WRAPPED", "1")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-n", "2", "--dsakit-device", "sm103",
+                                           "--dsakit-kernel-contracts")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["dsakit: kernel-launch contracts checked 2 launch(es) of 2 kernel(s) (*); 2 refused"])
+    only_the_flag = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", "sm103",
+                                                  "--dsakit-kernel-contracts", "-k", "wrapped_only")
+    only_the_flag.stdout.fnmatch_lines(["dsakit: kernel-launch contracts checked no launch: *"])
 
 
 @torch_needed
@@ -288,11 +322,17 @@ def test_the_wrappers_are_gone_after_the_run(pytester: pytest.Pytester) -> None:
         import json, sys
         import pytest
         import sglang.kernels.ops.attention.dsv4.topk as topk
-        before = (topk.topk_transform_paged_v2, topk.plan_topk_v2, list(sys.meta_path))
+        import dsakit  # a checkout on a node's PYTHONPATH maps dsakit.mocks at import (checkout_layout): the package's
+        def dsakit_state():  # the entry points and dsakit's own finders; a library the run imports may add
+            # one of its own to sys.meta_path
+            return (topk.topk_transform_paged_v2, topk.plan_topk_v2,
+                    [f for f in sys.meta_path if type(f).__module__.startswith("dsakit")])
+        before = dsakit_state()
         code = pytest.main([*{PLUGIN!r}, "-p", "no:cacheprovider", "-q", "--dsakit-kernel-contracts",
                             "-k", "plan", {str(pytester.path / 'test_v2.py')!r}])
-        after = (topk.topk_transform_paged_v2, topk.plan_topk_v2, list(sys.meta_path))
-        print(json.dumps({{"code": int(code), "same": before == after}}))
+        after = dsakit_state()
+        print(json.dumps({{"code": int(code), "same": before == after, "after": repr(after)}}))
     """))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=pytester.path)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"code": 0, "same": True}, done.stdout[-2000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (outcome["code"], outcome["same"]) == (0, True), done.stdout[-2000:]
