@@ -269,6 +269,23 @@ def amd_environment() -> str:
             "that variant)")
 
 
+def _absent_answer(traceback: Any) -> str:
+    """Which stand-in's answer a library call choked on: the innermost frame's local that is one
+    (`make_persistent_...(): num_bytes = flashinfer.utils.get_trtllm_gen_..._bytes(...)`), else the
+    generic words."""
+    from dsakit.simulation.kernels import AbsentLibraryValue
+
+    frames = []
+    while traceback is not None:
+        frames.append(traceback.tb_frame)
+        traceback = traceback.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, AbsentLibraryValue):
+                return f"the answer of {value._dsakit_kernel}"
+    return "a kernel library's answer"
+
+
 def _no_image(raised: BaseException, device: Any, simulation: Any) -> Any:
     """A launch that failed with "no kernel image" (or its library's wording of it) on a GPU that is
     not the simulated one: the kernel exists for the simulated device, not here. The same skip as a
@@ -284,7 +301,7 @@ def _no_image(raised: BaseException, device: Any, simulation: Any) -> Any:
             from dsakit.simulation.kernels import site_of
 
             return simulation.SimulatedKernelLaunch(
-                "a kernel library's answer", site_of(error.__traceback__), device,
+                _absent_answer(error.__traceback__), site_of(error.__traceback__), device,
                 f"the library is absent on this machine (it stands in: {str(error).strip()[:160]!r})")
         if is_no_image(str(error)):
             real = real_device()

@@ -32,7 +32,7 @@ files() {
 run() {  # group device
   local group=$1 device=$2 args=() start
   case $device in
-    plain) args=() ;;
+    plain) args=(-p no:dsakit) ;;  # where dsakit is installed too (a checkout's venv): no dsakit at all
     real) args=(-p dsakit.plugin --dsakit-report "$OUT/$group-$device.json") ;;
     *) args=(-p dsakit.plugin --dsakit-device "$device" --dsakit-simulation-timeout "$SIM_TIMEOUT"
              --dsakit-report "$OUT/$group-$device.json") ;;

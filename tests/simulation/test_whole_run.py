@@ -238,6 +238,40 @@ def test_imported_then_required():
 
 
 @torch_needed
+@no_gpu_here
+def test_a_stand_in_answer_used_as_a_size_names_the_call_that_gave_it(pytester: pytest.Pytester) -> None:
+    """SGLang sizes a buffer from a kernel library's helper (trtllm_mla_backend.py:
+    `num_bytes = flashinfer.utils.get_trtllm_gen_multi_ctas_kv_counter_bytes(...)`, then
+    `torch.zeros(num_bytes)`); where the library stands in, the skip names that helper (seen on CPU
+    as "a kernel library's answer" x42 in SGLang's test_dsa.py under sm103)."""
+    import importlib.util
+
+    from dsakit.simulation.kernels import KERNEL_LIBRARIES
+
+    absent = [n for n in KERNEL_LIBRARIES["nvidia"] if importlib.util.find_spec(n) is None]
+    if not absent:
+        pytest.skip("[kernel-libraries-installed] every NVIDIA kernel library is installed here")
+    name = absent[0]
+    pytester.makepyfile(test_sized=f"""
+import torch
+
+
+def _buffer(heads):
+    import {name}
+    num_bytes = {name}.counter_bytes(heads)
+    return torch.zeros(num_bytes, dtype=torch.uint8, device="cuda")
+
+
+def test_sized_by_the_library():
+    _buffer(8)
+""")
+    result = _run(pytester, "--dsakit-device", "sm103", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"*[[]simulated-kernel-launch[]] the answer of {name}.counter_bytes() (called at "
+                                 "test_sized.py:*"])
+
+
+@torch_needed
 @sglang_needed
 @no_gpu_here
 def test_an_sglang_shaped_suite_and_dsakits_own_mock_fail_on_the_simulated_b300_with_the_read_explained(
