@@ -441,10 +441,19 @@ def _callgrind(cmd: list[str], env: dict[str, str], cwd: Path, what: str) -> int
     return int(found.group(1))
 
 
+def _is_interpreter(tree: str | None) -> bool:
+    return tree is not None and os.path.isfile(tree)
+
+
+def _tree_cmd(cmd: list[str], tree: str | None) -> list[str]:
+    """`cmd` run by the tree's own interpreter where the tree is one (a venv's python)."""
+    return [tree, *cmd[1:]] if tree is not None and _is_interpreter(tree) else cmd
+
+
 def _tree_env(env: dict[str, str], tree: str | None) -> dict[str, str]:
     """`env` with a dsakit tree first on PYTHONPATH (after the bench folder): its `dsakit` is the
-    one the plugin entry point imports (None: as inherited)."""
-    if tree is None:
+    one the plugin entry point imports (None, or an interpreter: as inherited)."""
+    if tree is None or _is_interpreter(tree):
         return env
     rest = [part for part in env["PYTHONPATH"].split(os.pathsep) if part and part != str(BENCH_DIR)]
     return {**env, "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), tree, *rest])}
@@ -468,7 +477,7 @@ def instructions(cells: int, trees: dict[str, str | None]) -> dict[str, int]:
             for label, tree in (trees.items() if "no:dsakit" not in extra else [("", None)]):
                 cmd = pytest_cmd(root, files[module], extra, collect=False)
                 key = f"{name} ({label})" if label else name
-                counts[key] = _callgrind(cmd, _tree_env(_env(root / "ph.json"), tree), root, key)
+                counts[key] = _callgrind(_tree_cmd(cmd, tree), _tree_env(_env(root / "ph.json"), tree), root, key)
         (root / "unused").mkdir()
         test = root / "unused" / "test_unused.py"
         test.write_text(UNUSED_SUITE)
@@ -477,7 +486,7 @@ def instructions(cells: int, trees: dict[str, str | None]) -> dict[str, int]:
                      for label, tree in trees.items()]
         for key, tree, extra in sessions:
             cmd = [*pytest_cmd(root, test, extra, collect=True)[:-2], str(test)]
-            counts[key] = _callgrind(cmd, _tree_env(_env(None), tree), root, key)
+            counts[key] = _callgrind(_tree_cmd(cmd, tree), _tree_env(_env(None), tree), root, key)
     return counts
 
 
@@ -506,8 +515,10 @@ def main(argv: list[str] | None = None) -> int:
                     "executed (steady on a shared box; minutes per variant)")
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                     help="with --instructions: measure the variants that load dsakit once per dsakit tree "
-                    "(a checkout or an export of one, first on PYTHONPATH), side by side in one run; "
-                    "default: the dsakit this interpreter imports")
+                    "(a checkout or an export of one, first on PYTHONPATH; or a checkout's own interpreter, "
+                    "its venv's bin/python), side by side in one run; default: the dsakit this interpreter "
+                    "imports. An interpreter with an editable install maps dsakit.mocks / dsakit.contracts "
+                    "(and any module a tree lacks) to its own checkout: give each checkout's interpreter")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--session-repeats", type=int, default=15,
                     help="repeats of the unused-session pair (0: skip it)")
@@ -524,9 +535,11 @@ def main(argv: list[str] | None = None) -> int:
         trees: dict[str, str | None] = {}
         for spec in args.tree:
             name, sep, path = spec.partition("=")
-            if not sep or not name or not (Path(path) / "dsakit" / "__init__.py").is_file():
-                ap.error(f"--tree {spec!r}: expected NAME=PATH, PATH a tree holding dsakit/__init__.py")
-            trees[name] = str(Path(path).resolve())
+            if not sep or not name or not ((Path(path) / "dsakit" / "__init__.py").is_file()
+                                           or (Path(path).is_file() and os.access(path, os.X_OK))):
+                ap.error(f"--tree {spec!r}: expected NAME=PATH, PATH a tree holding dsakit/__init__.py "
+                         "or a Python interpreter (a checkout's .venv/bin/python)")
+            trees[name] = str(Path(path).absolute()) if Path(path).is_file() else str(Path(path).resolve())
         counts = instructions(args.cells, trees or {"": None})
         print(instructions_markdown(counts, args.cells))
         if args.json:

@@ -70,7 +70,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # the node has no install (PYTHONPATH only): load the plugin by name, once
-PLUGIN=($(python -c "from dsakit.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
+PLUGIN=($(python -c "from dsakit.node.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
 PYTEST=(python -m pytest "${PLUGIN[@]}" -p no:cacheprovider -q -rfE --durations=8)
 PER_GPU=$(( GPUS > 0 ? (N + GPUS - 1) / GPUS : 1 ))
 left() { echo $(( START + TOTAL - $(date +%s) )); }

@@ -31,7 +31,7 @@ SUMMARY=$OUT/summary.md
 DUR=$OUT/suite_durations.md
 # the node has no install (PYTHONPATH only): load the plugin by name; where the pytest11 entry point
 # exists (a dev venv) `-p dsakit.plugin` would register it twice
-PLUGIN=($(python -c "from dsakit.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
+PLUGIN=($(python -c "from dsakit.node.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
 PYTEST=(python -m pytest "${PLUGIN[@]}" -p no:cacheprovider -q -ra --durations=0 --durations-min=0)
 
 left() { echo $(( START + TOTAL - $(date +%s) )); }

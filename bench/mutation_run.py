@@ -62,8 +62,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "contracts/test_model_runner_contract.py"]),
     "gates": (["dsakit/gates/table.py"],
               ["tests/gates/test_gates_table.py", "tests/gates/test_device_model.py", "tests/gates/test_mutation_gaps_gates.py"]),
-    "contract_check": (["dsakit/upstream/contract_check.py"],
-                       ["tests/upstream/test_contract_check.py", "tests/upstream/test_mutation_gaps_contract_check.py"]),
+    "contract_check": (["dsakit/sglang_facts/contract_check.py"],
+                       ["tests/sglang_facts/test_contract_check.py", "tests/sglang_facts/test_mutation_gaps_contract_check.py"]),
     "checks": (["dsakit/topk/checks.py"],
                ["tests/topk/test_topk_checks.py", "tests/topk/test_mutation_gaps_checks.py", "contracts/test_topk_selection.py"]),
     "audit": ([f"dsakit/audit/{m}.py" for m in (  # smallest first

@@ -11,7 +11,7 @@ from typing import Any
 
 # (module, the line before, the line after, why no test can tell them apart); lines stripped
 _SN = "mocks/strict_node.py"
-_CC = "dsakit/upstream/contract_check.py"
+_CC = "dsakit/sglang_facts/contract_check.py"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
     (_SN, "frame: Any = sys._getframe(1)  # FrameType | None once it walks past the outermost frame",
      "frame: Any = sys._getframe(2)  # FrameType | None once it walks past the outermost frame",

@@ -24,7 +24,7 @@ START=$(date +%s)
 TOTAL=${DSAKIT_XDIST_TOTAL_S:-450}
 TESTS=${DSAKIT_XDIST_TESTS:-contracts/test_topk_selection.py contracts/test_topk_matrix.py contracts/test_dsa_backend_metadata.py}
 MD=$OUT/xdist_scaling.md
-PLUGIN=($(python -c "from dsakit.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
+PLUGIN=($(python -c "from dsakit.node.pytest_invocation import plugin_args; print(' '.join(plugin_args()))"))
 BASE=(python -m pytest "${PLUGIN[@]}" -p no:cacheprovider -q -ra)
 GPUS=${DSAKIT_XDIST_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}  # override only to dry-run the script
 

@@ -2,7 +2,7 @@
 
 Owns reading `runner_sites.json` (written by `python scripts/runner_sites.py --write` from the source
 scan) and the one wording of a site for a release, saying so when that tree's files differ from the
-release's. Must not parse SGLang source (it hashes files) nor import dsakit.upstream.
+release's. Must not parse SGLang source (it hashes files) nor import dsakit.sglang_facts.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsakit import sglang_release
+from dsakit.release import table as sglang_release
 from dsakit.errors import UsageError
-from dsakit.sglang_release import SERVER_ARGS_FILES, SGLangRelease
+from dsakit.release.table import SERVER_ARGS_FILES, SGLangRelease
 
 TABLE_FILE = Path(__file__).with_name("runner_sites.json")
 FORMAT = 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, KeysView
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from enum import Enum
 from typing import Any
 
@@ -60,12 +60,36 @@ def validate_roles_option(spec: str, *, what: str = "--dsakit-roles", collecting
     raise pytest.UsageError(message)
 
 
-@dataclass(frozen=True)
 class Factory:
-    """A default computed when first read, from the mock runner being built (lazy torch)."""
+    """A default computed when first read, from the mock runner being built (lazy torch).
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('build', 'describe')
+
+    def __init__(self, build: Callable[[Any], Any], describe: str) -> None:
+        self.__dict__.update(build=build, describe=describe)
 
     build: Callable[[Any], Any]
     describe: str
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.build, self.describe)
 
     def __repr__(self) -> str:
         return f"<{self.describe}>"
@@ -75,7 +99,6 @@ NAMESPACE = "namespace"
 """Type of an entry whose value is a strict nested object built from the entries below it."""
 
 
-@dataclass(frozen=True)
 class ContractEntry:
     """One attribute a backend may read from `model_runner`.
 
@@ -92,33 +115,88 @@ class ContractEntry:
     declared_in  "" for dsakit's contract, else the pyproject.toml that declares the entry
     writers  who writes it on a runner besides ModelRunner itself (a write the real runner allows,
              e.g. the attention kit's draft-runner setup); the entry documents it as writable
-    feature  the SGLang release feature (dsakit.sglang_release.FEATURES) whose ModelRunner has
+    feature  the SGLang release feature (dsakit.release.table.FEATURES) whose ModelRunner has
              it; `dsakit contract check` on a release without the feature does not require it
     set_outside_runner  who sets it on the runner when ModelRunner itself never does
     device_reads  (backend class, gate codes) pairs: the backend reads the entry only on devices
              where every gate code opens (dsakit.gates.table), e.g. ("DeepseekSparseAttnBackend",
              ("sm>=10.0",)); empty when no read depends on the device
+
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead").
     """
+
+    __match_args__ = ('path', 'type', 'target', 'draft', 'optional', 'readers', 'note', 'same_for_roles',
+                      'set_by', 'declared_in', 'writers', 'feature', 'set_outside_runner', 'device_reads')
+
+    def __init__(self, path: str,
+                 type: str,
+                 target: Any = None,
+                 draft: Any = None,
+                 optional: bool = False,
+                 readers: tuple[str, ...] = (),
+                 note: str = "",
+                 same_for_roles: bool = True,
+                 set_by: str = "",
+                 declared_in: str = "",
+                 writers: tuple[str, ...] = (),
+                 feature: str = "",
+                 set_outside_runner: str = "",
+                 device_reads: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
+        self.__dict__.update(path=path, type=type, target=target, draft=draft, optional=optional,
+                             readers=readers, note=note, same_for_roles=same_for_roles, set_by=set_by,
+                             declared_in=declared_in, writers=writers, feature=feature,
+                             set_outside_runner=set_outside_runner, device_reads=device_reads)
 
     path: str
     type: str
-    target: Any = None
-    draft: Any = field(default=None)
-    optional: bool = False
-    readers: tuple[str, ...] = ()
-    note: str = ""
-    same_for_roles: bool = True
-    set_by: str = ""
-    declared_in: str = ""
-    writers: tuple[str, ...] = ()
-    feature: str = ""
-    set_outside_runner: str = ""
+    target: Any
+    draft: Any
+    optional: bool
+    readers: tuple[str, ...]
+    note: str
+    same_for_roles: bool
+    set_by: str
+    declared_in: str
+    writers: tuple[str, ...]
+    feature: str
+    set_outside_runner: str
+    device_reads: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.path, self.type, self.target, self.draft, self.optional, self.readers, self.note,
+                self.same_for_roles, self.set_by, self.declared_in, self.writers, self.feature,
+                self.set_outside_runner, self.device_reads)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(path={self.path!r}, type={self.type!r}, target={self.target!r},"
+                f" draft={self.draft!r}, optional={self.optional!r},"
+                f" readers={self.readers!r}, note={self.note!r},"
+                f" same_for_roles={self.same_for_roles!r}, set_by={self.set_by!r},"
+                f" declared_in={self.declared_in!r}, writers={self.writers!r},"
+                f" feature={self.feature!r},"
+                f" set_outside_runner={self.set_outside_runner!r},"
+                f" device_reads={self.device_reads!r})")
 
     @property
     def writable(self) -> bool:
         """Declared as written by code outside ModelRunner (the kit's draft-runner setup)."""
         return bool(self.writers)
-    device_reads: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def default_for(self, role: Role) -> Any:
         if role is Role.DRAFT and not self.same_for_roles:

@@ -29,7 +29,7 @@ from dsakit.contracts.schema import ContractEntry
 from dsakit.gates.device_model import DeviceModel, real_device
 from dsakit.gates.table import evaluate
 from dsakit.mocks import read_log
-from dsakit.upstream.device_simulation import SimulatedKernelLaunch, active_simulation, is_this_machine
+from dsakit.simulation.probe_patches import SimulatedKernelLaunch, active_simulation, is_this_machine
 
 pytestmark = [pytest.mark.dsakit_simulate(), dsakit.gate("sglang:dsa-backend")]
 
@@ -38,7 +38,7 @@ DSV4 = "DeepseekV4AttnBackend"
 
 def _topk_args() -> dict[str, str]:
     """torch top-k for both roles: the default sgl-kernel backend plans top-k with a JIT kernel."""
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     args = {"dsa_topk_backend": "torch"}
     if installed_release().has("topk-role-split"):
@@ -60,8 +60,8 @@ def reads_on(entry: ContractEntry, backend: str, device: DeviceModel) -> bool:
 @functools.lru_cache(maxsize=1)
 def _conditional_read_sites() -> dict[str, set[str]]:
     """path -> file:line of every device-conditional read the source scan finds in this SGLang."""
-    from dsakit.sglang_release import installed_release
-    from dsakit.upstream.source_scan import scan_runner_reads
+    from dsakit.release.table import installed_release
+    from dsakit.sglang_facts.source_scan import scan_runner_reads
 
     sites: dict[str, set[str]] = {}
     for read in scan_runner_reads(installed_release()):
@@ -184,7 +184,7 @@ def _dsv4_from_registry(role: str, **kwargs: Any) -> Any:
     import torch
     from sglang.srt.layers.attention.attention_registry import create_dsv4_backend
 
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.sglang_facts.scope import SGLangScope
 
     overrides = {**DEEPSEEK_V4_RUNNER_OVERRIDES, "kv_cache_dtype": torch.float8_e4m3fn}
     with SGLangScope(server_args={"model_path": "dsakit/mock-deepseek-v4", **_topk_args()}):
@@ -201,7 +201,7 @@ def _dsv4_class(device: DeviceModel) -> str:
 def _dsv4_refuses_without_a_gpu(device: DeviceModel, role: str, **kwargs: Any) -> bool:
     """Simulated cpu on a release whose DeepSeek-V4 backend asks the device capability unguarded
     (0.5.21): the real backend refuses, as on a host without CUDA. True when it checked that."""
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     if device.is_gpu or installed_release().has("dsv4-builds-without-gpu"):
         return False

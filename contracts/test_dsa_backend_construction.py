@@ -29,7 +29,7 @@ BASE_SERVER_ARGS: dict[str, Any] = {
 def _construct(runner: dsakit.MockModelRunner, **server_args: Any) -> Any:
     from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.sglang_facts.scope import SGLangScope
 
     with SGLangScope(server_args={**BASE_SERVER_ARGS, **server_args}):
         return DeepseekSparseAttnBackend(runner)

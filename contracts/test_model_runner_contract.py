@@ -41,7 +41,7 @@ def test_real_topk_resolve_reads_the_role_flag(role: str) -> None:
     dsakit.require("sglang:topk-role-split")
     from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
 
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.sglang_facts.scope import SGLangScope
 
     before = len(read_log.contract_reads())
     with SGLangScope(server_args={"dsa_topk_backend": "flashinfer", "speculative_dsa_topk_backend": "torch"}):
@@ -53,7 +53,7 @@ def test_real_topk_resolve_reads_the_role_flag(role: str) -> None:
 def test_an_entry_of_another_release_says_so_when_read() -> None:
     """ps exists on 0.5.17's ModelRunner, kv_index_translator on 0.5.23's: reading the other
     release's entry names the feature instead of failing with a bare ImportError."""
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     release = installed_release()
     # entries whose default is built from the release (a Factory); a plain default reads fine anywhere

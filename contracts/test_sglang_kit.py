@@ -18,7 +18,7 @@ import pytest
 import dsakit
 from dsakit.backends.sglang_kit import kit_module, kit_on_strict_runner
 from dsakit.mocks import read_log
-from dsakit.upstream.scope import sglang_state
+from dsakit.sglang_facts.scope import sglang_state
 
 pytestmark = dsakit.gate("sglang:attention-unittest-kit")
 

@@ -36,7 +36,7 @@ def _project(given: str | None) -> str | None:
 
 
 def _contract_check(args: argparse.Namespace) -> int:
-    from dsakit.upstream.contract_check import run_contract_check
+    from dsakit.sglang_facts.contract_check import run_contract_check
 
     return run_contract_check(sglang_src=args.sglang_src, as_json=args.json, backend_src=args.backend_src,
                               project=_project(args.project))
@@ -45,7 +45,7 @@ def _contract_check(args: argparse.Namespace) -> int:
 def _contract_table(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dsakit.contract_extension import effective_contract
+    from dsakit.contracts.extension import effective_contract
     from dsakit.contracts.schema import markdown_table
 
     project = _project(args.project)

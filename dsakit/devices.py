@@ -9,8 +9,8 @@ is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import FrozenInstanceError
+from typing import Any, Literal, Protocol
 
 Vendor = Literal["nvidia", "amd", "cpu"]
 
@@ -18,7 +18,6 @@ Answer = bool | int | str | tuple[int, int] | tuple[None, None] | None
 """What a probe answers: a flag, an SM number, a capability pair, a dtype name, or None (CPU)."""
 
 
-@dataclass(frozen=True)
 class DeviceEntry:
     """One simulated device.
 
@@ -27,7 +26,27 @@ class DeviceEntry:
     multiprocessors SMs (NVIDIA) / compute units (AMD): what SGLang's sizing helpers read
     aliases         marketing names people type (`b300`); each names this entry only
     pr_gate         `dsakit pr-check` runs it when no `--devices` is given
-    """
+
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('key', 'vendor', 'name', 'sm', 'gfx', 'memory_gib', 'toolkit', 'multiprocessors',
+                      'aliases', 'pr_gate')
+
+    def __init__(self, key: str,
+                 vendor: Vendor,
+                 name: str,
+                 sm: tuple[int, int] | None,
+                 gfx: str | None,
+                 memory_gib: int | None,
+                 toolkit: str | None,
+                 multiprocessors: int,
+                 aliases: tuple[str, ...] = (),
+                 pr_gate: bool = False) -> None:
+        self.__dict__.update(key=key, vendor=vendor, name=name, sm=sm, gfx=gfx, memory_gib=memory_gib,
+                             toolkit=toolkit, multiprocessors=multiprocessors, aliases=aliases,
+                             pr_gate=pr_gate)
 
     key: str
     vendor: Vendor
@@ -37,8 +56,32 @@ class DeviceEntry:
     memory_gib: int | None
     toolkit: str | None
     multiprocessors: int
-    aliases: tuple[str, ...] = ()
-    pr_gate: bool = False
+    aliases: tuple[str, ...]
+    pr_gate: bool
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_gib, self.toolkit,
+                self.multiprocessors, self.aliases, self.pr_gate)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(key={self.key!r}, vendor={self.vendor!r}, name={self.name!r},"
+                f" sm={self.sm!r}, gfx={self.gfx!r}, memory_gib={self.memory_gib!r},"
+                f" toolkit={self.toolkit!r}, multiprocessors={self.multiprocessors!r},"
+                f" aliases={self.aliases!r}, pr_gate={self.pr_gate!r})")
 
 
 DEVICES: dict[str, DeviceEntry] = {
@@ -104,13 +147,40 @@ class Device(Protocol):
     def toolkit(self) -> str | None: ...
 
 
-@dataclass(frozen=True)
 class ProbeAnswer:
-    """One question SGLang's probes ask, answered from a device's facts (`value`)."""
+    """One question SGLang's probes ask, answered from a device's facts (`value`).
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('code', 'meaning', 'value')
+
+    def __init__(self, code: str, meaning: str, value: Callable[[Device], Answer]) -> None:
+        self.__dict__.update(code=code, meaning=meaning, value=value)
 
     code: str
     meaning: str
     value: Callable[[Device], Answer]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.code, self.meaning, self.value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(code={self.code!r}, meaning={self.meaning!r}, value={self.value!r})"
 
 
 def _toolkit(device: Device) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dsakit.contract_extension import active_contract
+from dsakit.contracts.extension import active_contract
 from dsakit.contracts.schema import Contract, Role
 from dsakit.errors import UsageError
 from dsakit.mocks.strict_node import _NO_PLAN, StrictNamespace

@@ -9,7 +9,7 @@ their log in `workeroutput`, the controller merges it). Never imports torch or S
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 SOFT = "soft-read"
@@ -18,15 +18,45 @@ OMITTED = "omitted-read"
 WRITE = "undeclared-write"
 
 
-@dataclass(frozen=True)
 class ContractRead:
+    """One read (or write) a strict mock could not serve.
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('kind', 'role', 'path', 'site')
+
+    def __init__(self, kind: str, role: str, path: str, site: str) -> None:
+        self.__dict__.update(kind=kind, role=role, path=path, site=site)
+
     kind: str
     role: str
     path: str
     site: str
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.kind, self.role, self.path, self.site)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(kind={self.kind!r}, role={self.role!r}, path={self.path!r},"
+                f" site={self.site!r})")
+
     def as_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {"kind": self.kind, "role": self.role, "path": self.path, "site": self.site}
 
 
 _LOG: list[ContractRead] = []
@@ -57,17 +87,14 @@ def format_summary() -> list[str]:
 WORKER_KEY = "dsakit_contract_reads"
 
 
-class XdistReadLog:
-    """xdist-only hooks (registered by the plugin when xdist is loaded): the "dsakit contract
+def hand_over(config: Any) -> None:
+    """An xdist worker's pytest_sessionfinish: its log goes to the controller in `workeroutput`."""
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
+
+
+def take_over(node: Any) -> None:
+    """The controller's pytest_testnodedown: a worker's log joins this one, so the "dsakit contract
     reads" summary of a `-n N` run lists every worker's reads, as a serial run would."""
-
-    def __init__(self, config: Any) -> None:
-        self.config = config
-
-    def pytest_sessionfinish(self) -> None:
-        if hasattr(self.config, "workeroutput"):
-            self.config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
-
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
-        for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
-            record(ContractRead(**data))
+    for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
+        record(ContractRead(**data))

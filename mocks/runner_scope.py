@@ -27,7 +27,7 @@ def role_server_args(runner: Any) -> dict[str, Any]:
     """The server args that differ per role in the runner's contract (e.g. a draft worker's
     speculative_eagle_topk), for the fields this SGLang's ServerArgs has."""
     from dsakit.contracts.schema import Factory
-    from dsakit.upstream.scope import server_arg_fields
+    from dsakit.sglang_facts.scope import server_arg_fields
     from sglang.srt.server_args import ServerArgs
 
     fields = server_arg_fields(ServerArgs)
@@ -106,7 +106,7 @@ def scoped_runner(role: str) -> Iterator[Any]:
     if _published() is not False or not _module_uses_sglang(_current_test_module()):
         yield runner
         return
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.sglang_facts.scope import SGLangScope
 
     args = role_server_args(runner)
     if args:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory, Role, type_matches
+from dsakit import active
 from dsakit.errors import ContractViolation, UsageError
-from dsakit.call_site import call_site
+from dsakit.mocks.call_site import call_site
 from dsakit.mocks import read_log
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def _is_soft_read(frame: Any, name: str) -> bool:
 
 
 def _how_to_declare(path: str, real: RunnerSite, site: str, written: bool) -> str:
-    from dsakit.contract_extension import SET_BY_BACKEND, declaration_example
+    from dsakit.contracts.extension import SET_BY_BACKEND, declaration_example
 
     set_by = real.set_by or "<file:line where the real ModelRunner sets it>"
     if written and real.set_by is None:
@@ -214,11 +215,10 @@ class StrictNamespace:
 
     def _violation(self, name: str, kind: str, frame: Any) -> ContractViolation:
         from dsakit.contracts.runner_sites import runner_site
-        from dsakit.upstream.device_simulation import active_simulation
 
         path = self._full(name)
         site = call_site(frame)
-        simulated = active_simulation()
+        simulated = active.simulated_device()  # the leaf's stack: asking imports no simulation
         device = simulated.key if simulated is not None else ""
         # the device whose branch read it: a simulated one is named, or the report blames the wrong GPU
         on = f" on simulated {device} ({simulated.name})" if simulated is not None else ""

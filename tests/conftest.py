@@ -20,7 +20,7 @@ import pytest
 from tests.child_env import child_env
 
 if TYPE_CHECKING:
-    from dsakit.sglang_release import SGLangRelease
+    from dsakit.release.table import SGLangRelease
 
 # a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
 collect_ignore = ["downstream_project", "suites"]
@@ -40,7 +40,7 @@ def installed_sglang() -> SGLangRelease:
     """The SGLang installed here, whose source audits and scans read; skips with
     [sglang-not-installed] where there is none."""
     from dsakit.errors import UsageError
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     try:
         return installed_release()
@@ -283,7 +283,7 @@ def sleepers(tmp_path: Path) -> Sleepers:
 def snapshot_update_golden(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Path]:
     """`golden(module, suite)`: the `.topksel` golden that one complete `--snapshot-update` run of
     `suite` (saved as `<module>.py` in a new folder, simulated cpu) writes."""
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     def run(module: str, suite: str) -> Path:
         project = tmp_path_factory.mktemp(module)

@@ -29,8 +29,8 @@ from dsakit.audit.usage import Backend, Routes, find_usage
 from dsakit.contracts.schema import Contract
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
-from dsakit.sglang_release import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
-from dsakit.upstream.source_scan import (
+from dsakit.release.table import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
+from dsakit.sglang_facts.source_scan import (
     RunnerFlow,
     backend_files,
     runner_assignments,
@@ -170,7 +170,7 @@ def run_audit(paths: Sequence[str], device_spec: str | None, sglang_src: str | N
               backend_src: str | None = None) -> int:
     """`dsakit audit`: print the report (or JSON); 0 nothing lacking, 1 a mock lacks a read entry or a
     file was not audited, 2 usage (nothing could be audited)."""
-    from dsakit.contract_extension import effective_contract
+    from dsakit.contracts.extension import effective_contract
 
     devices = select_devices(device_spec)
     release = release_from_tree(sglang_src) if sglang_src else installed_release()

@@ -16,8 +16,8 @@ from dsakit.audit.findings import ReadFinding, read_verdict
 from dsakit.audit.report import outcome_text, render_reads
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
-from dsakit.sglang_release import MODEL_RUNNER_FILE, SGLangRelease, release_from_tree
-from dsakit.upstream.source_scan import RunnerRead, scan_files_flow
+from dsakit.release.table import MODEL_RUNNER_FILE, SGLangRelease, release_from_tree
+from dsakit.sglang_facts.source_scan import RunnerRead, scan_files_flow
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from dsakit.audit.suite_device import NOT_SIMULATED, suite_devices
 from dsakit.audit.usage import Backend, BackendCall, Route, Routes, evidence_keys
 from dsakit.contracts.schema import Contract
 from dsakit.gates.device_model import DeviceModel
-from dsakit.upstream.contract_check import coverage
-from dsakit.sglang_release import SGLangRelease
-from dsakit.upstream.source_scan import RunnerFlow, RunnerRead
+from dsakit.sglang_facts.contract_check import coverage
+from dsakit.release.table import SGLangRelease
+from dsakit.sglang_facts.source_scan import RunnerFlow, RunnerRead
 
 _SHORT_PREFIX = "sglang/srt/layers/attention/"
 

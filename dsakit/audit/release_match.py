@@ -11,9 +11,9 @@ import ast
 import functools
 from pathlib import Path
 
-from dsakit import sglang_source
+from dsakit.release import source as sglang_source
 from dsakit.audit.mock_finder import SourceFile
-from dsakit.sglang_release import SGLangRelease
+from dsakit.release.table import SGLangRelease
 
 
 @functools.lru_cache(maxsize=512)

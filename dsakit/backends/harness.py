@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.upstream.scope import SGLangScope
+from dsakit.sglang_facts.scope import SGLangScope
 
 # flashmla_sparse is SGLang's DSA default on SM 9.0 and allocates no kernel state at __init__.
 DSA_SERVER_ARGS: dict[str, Any] = {

@@ -137,7 +137,7 @@ def kit_on_strict_runner(role: str | Role = Role.TARGET, *, draft_setup: bool = 
     `draft_setup=True` also routes the kit's draft-runner setup through MockModelRunner.draft_from
     (imports the kit's runner_modes: needs sglang.test.test_utils and setproctitle).
     On exit the kit's names, its server-args overrides and SGLang's runtime context are restored."""
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.sglang_facts.scope import SGLangScope
 
     swap = KitSwap(Role.parse(role))
     with ExitStack() as stack:

@@ -19,38 +19,78 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.options import environment
 from dsakit.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
 
-DEVICE_ENV = "DSAKIT_DEVICE"
-DEVICE_FROM_TORCH_ENV = "DSAKIT_DEVICE_FROM_TORCH"
 REAL = "real"
 
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
 class DeviceModel:
     """One accelerator as gates see it.
 
     `sm` is the capability as the runtime reports it (AMD reports one too, which is why AMD is
     gated by `gfx`); `toolkit` is the CUDA or HIP toolkit version the stack was built with.
-    """
+
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('key', 'vendor', 'name', 'sm', 'gfx', 'memory_bytes', 'toolkit', 'device_count',
+                      'simulated')
+
+    def __init__(self, key: str,
+                 vendor: Vendor,
+                 name: str,
+                 sm: tuple[int, int] | None = None,
+                 gfx: str | None = None,
+                 memory_bytes: int | None = None,
+                 toolkit: str | None = None,
+                 device_count: int = 0,
+                 simulated: bool = False) -> None:
+        self.__dict__.update(key=key, vendor=vendor, name=name, sm=sm, gfx=gfx, memory_bytes=memory_bytes,
+                             toolkit=toolkit, device_count=device_count, simulated=simulated)
 
     key: str
     vendor: Vendor
     name: str
-    sm: tuple[int, int] | None = None
-    gfx: str | None = None
-    memory_bytes: int | None = None
-    toolkit: str | None = None
-    device_count: int = 0
-    simulated: bool = False
+    sm: tuple[int, int] | None
+    gfx: str | None
+    memory_bytes: int | None
+    toolkit: str | None
+    device_count: int
+    simulated: bool
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_bytes, self.toolkit,
+                self.device_count, self.simulated)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(key={self.key!r}, vendor={self.vendor!r}, name={self.name!r},"
+                f" sm={self.sm!r}, gfx={self.gfx!r}, memory_bytes={self.memory_bytes!r},"
+                f" toolkit={self.toolkit!r}, device_count={self.device_count!r},"
+                f" simulated={self.simulated!r})")
 
     @property
     def is_gpu(self) -> bool:
@@ -82,7 +122,7 @@ class DeviceModel:
         return f"{core} [simulated {self.key}]" if self.simulated else core
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data: dict[str, Any] = {name: getattr(self, name) for name in self.__match_args__}
         data["sm"] = self.sm_text if self.sm else None
         data["description"] = self.describe()
         return data
@@ -135,17 +175,22 @@ def simulated_model(name: str) -> DeviceModel:
 def resolve_device(name: str | None, *, allow_torch: bool = False) -> DeviceModel:
     """The device for a selection: a simulated profile by name, else this machine's device.
 
-    `name` None or empty falls back to `$DSAKIT_DEVICE`, then to the real device.
+    `name` None or empty falls back to `$DSAKIT_DEVICE` (a command's; a pytest run's device is its
+    DsakitSession's, dsakit.session), then to the real device.
     """
-    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    chosen = name if name else _device_from_env()
     if not chosen or chosen.strip().lower() == REAL:
         return real_device(allow_torch=allow_torch)
     return simulated_model(chosen)
 
 
+def _device_from_env() -> str:
+    return str(environment("dsakit_device") or "")
+
+
 def validate_device_name(name: str | None) -> str:
     """The canonical selection name ('real' or a profile key); UsageError for unknown names."""
-    chosen = name if name else os.environ.get(DEVICE_ENV, "")
+    chosen = name if name else _device_from_env()
     if not chosen or chosen.strip().lower() == REAL:
         return REAL
     return simulated_model(chosen).key
@@ -291,7 +336,7 @@ def real_device(*, allow_torch: bool = False) -> DeviceModel:
         found = read()
         if found is not None:
             return found
-    if allow_torch or os.environ.get(DEVICE_FROM_TORCH_ENV) == "1" or "torch" in sys.modules:
+    if allow_torch or environment("dsakit_device_from_torch") or "torch" in sys.modules:
         try:
             found = _read_torch()
         except Exception:  # noqa: BLE001 - a CPU build or a broken driver both mean "no GPU"

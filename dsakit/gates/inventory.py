@@ -20,7 +20,7 @@ import pytest
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
     from dsakit.gates.skip_causes import CauseGroup
-    from dsakit.outcomes import OutcomeRecorder
+    from dsakit.gates.outcomes import OutcomeRecorder
     from dsakit.reasons import Reason
 
 WORKER_KEY = "dsakit_skip_inventory"
@@ -77,7 +77,7 @@ class Skip:
     __slots__ = ("test", "nodeid", "message", "reasons")
 
     def __init__(self, test: str, nodeid: str, message: str, reasons: tuple[Reason, ...]) -> None:
-        self.test = test  # the test id, or a subtest's (dsakit.outcomes.subtest_id)
+        self.test = test  # the test id, or a subtest's (dsakit.gates.outcomes.subtest_id)
         self.nodeid = nodeid
         self.message = message  # as written, without pytest's "Skipped: "
         self.reasons = reasons  # dsakit's reasons (planned, or read back from the message); () for others
@@ -136,7 +136,7 @@ class SkipInventory:
             test = report.nodeid
             reasons = self.planned.get(test) or tuple(reasons_from_message(message))
         else:  # a test's planned gates are not its subtests' reasons
-            from dsakit.outcomes import subtest_id
+            from dsakit.gates.outcomes import subtest_id
 
             test = subtest_id(report.nodeid, context)
             reasons = tuple(reasons_from_message(message))
@@ -213,7 +213,7 @@ def _device_text(device: DeviceModel) -> str:
 
 def _sglang_version() -> str | None:
     from dsakit.errors import UsageError
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     try:
         return installed_release().version
@@ -226,7 +226,9 @@ def header_line(device: DeviceModel) -> str:
 
 
 class InventoryReporter:
-    """Per-run hooks (registered from the plugin's pytest_configure)."""
+    """The run's skip inventory as the end of the run shows it: the header line, the summary
+    section, `--dsakit-report`, `--dsakit-must-run` (the run's DsakitSession hands it pytest's
+    hooks; `SkipRecorder` hands it each report)."""
 
     def __init__(
         self,
@@ -258,12 +260,12 @@ class InventoryReporter:
     def recorder(self) -> OutcomeRecorder:
         """Every test's outcome record (controller side, --dsakit-report only)."""
         if self._recorder is None:
-            from dsakit.outcomes import OutcomeRecorder
+            from dsakit.gates.outcomes import OutcomeRecorder
 
             self._recorder = OutcomeRecorder()
         return self._recorder
 
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+    def header_lines(self) -> list[str]:
         # a run that set no dsakit option gets no line (and no device probe) at start-up; the
         # inventory section names the device once a gate skipped something
         return [header_line(self.device())] if self.announce else []
@@ -278,12 +280,12 @@ class InventoryReporter:
             # every test's outcome, from this process's reports and the workers' that arrive here
             self.recorder.record(report)
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
+    def collection_finish(self, session: pytest.Session) -> None:
         self.selected = [item.nodeid for item in session.items]
         self.inventory.keep_declared(self.selected)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def sessionfinish(self, session: pytest.Session) -> None:
+        """Late in pytest_sessionfinish (trylast): the must-run verdict, the report, a worker's hand-over."""
         if self.is_worker:
             self.config.workeroutput[WORKER_KEY] = self.inventory.worker_data()  # type: ignore[attr-defined]
             return
@@ -350,7 +352,7 @@ class InventoryReporter:
         """Per test id: outcome, the gates it declared, its skip's cause (then the other closed
         gates) or failure signature; per subtest id the same, with its test (`test`)."""
         from dsakit.gates.skip_causes import explain
-        from dsakit.outcomes import FAILING, signature
+        from dsakit.gates.outcomes import FAILING, signature
 
         release, key = _sglang_version(), self.device_key()
         declared = self.inventory.declared or {}
@@ -385,7 +387,7 @@ class InventoryReporter:
         except UsageError as error:  # the path itself changed since configure
             self.report_error = f"not written at the end of the run: {error}"
 
-    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    def summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         # a plain pytest.skip is not dsakit's business: it is listed (as uncoded) only in a run where
         # something skipped behind a dsakit reason code
         if self.is_worker or not (self.inventory.gated or self.announce or self.must_run or self.report_error):
@@ -474,24 +476,3 @@ class SkipRecorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.every_outcome or report.outcome == "skipped":
             self.reporter.log_report(report)
-
-
-class XdistHooks:
-    """xdist-only hooks, registered when xdist is loaded (pytest-randomly style)."""
-
-    def __init__(self, inventory: SkipInventory, device_name: str) -> None:
-        self.inventory = inventory
-        self.device_name = device_name
-
-    def pytest_configure_node(self, node: Any) -> None:
-        node.workerinput[DEVICE_KEY] = self.device_name
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
-            self.inventory.declared = None  # a controller collects nothing: unknown until a worker reports
-
-    def pytest_testnodedown(self, node: Any, error: object) -> None:
-        output = getattr(node, "workeroutput", {})
-        data = output.get(WORKER_KEY)
-        if data:
-            self.inventory.merge(data)

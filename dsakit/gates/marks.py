@@ -1,8 +1,9 @@
 """Gates in pytest: the `dsakit_requires` marker, `dsakit.gate(...)`, `dsakit.require(...)` and the
 one collection hook that turns closed gates into skip markers (FlashInfer-conftest style).
 
-Owns: the run's gate session (selected device, skip inventory) and its wiring into pytest. The
-device is resolved on first use, not at configure time; never imports torch or SGLang itself.
+Owns: the gate session (the device gates see, the skip inventory; the run's DsakitSession holds it)
+and the collection pass. The device is resolved on first use, not at configure time; never imports
+torch or SGLang itself.
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import pytest
 
+from dsakit import active
 from dsakit.errors import UsageError
-from dsakit.options import explicit, value as option_value
-from dsakit.gates.inventory import (DEVICE_KEY, InventoryReporter, SkipInventory, SkipRecorder, XdistHooks,
-                                    format_reasons, host_label)
+from dsakit.gates.inventory import SkipInventory, format_reasons
 
 if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
@@ -35,11 +35,12 @@ class DsakitGateWarning(pytest.PytestWarning):
 
 
 class GateSession:
-    """One pytest run's view of gates: the selected device (lazy) and the skip inventory."""
+    """One pytest run's view of gates: the device (resolved on first use, by `device`) and the skip
+    inventory. The run's DsakitSession (dsakit.session) holds it; outside pytest, `active_session`
+    makes one from $DSAKIT_DEVICE."""
 
-    def __init__(self, device_name: str = REAL, *, allow_torch: bool = False) -> None:
-        self.device_name = device_name
-        self.allow_torch = allow_torch
+    def __init__(self, device: Callable[[], DeviceModel]) -> None:
+        self._resolve = device
         self.inventory = SkipInventory()
         # the plugin's per-test hooks start on first use (`require` in a run whose collected tests
         # use nothing of dsakit); None once started or outside pytest
@@ -47,22 +48,23 @@ class GateSession:
 
     @functools.cached_property
     def device(self) -> DeviceModel:
-        from dsakit.gates.device_model import resolve_device
-
-        return resolve_device(self.device_name, allow_torch=self.allow_torch)
+        return self._resolve()
 
 
-_SESSIONS: list[GateSession] = []  # a stack: pytester runs nest configs in one process
-_SESSION_KEY = pytest.StashKey[GateSession]()
+def _from_environment() -> DeviceModel:
+    from dsakit.gates.device_model import resolve_device
+
+    return resolve_device(None)
 
 
 def active_session() -> GateSession:
-    """The innermost configured pytest run's session; outside pytest, one from $DSAKIT_DEVICE."""
-    if _SESSIONS:
-        return _SESSIONS[-1]
-    from dsakit.gates.device_model import validate_device_name
-
-    return GateSession(validate_device_name(None))
+    """The innermost configured pytest run's gate session; outside pytest, one from $DSAKIT_DEVICE."""
+    run = active.run()
+    gates = run.gates if run is not None else None
+    if gates is not None:
+        return cast(GateSession, gates)  # a DsakitSession holds a GateSession (a class check would
+        # fail across pytester's in-process runs, which drop and re-import modules)
+    return GateSession(_from_environment)
 
 
 # ---------------------------------------------------------------- public helpers
@@ -115,73 +117,7 @@ def _skip(message: str) -> NoReturn:
     pytest.skip(message)
 
 
-# ---------------------------------------------------------------- plugin wiring
-
-
-def configure(config: pytest.Config, on_use: Callable[[], None] | None = None) -> dict[str, object]:
-    """pytest_configure: validate the options, start the session; returns the hook objects the
-    plugin registers, by name (the skip-inventory reporter; xdist aggregation when xdist runs).
-    `on_use`: what a `require()` call does first in a run whose tests were not known to use dsakit
-    (the plugin starts its per-test hooks)."""
-    workerinput = getattr(config, "workerinput", None)
-    given = explicit(config)
-    try:
-        if workerinput is not None and DEVICE_KEY in workerinput:
-            name = str(workerinput[DEVICE_KEY])
-        elif option_value(config, "dsakit_device"):
-            from dsakit.gates.device_model import validate_device_name
-
-            name = validate_device_name(option_value(config, "dsakit_device"))
-        else:
-            name = REAL
-        must_run: tuple[str, ...] = ()
-        if option_value(config, "dsakit_must_run"):
-            from dsakit.gates.table import split_codes, validate_codes
-
-            must_run = validate_codes(split_codes(option_value(config, "dsakit_must_run"), "--dsakit-must-run"))
-        report_path = option_value(config, "dsakit_report")
-        if report_path is not None and workerinput is None:
-            from dsakit.output_paths import output_file
-
-            output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
-    except UsageError as error:
-        raise pytest.UsageError(str(error)) from None
-    session = GateSession(name, allow_torch=bool(option_value(config, "dsakit_device_from_torch")))
-    session.on_use = on_use
-    _SESSIONS.append(session)
-    config.stash[_SESSION_KEY] = session
-    reporter = InventoryReporter(
-        config, session.inventory, lambda: session.device, must_run, report_path,
-        host_label(option_value(config, "dsakit_host_label")) if report_path else "",
-        must_run_strict=bool(option_value(config, "dsakit_must_run_strict")),
-        announce=bool(given),
-    )
-    hooks: dict[str, object] = {"dsakit-skip-inventory": reporter}
-    if config.pluginmanager.hasplugin("xdist"):
-        hooks["dsakit-xdist"] = XdistHooks(session.inventory, name)
-    return hooks
-
-
-def per_test_hooks(config: pytest.Config) -> dict[str, object]:
-    """The gate session's per-test hooks by name (the skip recorder), for a run that uses dsakit.
-    Started later than configure (a collected test uses dsakit, or a `require()` call), the
-    recorder first counts the skips the terminal reporter already holds."""
-    session = config.stash.get(_SESSION_KEY, None)
-    if session is None:
-        return {}
-    session.on_use = None
-    reporter = config.pluginmanager.get_plugin("dsakit-skip-inventory")
-    assert isinstance(reporter, InventoryReporter)
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    for report in getattr(terminal, "stats", {}).get("skipped", ()):
-        reporter.log_report(report)
-    return {"dsakit-skip-recorder": SkipRecorder(reporter)}
-
-
-def unconfigure(config: pytest.Config) -> None:
-    session = config.stash.get(_SESSION_KEY, None)
-    if session is not None and session in _SESSIONS:
-        _SESSIONS.remove(session)
+# ---------------------------------------------------------------- collection (the run's DsakitSession hands off)
 
 
 # Every fixture the plugin provides (tests/plugin/test_inert.py holds this to dsakit.plugin's): a test
@@ -229,14 +165,10 @@ def _own_codes(node: pytest.Item | pytest.Collector) -> tuple[str, ...]:
     return codes
 
 
-def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> set[str]:
+def apply_gates(session: GateSession, items: list[pytest.Item]) -> set[str]:
     """pytest_collection_modifyitems: closed gates become skip markers, so --collect-only and -ra
     show the reason, and the skip inventory knows the gate codes. Returns the items' marker names
-    (`marker_names`; empty where the run has no gate session); `uses_dsakit_now(config)` says
-    whether a collected test uses dsakit."""
-    session = config.stash.get(_SESSION_KEY, None)
-    if session is None:
-        return set()
+    (`marker_names`); `session.inventory.used` then says whether a collected test uses dsakit."""
     names = marker_names(items)
     if not session.inventory.used:
         session.inventory.used = uses_dsakit(items, names)
@@ -284,9 +216,3 @@ def apply_gates(config: pytest.Config, items: list[pytest.Item]) -> set[str]:
             item.add_marker(pytest.mark.skip(reason=format_reasons(reasons)))
             session.inventory.plan(item.nodeid, reasons)
     return names
-
-
-def uses_dsakit_now(config: pytest.Config) -> bool:
-    """Does this run use dsakit (a collected test, a `require()` call, a worker's report)?"""
-    session = config.stash.get(_SESSION_KEY, None)
-    return session is not None and session.inventory.used

@@ -21,7 +21,7 @@ from dsakit.devices import DEVICES
 from dsakit.reasons import Reason
 
 UNCODED = "uncoded"
-# dsakit's own reason codes that are not gates (dsakit.upstream.device_simulation.KERNEL_LAUNCH,
+# dsakit's own reason codes that are not gates (dsakit.simulation.probe_patches.KERNEL_LAUNCH,
 # dsakit.node.fault_isolation.CODE: the tests hold them to these): what they mean in plain words
 KERNEL_LAUNCH = "simulated-kernel-launch"
 POISONED = "cuda-context-poisoned"

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,21 +28,57 @@ GateKind = Literal["device", "module", "jit", "sglang", "expression"]
 Check = Callable[[DeviceModel], "str | None"]
 
 
-@dataclass(frozen=True)
 class Gate:
     """One gate: `requirement` says what must hold, `covered_by` what covers the case instead
     (said neutrally: it is shown to any suite's skipped tests, not only dsakit's own).
 
     `device_checks` depend only on the device model (real or simulated); `env_checks` look at this
-    machine's Python environment and tools, also when the device is simulated.
-    """
+    machine's Python environment and tools, also when the device is simulated. Equal and hashed
+    by the first four fields (the checks are not compared).
+
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('code', 'kind', 'requirement', 'covered_by', 'device_checks', 'env_checks')
+
+    def __init__(self, code: str,
+                 kind: GateKind,
+                 requirement: str,
+                 covered_by: str,
+                 device_checks: tuple[Check, ...] = (),
+                 env_checks: tuple[Check, ...] = ()) -> None:
+        self.__dict__.update(code=code, kind=kind, requirement=requirement, covered_by=covered_by,
+                             device_checks=device_checks, env_checks=env_checks)
 
     code: str
     kind: GateKind
     requirement: str
     covered_by: str
-    device_checks: tuple[Check, ...] = field(default=(), compare=False)
-    env_checks: tuple[Check, ...] = field(default=(), compare=False)
+    device_checks: tuple[Check, ...]
+    env_checks: tuple[Check, ...]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.code, self.kind, self.requirement, self.covered_by)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(code={self.code!r}, kind={self.kind!r},"
+                f" requirement={self.requirement!r}, covered_by={self.covered_by!r},"
+                f" device_checks={self.device_checks!r}, env_checks={self.env_checks!r})")
 
     def why_closed(self, device: DeviceModel) -> str | None:
         """None when open; else the clause naming what is missing."""
@@ -273,7 +309,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.sglang_release import FEATURES, installed_release
+        from dsakit.release.table import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -311,7 +347,7 @@ def _sglang_kit_modules() -> Check:
         missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
         if not missing:
             return None
-        from dsakit.sglang_release import installed_release
+        from dsakit.release.table import installed_release
 
         try:
             version = installed_release().version  # the imported tree's, not the distribution's
@@ -335,7 +371,7 @@ _SGLANG_COVERED_BY = {
 
 def _sglang_import_chain() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.sglang_import_chain import gate_check
+        from dsakit.release.import_chain import gate_check
 
         return gate_check()
 
@@ -343,13 +379,13 @@ def _sglang_import_chain() -> Check:
 
 
 def _import_chain_covered_by() -> str:
-    from dsakit.sglang_import_chain import COVERED_BY
+    from dsakit.release.import_chain import COVERED_BY
 
     return COVERED_BY
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.sglang_release import FEATURES
+    from dsakit.release.table import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dsakit import active
 from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
 
@@ -48,8 +49,7 @@ def pending_device_error() -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return None
-    simulation = sys.modules.get("dsakit.upstream.device_simulation")
-    if simulation is not None and simulation.active_simulation() is not None:
+    if active.simulated_device() is not None:
         # torch.cuda answers as the simulated device until the fixture's teardown restores it:
         # a sync now would report the simulation, not the device; the teardown phase checks
         return None
@@ -203,7 +203,8 @@ class FaultIsolation:
         sys.stderr.flush()
         os._exit(WORKER_EXIT_STATUS)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def summary(self, terminalreporter: Any) -> None:
+        """The run's summary section (the run's DsakitSession asks)."""
         if self.culprit is None or hasattr(self.config, "workerinput"):
             return
         terminalreporter.section("dsakit fault isolation")
@@ -234,19 +235,18 @@ class PoisonedContext:
 class XdistFaultHandoff:
     """The xdist controller's side: a private folder for the workers' hand-over files (removed at
     the end), and the crash report of a deliberately exited worker turned back into its test's
-    teardown report."""
+    teardown report. The run's DsakitSession hands it xdist's hooks."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.directory: str | None = None
 
-    def pytest_configure_node(self, node: Any) -> None:
+    def configure_node(self, node: Any) -> None:
         if self.directory is None:
             self.directory = private_dir(self.config, "dsakit-fault")
         node.workerinput[HANDOFF_KEY] = self.directory
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    def handle_crash_item(self, crashitem: str, report: pytest.TestReport) -> None:
         if self.directory is None:
             return
         path = Path(self.directory) / f"{report.node.gateway.id}.json"
@@ -261,18 +261,10 @@ class XdistFaultHandoff:
         report.__dict__.update(rebuilt.__dict__)
         report.node = node  # type: ignore[attr-defined]
 
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
+    def close(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
-
-
-def configure(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure: the hook objects every run needs by name (the xdist hand-over, only on an
-    xdist controller)."""
-    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
-        return {"dsakit-fault-handoff": XdistFaultHandoff(config)}
-    return {}
 
 
 def start(config: pytest.Config, add_edit: Callable[[ReportEdit], None]) -> dict[str, object]:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from dsakit.errors import UsageError
-from dsakit.options import value as option_value
+from dsakit.options import environment
 from dsakit.reasons import Reason
 
 GPU_COUNT_ENV = "DSAKIT_GPU_COUNT"
@@ -79,7 +79,7 @@ def discover(device_name: str | None = None, env: Mapping[str, str] | None = Non
     from dsakit.gates.device_model import REAL, resolve_device, validate_device_name
 
     env = os.environ if env is None else env
-    override = env.get(GPU_COUNT_ENV, "").strip()
+    override = str(environment("dsakit_gpu_count", env) or "").strip()
     if override:
         if not override.isdigit():
             raise UsageError(f"${GPU_COUNT_ENV} must be a GPU count (0, 1, 2, ...), not {override!r}")
@@ -287,75 +287,68 @@ def multi_gpu_skip(need: int, available: int) -> Reason | None:
 
 
 
-# ---------------------------------------------------------------- pytest wiring (hooks live in plugin.py)
-
-_PLAN_KEY = pytest.StashKey["dict[tuple[str, ...], PinPlan]"]()
-_INVENTORY_KEY = pytest.StashKey[GpuInventory]()
-_LOCK_DIR_KEY = pytest.StashKey[str]()  # the run's node-lock directory, removed at unconfigure
+# ---------------------------------------------------------------- pytest wiring (the run's DsakitSession hands off)
 
 
-def workers_per_gpu(config: pytest.Config) -> int:
-    """--dsakit-workers-per-gpu: 0 (the default) is no pinning."""
-    value = int(option_value(config, "dsakit_workers_per_gpu") or 0)
-    if value < 0:
-        raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {value}")
-    return value
+class Pinning:
+    """One run's pinning (its DsakitSession holds it, built on first ask: xdist asks for `-n auto`
+    before pytest_configure): the options, the node's inventory (discovered once), the plans by
+    worker list and the node-lock directory (removed at the end). On an xdist controller the
+    session hands it xdist's hooks."""
 
-
-def inventory(config: pytest.Config) -> GpuInventory:
-    """The controller's (or a non-xdist run's) inventory, discovered once per config."""
-    found = config.stash.get(_INVENTORY_KEY, None)
-    if found is None:
-        try:
-            found = discover(option_value(config, "dsakit_device"))
-        except UsageError as error:
-            raise pytest.UsageError(str(error)) from None
-        config.stash[_INVENTORY_KEY] = found
-    return found
-
-
-def controller_plan(config: pytest.Config, workers: Sequence[str]) -> PinPlan:
-    plans = config.stash.setdefault(_PLAN_KEY, {})
-    key = tuple(workers)
-    if key not in plans:
-        lock_dir = config.stash.get(_LOCK_DIR_KEY, "")
-        if not lock_dir:
-            lock_dir = config.stash[_LOCK_DIR_KEY] = new_lock_dir(config)
-        plans[key] = plan(inventory(config), workers, workers_per_gpu(config), lock_dir)
-    return plans[key]
-
-
-def split_threads(config: pytest.Config) -> bool:
-    """--dsakit-split-threads: each xdist worker gets its share of the CPUs as OMP_NUM_THREADS."""
-    return bool(option_value(config, "dsakit_split_threads"))
-
-
-def auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` with pinning asked for: GPUs x workers-per-GPU (None: let xdist count CPUs;
-    without --dsakit-workers-per-gpu no GPU is counted)."""
-    per_gpu = workers_per_gpu(config)
-    if per_gpu == 0:
-        return None
-    found = inventory(config)
-    return len(found.ids) * per_gpu if found.ids and per_gpu else None
-
-
-class XdistPinning:
-    """Controller-side xdist hooks (registered only when xdist is loaded, pytest-randomly style)."""
-
-    def __init__(self, config: pytest.Config, pin: bool, threads: bool) -> None:
+    def __init__(self, config: pytest.Config, workers_per_gpu: int, split_threads: bool,
+                 device_name: str | None) -> None:
+        if workers_per_gpu < 0:  # validated early: a bad value is a usage error, not a late crash
+            raise pytest.UsageError(f"--dsakit-workers-per-gpu must be 0 (no pinning) or more, not {workers_per_gpu}")
         self.config = config
-        self.pin = pin  # --dsakit-workers-per-gpu N >= 1
-        self.threads = threads  # --dsakit-split-threads
+        self.workers_per_gpu = workers_per_gpu  # --dsakit-workers-per-gpu N: 0 (the default) is no pinning
+        self.pin = workers_per_gpu > 0
+        self.threads = split_threads  # --dsakit-split-threads: each worker's share of the CPUs as OMP_NUM_THREADS
+        self.device_name = device_name  # the run's --dsakit-device ('real' or a key)
+        self._inventory: GpuInventory | None = None
+        self._plans: dict[tuple[str, ...], PinPlan] = {}
+        self._lock_dir = ""
+
+    def inventory(self) -> GpuInventory:
+        """The controller's (or a non-xdist run's) inventory, discovered once per run."""
+        if self._inventory is None:
+            try:
+                self._inventory = discover(self.device_name)
+            except UsageError as error:
+                raise pytest.UsageError(str(error)) from None
+        return self._inventory
+
+    def auto_num_workers(self) -> int | None:
+        """`-n auto` with pinning asked for: GPUs x workers-per-GPU (None: let xdist count CPUs;
+        without --dsakit-workers-per-gpu no GPU is counted)."""
+        if not self.pin:
+            return None
+        found = self.inventory()
+        return len(found.ids) * self.workers_per_gpu if found.ids else None
+
+    def controller_plan(self, workers: Sequence[str]) -> PinPlan:
+        key = tuple(workers)
+        if key not in self._plans:
+            if not self._lock_dir:
+                self._lock_dir = new_lock_dir(self.config)
+            self._plans[key] = plan(self.inventory(), workers, self.workers_per_gpu, self._lock_dir)
+        return self._plans[key]
+
+    def available(self) -> int:
+        """GPUs of this node (a worker's from its pin, else the inventory's)."""
+        data = getattr(self.config, "workerinput", {}).get(WORKER_KEY)
+        return len(data["all_gpus"]) if data else len(self.inventory().ids)
+
+    # ------------------------------------------------------------ the xdist controller (pytest-randomly style)
 
     def _plan(self, workers: Sequence[str]) -> PinPlan | None:
-        return controller_plan(self.config, workers) if self.pin else None
+        return self.controller_plan(workers) if self.pin else None
 
     def _planned_workers(self) -> list[str]:
         n = getattr(self.config.option, "numprocesses", None)
         return [f"gw{k}" for k in range(n)] if isinstance(n, int) and n > 0 else []
 
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+    def header_lines(self) -> list[str]:
         workers = self._planned_workers()
         if not workers:
             return []
@@ -365,7 +358,7 @@ class XdistPinning:
         result = self._plan(workers)
         return (result.header_lines() if result is not None else []) + split
 
-    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
+    def setup_nodes(self, specs: Sequence[Any]) -> None:
         # The execnet spec's env is applied in the worker process before pytest starts there:
         # earlier than any conftest or test module could touch CUDA.
         result = self._plan([str(spec.id) for spec in specs])
@@ -377,21 +370,21 @@ class XdistPinning:
             if threads is not None:
                 spec.env[THREADS_ENV] = str(threads)
         for reason in result.warnings if result is not None else ():
-            config.issue_config_time_warning(DsakitPinningWarning(str(reason)), stacklevel=2)
+            self.config.issue_config_time_warning(DsakitPinningWarning(str(reason)), stacklevel=2)
 
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        # the workers are gone by now; their lock files go with the directory
-        lock_dir = config.stash.get(_LOCK_DIR_KEY, "")
-        if lock_dir:
-            shutil.rmtree(lock_dir, ignore_errors=True)
-
-    def pytest_configure_node(self, node: Any) -> None:
+    def configure_node(self, node: Any) -> None:
         workers = [str(spec.id) for spec in node.nodemanager.specs] if hasattr(node, "nodemanager") else []
         worker = str(node.gateway.id)
         result = self._plan(workers or self._planned_workers())
         pin = result.pins.get(worker) if result is not None else None
         if pin is not None:
             node.workerinput[WORKER_KEY] = pin.as_dict()
+
+    def close(self) -> None:
+        # the workers are gone by now; their lock files go with the directory
+        if self._lock_dir:
+            shutil.rmtree(self._lock_dir, ignore_errors=True)
+            self._lock_dir = ""
 
 
 class WorkerPinning:
@@ -401,8 +394,8 @@ class WorkerPinning:
         self.pin = pin
         self.lock = NodeLock(pin.lock_dir)
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
-        return f"dsakit: worker {self.pin.worker} pinned to {self.pin.env_var}={self.pin.gpu}"
+    def header_lines(self) -> list[str]:
+        return [f"dsakit: worker {self.pin.worker} pinned to {self.pin.env_var}={self.pin.gpu}"]
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
@@ -424,19 +417,19 @@ class WorkerPinning:
                     os.environ[self.pin.env_var] = before
 
 
-def configure_worker(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure in an xdist worker: check/apply the pin; returns the lock hooks."""
+def configure_worker(config: pytest.Config) -> WorkerPinning | None:
+    """pytest_configure in an xdist worker: check/apply the pin; returns the lock hooks (None: not pinned)."""
     data = getattr(config, "workerinput", {}).get(WORKER_KEY)
     if not data:
-        return {}
+        return None
     pin = WorkerPin.from_dict(data)
     late = apply(pin)
     if late:
         config.issue_config_time_warning(DsakitPinningWarning(late), stacklevel=2)
-    return {"dsakit-gpu-worker": WorkerPinning(pin)}
+    return WorkerPinning(pin)
 
 
-def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
+def skip_multi_gpu(pinning: Pinning, items: list[pytest.Item]) -> None:
     """Collection: tests declaring more GPUs than the node has skip with a [gpus:n] reason."""
     from dsakit.gates.marks import marker_names
 
@@ -451,20 +444,7 @@ def skip_multi_gpu(config: pytest.Config, items: list[pytest.Item]) -> None:
         if need is None:
             continue
         if available is None:
-            data = getattr(config, "workerinput", {}).get(WORKER_KEY)
-            available = len(data["all_gpus"]) if data else len(inventory(config).ids)
+            available = pinning.available()
         reason = multi_gpu_skip(need, available)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=str(reason)))
-
-
-def configure(config: pytest.Config) -> dict[str, object]:
-    """pytest_configure: the controller's xdist hooks or the worker's pin, by name; nothing unless
-    the run asked for pinning or the thread split."""
-    pin = workers_per_gpu(config) > 0  # validate early: a bad value is a usage error, not a late crash
-    threads = split_threads(config)
-    if hasattr(config, "workerinput"):
-        return configure_worker(config)
-    if (pin or threads) and config.pluginmanager.hasplugin("xdist"):
-        return {"dsakit-gpu-pinning": XdistPinning(config, pin, threads)}
-    return {}

@@ -19,7 +19,7 @@ _FOLD_ABOVE = 10  # failure rows shown flat; more are summed up per signature an
 class FailureRow:
     test: str
     where: str  # the node(s) or run(s) it fails on
-    signature: str  # exception type + message @ crash frame (dsakit.outcomes.signature)
+    signature: str  # exception type + message @ crash frame (dsakit.gates.outcomes.signature)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from dsakit.errors import UsageError
 from dsakit.node.process_group import check_timeout, interruptible, run_in_own_group
 from dsakit.output_paths import OutputFile, output_file, writable_dir
-from dsakit.pytest_invocation import plugin_args
-from dsakit.outcomes import FAILING, signature
+from dsakit.node.pytest_invocation import plugin_args
+from dsakit.gates.outcomes import FAILING, signature
 from dsakit.reasons import Reason
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-c
 
 def package_dir(src: str) -> Path:
     """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
-    from dsakit.sglang_release import release_from_tree
+    from dsakit.release.table import release_from_tree
 
     return release_from_tree(src).package_dir
 

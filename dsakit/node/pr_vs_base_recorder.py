@@ -1,7 +1,7 @@
 """A small plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) recording each test's
 outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
-Owns: the record file and the environment fingerprint (what an outcome is: dsakit.outcomes). Runs
+Owns: the record file and the environment fingerprint (what an outcome is: dsakit.gates.outcomes). Runs
 on the xdist controller only. Never imports torch or SGLang.
 """
 
@@ -16,19 +16,16 @@ from typing import Any
 
 import pytest
 
-from dsakit.outcomes import OutcomeRecorder
+from dsakit.gates.outcomes import OutcomeRecorder
+from dsakit.options import RECORDER_OPTIONS, register, value
 
 KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
                    "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.getgroup("dsakit").addoption(
-        "--dsakit-record", default=None, metavar="PATH",
-        help="(dsakit compare) append one JSON line per test outcome, and the environment, to PATH")
-    parser.getgroup("dsakit").addoption(
-        "--dsakit-record-only", default=None, metavar="PATH",
-        help="(dsakit pr-check) run only the test ids listed in PATH, one per line (the rerun of failures)")
+    """--dsakit-record, --dsakit-record-only (rows of dsakit's option table)."""
+    register(parser, RECORDER_OPTIONS)
 
 
 def fingerprint() -> dict[str, Any]:
@@ -50,7 +47,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 def sglang_tree() -> dict[str, Any]:
-    from dsakit.sglang_release import _version_from_tree
+    from dsakit.release.table import _version_from_tree
 
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
@@ -99,7 +96,7 @@ class Recorder:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    listed = config.getoption("dsakit_record_only")
+    listed = value(config, "dsakit_record_only")
     if not listed:
         return
     keep = set(Path(listed).read_text(encoding="utf-8").split())
@@ -114,6 +111,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    path = config.getoption("dsakit_record")
+    path = value(config, "dsakit_record")
     if path and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Recorder(config, Path(path)), "dsakit-compare-recorder")

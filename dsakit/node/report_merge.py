@@ -19,9 +19,9 @@ from dsakit.errors import UsageError
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND
 from dsakit.gates.skip_causes import UNCODED, Cause, CauseGroup, group_causes, runs_on_here, why_paragraph
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.outcomes import FAILING
+from dsakit.gates.outcomes import FAILING
 from dsakit.output_paths import output_file
-from dsakit.sglang_release import release_order
+from dsakit.release.table import release_order
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)

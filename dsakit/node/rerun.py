@@ -24,7 +24,7 @@ from dsakit.gates.device_model import DeviceModel
 from dsakit.errors import UsageError
 from dsakit.node.process_group import check_timeout, interruptible, run_in_own_group
 from dsakit.output_paths import output_file, writable_dir
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
 # register_<x>_ci -> the hardware backend, as in sglang/test/ci/ci_register.py REGISTER_MAPPING

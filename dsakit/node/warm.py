@@ -22,7 +22,7 @@ from typing import Any
 
 from dsakit.errors import UsageError
 from dsakit.node.warm_stamp import state_dir
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
 MARKER = "dsakit_jit"

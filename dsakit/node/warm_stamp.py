@@ -23,7 +23,9 @@ FORMAT = 2
 def state_dir() -> Path:
     """Where dsakit keeps its warm locks and stamps (not the kernels' caches): DSAKIT_CACHE_DIR,
     else dsakit's folder in XDG_CACHE_HOME (~/.cache)."""
-    base = os.environ.get("DSAKIT_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "dsakit"))
+    from dsakit.options import environment
+
+    base = environment("dsakit_cache_dir") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "dsakit"))
     return Path(base) / "jit"
 
 

@@ -1,6 +1,9 @@
-"""Whole-run device simulation: a test process that runs as another device from configure to unconfigure.
+"""Device simulation: SGLang's probes answer as another device, for a block, a test or a whole run.
 
-Owns the run-wide layer over `dsakit.simulate_device` (the probe patches): where tensors live
-(`runtime`), what stops kernel launches (`kernels`), the pytest wiring (`whole_run`) and one run per
-device (`fleet`). Nothing here is imported until `--dsakit-device` names a simulated device.
+Owns the probe rows per SGLang release (`probes`), `dsakit.simulate_device` and its patches
+(`probe_patches`), and the run-wide layer over them: where tensors live (`runtime`), what stops
+kernel launches (`kernels`, `kernel_archs`), the pytest wiring (`whole_run`, `watchdog`,
+`explain`) and one run per device (`fleet`); the import hook it patches through is SGLang-facts'
+(`dsakit.sglang_facts.import_hooks`, shared with the kernel-launch contracts). Nothing here is imported until a
+simulation is asked for.
 """

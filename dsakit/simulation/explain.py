@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dsakit.call_site import short_path
+from dsakit.mocks.call_site import short_path
 from dsakit.errors import ContractViolation
 
 _RUNNER_LIKE = re.compile(r"runner", re.IGNORECASE)

@@ -128,17 +128,15 @@ def worst_code(codes: list[int]) -> int:
     return 5 if codes and all(c == 5 for c in codes) else 0
 
 
-def run_fleet(config: pytest.Config, devices: list[str]) -> int:
+def run_fleet(config: pytest.Config, devices: list[str], report: str | None) -> int:
+    """The fleet of `devices` (`report`: the run's --dsakit-report, the per-device reports go beside it)."""
     from dsakit.node.process_group import interruptible
 
     with interruptible():  # SIGTERM (a CI cancel) ends the device runs and removes the folder, as Ctrl-C does
-        return _run_fleet(config, devices)
+        return _run_fleet(config, devices, report)
 
 
-def _run_fleet(config: pytest.Config, devices: list[str]) -> int:
-    from dsakit.options import value
-
-    given = value(config, "dsakit_report")
+def _run_fleet(config: pytest.Config, devices: list[str], given: str | None) -> int:
     folder, keep = _report_paths(given, devices)
     stem = Path(given).stem if given else "report"
     runs = [DeviceRun(d, folder / f"{stem}-{d}.json", folder / f"{stem}-{d}.log") for d in devices]

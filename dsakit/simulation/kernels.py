@@ -22,11 +22,11 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dsakit.call_site import shown_path, site_outside
 from dsakit.gates.device_model import DeviceModel
+from dsakit.mocks.call_site import shown_path, site_outside
+from dsakit.sglang_facts.import_hooks import Patches, rebind_everywhere
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
-from dsakit.import_hooks import Patches, rebind_everywhere
-from dsakit.upstream.device_simulation import SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 # Namespaces of torch.ops whose kernels are torch's own (or SGLang's Python custom ops, whose device
 # kernels are guarded where they launch); every other namespace is a kernel library.

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.call_site import shown_path
+from dsakit.mocks.call_site import shown_path
 
 GRACE_S = 10.0  # after the timeout: how long an interrupted test has to unwind before the process ends
 _MACHINERY = ("/_pytest/", "/pluggy/", "/dsakit/", "/threading.py", "/unittest/")
@@ -173,22 +173,14 @@ def _raise_in_main(ident: int | None, message: str) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident or 0), ctypes.py_object(SimulationTimeout))
 
 
-def check(config: pytest.Config) -> None:
-    """A bad --dsakit-simulation-timeout is a usage error (also in an xdist controller, which runs no test)."""
-    timeout_of(config)
-
-
-def timeout_of(config: pytest.Config) -> int:
-    from dsakit.options import value
-
-    timeout = int(value(config, "dsakit_simulation_timeout"))
+def checked_timeout(timeout: int) -> int:
+    """--dsakit-simulation-timeout, refused when negative (also in an xdist controller, which runs no test)."""
     if timeout < 0:
         raise pytest.UsageError(f"--dsakit-simulation-timeout {timeout}: expected a number of seconds >= 0 "
                                 "(0: never stop a test)")
     return timeout
 
 
-def start(config: pytest.Config, device_key: str) -> Watchdog | None:
+def start(config: pytest.Config, device_key: str, timeout: int) -> Watchdog | None:
     """This process's watchdog, or None when the timeout is 0."""
-    timeout = timeout_of(config)
     return Watchdog(float(timeout), device_key, config) if timeout else None

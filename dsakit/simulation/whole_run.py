@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-if TYPE_CHECKING:  # the device model loads when a device is simulated, not with every session's hooks
-    from dsakit.gates.device_model import DeviceModel
+from dsakit import active
+
+if TYPE_CHECKING:  # the plan loads when a device is simulated, not with every session's hooks
+    from dsakit.simulation.runtime import SimulationPlan
 
 ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
 
@@ -27,43 +29,19 @@ REPORT_WRAPPER = "dsakit-simulation-reports"  # the plugin's one per-test report
 # what makes a test phase need the report wrapper: torch (a CUDA context fault isolation checks)
 # and dsakit's device simulation (a failure under it); and any `pytest_dsakit_device_fault`
 # answer but fault isolation's own (dsakit.node.fault_isolation.PLUGIN_NAME)
-WRAPPER_MODULES = ("torch", "dsakit.upstream.device_simulation")
+WRAPPER_MODULES = ("torch", "dsakit.simulation.probe_patches")
 WRAPPER_START = "dsakit-report-wrapper-start"
 EXPLAINED = "dsakit model_runner read"
-
-
-def requested_device(config: pytest.Config) -> DeviceModel | None:
-    """The one simulated device this process runs as (None: the real device, or a fleet of several)."""
-    from dsakit.options import value
-
-    raw = value(config, "dsakit_device")  # $DSAKIT_DEVICE included
-    if not raw or "," in str(raw):
-        return None
-    from dsakit.errors import UsageError
-    from dsakit.gates.device_model import REAL, simulated_model, validate_device_name
-
-    try:
-        name = validate_device_name(raw)
-    except UsageError as error:
-        raise pytest.UsageError(f"--dsakit-device: {error}") from None
-    return None if name == REAL else simulated_model(name)
-
-
-def _is_xdist_controller(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
 
 
 class WholeRun:
     """The run's simulation: started at configure, stopped at unconfigure (also after a failed run)."""
 
-    def __init__(self, config: pytest.Config, device: DeviceModel) -> None:
-        from dsakit.gates.device_model import real_device
-        from dsakit.simulation.runtime import plan
-
+    def __init__(self, config: pytest.Config, plan: SimulationPlan, in_this_process: bool) -> None:
         self.config = config
-        self.device = device
-        self.plan = plan(device, real_device())
-        self.in_this_process = not _is_xdist_controller(config)
+        self.device = plan.device
+        self.plan = plan
+        self.in_this_process = in_this_process  # an xdist controller runs no test: its workers simulate
         self.stand_ins: list[str] = []
         self.imported_first: list[str] = []
         self._stack = contextlib.ExitStack()
@@ -81,8 +59,8 @@ class WholeRun:
         kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
         imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.import_hooks import AfterImport, Patches
-        from dsakit.upstream.device_simulation import announced, patch_arrived, watched_modules
+        from dsakit.sglang_facts.import_hooks import AfterImport, Patches
+        from dsakit.simulation.probe_patches import announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
         try:
@@ -138,9 +116,9 @@ class WholeRun:
                 if name == "sglang" or name.startswith("sglang."):
                     sys.modules.pop(name, None)
 
-    # ------------------------------------------------------------ hooks
+    # ------------------------------------------------------------ what the run's DsakitSession asks
 
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+    def header_lines(self) -> list[str]:
         where = "this process" if self.in_this_process else "every xdist worker"
         line = (f"dsakit: {where} runs as simulated {self.device.key} ({self.device.name}) on "
                 f"{self.plan.real.describe()}: {self.plan.describe()}")
@@ -153,6 +131,8 @@ class WholeRun:
             lines.append(f"dsakit: {amd_environment()}")
         return lines
 
+    # ------------------------------------------------------------ per-test hooks (a simulated run only)
+
     @pytest.hookimpl(tryfirst=True)  # before the terminal, the skip recorder and xdist's worker see it
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Honest outcomes: a test whose every subtest was refused as a kernel launch ran nothing, so it
@@ -163,7 +143,7 @@ class WholeRun:
             self._note_ran(report)
             return
         if type(report).__name__ != "SubtestReport" and self.plan.portable:
-            from dsakit.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+            from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
 
             ran = sys.modules.get("dsakit.simulation.kernels")
             if ran is not None and ran.RAN:
@@ -192,7 +172,7 @@ class WholeRun:
             ran.RAN.clear()  # what the previous test left (a setup that launched, then failed)
 
     def _note_ran(self, report: pytest.TestReport) -> None:
-        from dsakit.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+        from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
 
         for name, value in report.user_properties:
             if name == RAN_ON_THIS_GPU and isinstance(value, dict):
@@ -200,7 +180,7 @@ class WholeRun:
                 for kernel in value.get("kernels", ()):
                     self._ran[str(kernel)] = self._ran.get(str(kernel), 0) + 1
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def summary(self, terminalreporter: Any) -> None:
         if not self._ran:
             return
         terminalreporter.section("dsakit simulated device")
@@ -210,8 +190,7 @@ class WholeRun:
         for kernel, tests in sorted(self._ran.items()):
             terminalreporter.write_line(f"  {kernel} ({tests})")
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
+    def close(self) -> None:
         if self.in_this_process:
             self.stop()
 
@@ -235,13 +214,10 @@ class FailureSections:
         report: pytest.TestReport = yield
         for edit in self.edits:
             edit(report, item, call)
-        simulation = sys.modules.get("dsakit.upstream.device_simulation")  # never entered: nothing to do
-        if simulation is None or not report.failed or call.excinfo is None:
-            return report
-        device = simulation.active_simulation()
-        if device is None:
-            return report
-        _explain(report, item, call.excinfo.value, simulation, device)
+        if not report.failed or call.excinfo is None or active.simulated_device() is None:
+            return report  # nothing is simulated now
+        simulation = sys.modules["dsakit.simulation.probe_patches"]  # what simulates imported it
+        _explain(report, item, call.excinfo.value, simulation, simulation.active_simulation())
         return report
 
 
@@ -269,7 +245,7 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
         report.sections.append((EXPLAINED, explain(read, devices)))
 
 
-KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.upstream.device_simulation.KERNEL_LAUNCH, without its import
+KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.simulation.probe_patches.KERNEL_LAUNCH, without its import
 
 
 def _skip_reason(report: pytest.TestReport) -> str | None:
@@ -380,10 +356,11 @@ class WrapperStart:
         if self.started:
             return
         self.started = True
-        self._leave()
+        self.leave()
         self.config.pluginmanager.register(self.sections, REPORT_WRAPPER)
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """Out of sys.meta_path (the run's DsakitSession calls it at unconfigure, when nothing asked)."""
         if any(finder is self for finder in sys.meta_path):
             sys.meta_path.remove(self)
 
@@ -397,43 +374,3 @@ class WrapperStart:
 
             if any(impl.plugin_name != PLUGIN_NAME for impl in impls):
                 self.start()
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self._leave()
-
-
-_SECTIONS = pytest.StashKey[FailureSections]()
-
-
-def report_wrapper(config: pytest.Config) -> FailureSections:
-    """The run's report wrapper (`add_edit` hands it a report edit), registered or not yet."""
-    return config.stash[_SECTIONS]
-
-
-def configure(config: pytest.Config) -> dict[str, object]:
-    """The hook objects of this run's simulation (the report wrapper's start; the whole-run
-    simulation when the run is simulated)."""
-    sections = config.stash[_SECTIONS] = FailureSections()
-    hooks: dict[str, object] = {WRAPPER_START: WrapperStart(config, sections)}
-    device = requested_device(config)
-    if device is not None:
-        from dsakit.simulation import watchdog
-
-        run = WholeRun(config, device)
-        watchdog.check(config)  # a bad timeout is refused in an xdist controller too
-        dog = watchdog.start(config, device.key) if run.in_this_process else None
-        if run.in_this_process:
-            if dog is not None:
-                run.on_stop(dog.close)
-                hooks["dsakit-simulation-watchdog"] = dog
-            run.start()
-        hooks["dsakit-whole-run"] = run
-    return hooks
-
-
-def watch(config: pytest.Config) -> None:
-    """After the plugin registered `configure`'s hooks: the report wrapper now, or its finder."""
-    start = config.pluginmanager.get_plugin(WRAPPER_START)
-    if isinstance(start, WrapperStart):
-        start.watch()

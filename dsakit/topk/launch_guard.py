@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from dsakit.call_site import site_outside
 from dsakit.errors import KernelContractViolation
-from dsakit.import_hooks import AfterImport, Patches, rebind_everywhere
+from dsakit.mocks.call_site import site_outside
+from dsakit.sglang_facts.import_hooks import AfterImport, Patches, rebind_everywhere
 from dsakit.topk.kernel_contracts import KernelEntry, Violation, entries_by_module, violations
 
 # Frames a call site skips: the wrapper, the entry point's own module and the kernel libraries.
@@ -162,7 +162,8 @@ def guard_module(patches: Patches, module: types.ModuleType, entries: Sequence[t
 
 
 class LaunchGuard:
-    """The run's kernel-launch contracts: installed at configure, undone at unconfigure."""
+    """The run's kernel-launch contracts: installed at configure (by the run's DsakitSession, where
+    --dsakit-kernel-contracts asks for them), undone at unconfigure."""
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
@@ -226,14 +227,3 @@ def tally_line(tally: Mapping[str, Mapping[str, int]]) -> str:
     graphs = f" and {replays} captured launch(es) before CUDA-graph replays" if replays else ""
     return (f"dsakit: kernel-launch contracts checked {launches} launch(es){graphs} of {len(kernels)} kernel(s) "
             f"({', '.join(kernels)}); {refused} refused")
-
-
-def configure(config: Any) -> dict[str, object]:
-    """The hook object of this run's kernel-launch contracts (none unless asked for)."""
-    from dsakit.options import value
-
-    if not value(config, "dsakit_kernel_contracts"):
-        return {}
-    guard = LaunchGuard(config)
-    guard.install()
-    return {"dsakit-kernel-contracts": guard}

@@ -17,15 +17,14 @@ import pytest
 
 from dsakit.contracts.schema import Role
 from dsakit.errors import UsageError
-from dsakit.options import value as option_value
 from dsakit.reasons import Reason
 from dsakit.topk.backends import topk_backend
 from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, TopkFlags, topk_flags
 from dsakit.topk.rules import ROLES, Expectation, TopkConfig, expect
 
 if TYPE_CHECKING:
-    from dsakit.sglang_release import SGLangRelease
-    from dsakit.upstream.scope import SGLangScope
+    from dsakit.release.table import SGLangRelease
+    from dsakit.sglang_facts.scope import SGLangScope
 
 SUBSETS = ("full", "per-role", "pairwise")
 DEFAULT_SUBSET = "pairwise"
@@ -139,7 +138,7 @@ class TopkCell:
         release lacks is simply not set: the pre-split rule decides)."""
         if not allow_invalid:
             self.check()
-        from dsakit.upstream.scope import SGLangScope
+        from dsakit.sglang_facts.scope import SGLangScope
 
         return SGLangScope(server_args=self.server_args(), env=self.env())
 
@@ -322,8 +321,9 @@ def topk_matrix(
     return decorator
 
 
-def parametrize(metafunc: pytest.Metafunc) -> None:
-    """pytest_generate_tests: parametrize `topk_cell` from the closest marker and the options."""
+def parametrize(metafunc: pytest.Metafunc, run_subset: str | None, run_roles: str) -> None:
+    """pytest_generate_tests: parametrize `topk_cell` from the closest marker and the run's options
+    (`run_subset`: --dsakit-topk-subset, None when not given; `run_roles`: --dsakit-roles)."""
     from dsakit.contracts.schema import parse_roles
 
     marker = metafunc.definition.get_closest_marker(MARKER)
@@ -331,9 +331,8 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     if marker is not None and marker.args:
         options.setdefault("subset", marker.args[0])
     try:
-        subset = option_value(metafunc.config, "dsakit_topk_subset") or options.get("subset") or DEFAULT_SUBSET
-        roles = [r for r in options.get("roles", ROLES)
-                 if r in parse_roles(option_value(metafunc.config, "dsakit_roles"))]
+        subset = run_subset or options.get("subset") or DEFAULT_SUBSET
+        roles = [r for r in options.get("roles", ROLES) if r in parse_roles(run_roles)]
         invalid = options.get("invalid", "skip")
         gated = bool(options.get("gated", True))
         params = [cell.param(gated=gated, invalid=invalid) for cell in topk_cells(subset, roles=roles, invalid=invalid)]

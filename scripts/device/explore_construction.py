@@ -4,7 +4,7 @@ t0 = time.time()
 import torch
 print("torch", torch.__version__, "cuda", torch.version.cuda, "cap", torch.cuda.get_device_capability(), torch.cuda.get_device_name())
 import dsakit
-from dsakit.upstream.scope import SGLangScope
+from dsakit.sglang_facts.scope import SGLangScope
 print("release", dsakit.installed_release().describe())
 from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
 print("import s", round(time.time() - t0, 1))

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 
 @dataclass
@@ -145,7 +145,7 @@ def _broken_pr(changed: str) -> Callable[[Path], None]:
     the package) is a copy whose first line does not parse (`x = 1 +`)."""
     def setup(tmp: Path) -> None:
         from dsakit.errors import UsageError
-        from dsakit.sglang_release import installed_release
+        from dsakit.release.table import installed_release
 
         try:
             package = installed_release().package_dir

@@ -8,7 +8,6 @@ Runs that enter a simulation import torch and SGLang, so they run in a subproces
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import os
 import subprocess
@@ -26,13 +25,14 @@ from dsakit.gates.device_model import SIMULATED, device_names, simulated_model, 
 from dsakit.devices import ANSWERS, DeviceEntry
 from dsakit.gates.table import evaluate, known_devices_opening
 from dsakit.options import OPTIONS
-from dsakit.upstream import device_probes
+from dsakit.simulation import probes as device_probes
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # A device the shipped table lacks, with a toolkit below what SGLang's SM 12.x probes need
 # (is_sm120_supported: CUDA >= 12.8): the case where a probe that skips the toolkit goes wrong.
-EXTRA = DeviceEntry("sm121", "nvidia", "NVIDIA DGX Spark GB10", (12, 1), None, 128, "12.6", 48, ("gb10",))
+EXTRA_FACTS = ("sm121", "nvidia", "NVIDIA DGX Spark GB10", (12, 1), None, 128, "12.6", 48, ("gb10",))
+EXTRA = DeviceEntry(*EXTRA_FACTS)
 
 
 sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
@@ -75,8 +75,8 @@ from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit import devices
 from dsakit.gates.device_model import SIMULATED
 from dsakit.devices import DeviceEntry
-from dsakit.sglang_release import installed_release
-from dsakit.upstream import device_probes
+from dsakit.release.table import installed_release
+from dsakit.simulation import probes as device_probes
 
 fields = json.loads(sys.argv[2])
 fields[3], fields[8] = tuple(fields[3]) or None, tuple(fields[8])
@@ -224,7 +224,7 @@ def test_pr_check_runs_the_table_s_pr_gate_devices_by_default(monkeypatch: pytes
     from dsakit.pr_check import parse_devices
 
     assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942"]
-    monkeypatch.setitem(devices.DEVICES, EXTRA.key, dataclasses.replace(EXTRA, pr_gate=True))
+    monkeypatch.setitem(devices.DEVICES, EXTRA.key, DeviceEntry(*EXTRA_FACTS, pr_gate=True))
     assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942", "sm121"]
     with pytest.raises(SystemExit):
         dsakit.cli.main(["pr-check", "--help"])

@@ -3,7 +3,7 @@ these runs load neither torch nor SGLang)."""
 
 from __future__ import annotations
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 import pytest
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 # pytest-split is a pinned test requirement (requirements/test.txt): fail loudly, never skip, without it
 import pytest_split  # noqa: F401

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 PLUGIN = tuple(plugin_args())
 pytestmark = pytest.mark.usefixtures("no_kernel_modules")
@@ -244,7 +244,7 @@ def test_every_row_is_written_so_in_the_kit_of_each_release_of_its_range(
     """Each row's source text is in the kit of every release its table covers, and a row of a range
     that ends (or starts) at a release is not in the kit beyond it: the ranges are read, not guessed."""
     from dsakit.gates.sglang_skips import TABLES, release_numbers
-    from dsakit.sglang_release import KIT_DSA_FILE, installed_release, release_from_tree
+    from dsakit.release.table import KIT_DSA_FILE, installed_release, release_from_tree
 
     release = installed_release() if version == "installed" else release_from_tree(str(sglang_release_tree(version)))
     kit = (release.package_dir / KIT_DSA_FILE).read_text(encoding="utf-8")
@@ -264,7 +264,7 @@ def test_dsakit_codes_words_are_the_codes_their_modules_raise() -> None:
     from dsakit.gates.skip_causes import KERNEL_LAUNCH, POISONED, explain
     from dsakit.gates.device_model import simulated_model
     from dsakit.node.fault_isolation import CODE
-    from dsakit.upstream.device_simulation import KERNEL_LAUNCH as SIMULATION_CODE, SimulatedKernelLaunch
+    from dsakit.simulation.probe_patches import KERNEL_LAUNCH as SIMULATION_CODE, SimulatedKernelLaunch
 
     assert (KERNEL_LAUNCH, POISONED) == (SIMULATION_CODE, CODE)
     reason = SimulatedKernelLaunch("the Triton kernel _k", "sglang/x.py:3", simulated_model("sm103")).reason

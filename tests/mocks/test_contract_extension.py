@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import dsakit
-from dsakit.contract_extension import effective_contract
+from dsakit.contracts.extension import effective_contract
 from dsakit.errors import UsageError
 from dsakit.mocks import read_log
 

@@ -39,6 +39,32 @@ def test_no_torch_until_a_tensor_default_is_read() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_a_violation_asks_which_device_is_simulated_without_importing_the_simulation() -> None:
+    """The mock names the simulated device a violation ran on (dsakit.active's stack): asking must
+    not import the simulation nor the device model (it cost the first violation ~24 ms of 41 ms;
+    bench/README.md, "The strict mock's first violation")."""
+    code = (
+        "import sys, dsakit\n"
+        "r = dsakit.MockModelRunner('target')\n"
+        "try:\n"
+        "    r.attention_chunk_size\n"
+        "except dsakit.ContractViolation as error:\n"
+        "    assert error.device == '' and ' on simulated ' not in str(error), error\n"
+        "loaded = [m for m in ('dsakit.simulation', 'dsakit.simulation.probe_patches', 'dsakit.gates.device_model',\n"
+        "                      'dsakit.simulation.probes') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "with dsakit.simulate_device('sm103'):\n"
+        "    try:\n"
+        "        r.attention_chunk_size\n"
+        "    except dsakit.ContractViolation as error:\n"
+        "        assert error.device == 'sm103' and ' on simulated sm103 (NVIDIA B300)' in str(error), error\n"
+    )
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_undeclared_read_names_attribute_site_and_real_runner() -> None:
     runner = dsakit.MockModelRunner("target")
     with pytest.raises(dsakit.ContractViolation) as raised:

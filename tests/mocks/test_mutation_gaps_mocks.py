@@ -117,7 +117,7 @@ def test_an_undeclared_write_of_what_no_runner_sets_is_declared_as_set_by_the_ba
 
 @pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
 def test_an_attribute_the_real_runner_sets_is_declared_with_its_assignment_site(write: bool) -> None:
-    from dsakit.upstream.source_scan import runner_site
+    from dsakit.sglang_facts.source_scan import runner_site
 
     real = runner_site("mem_fraction_static")  # ModelRunner.__init__ sets it; the contract does not declare it
     assert real.endswith(" (ModelRunner sets it)"), real
@@ -187,7 +187,7 @@ def test_deleting_or_copying_a_node_on_its_own_is_refused_with_what_to_do_instea
 
 def test_a_violation_under_a_simulated_device_names_the_device() -> None:
     from dsakit.gates.device_model import simulated_model
-    from dsakit.upstream.device_simulation import announced
+    from dsakit.simulation.probe_patches import announced
 
     runner = dsakit.MockModelRunner("target")
     device = simulated_model("sm100")

@@ -13,7 +13,7 @@ import pytest
 import dsakit
 from dsakit.contracts.schema import Contract, ContractEntry, Factory, per_role
 from dsakit.mocks import read_log, runner_scope
-from dsakit.upstream.scope import SGLangScope
+from dsakit.sglang_facts.scope import SGLangScope
 
 runtime_context = pytest.importorskip("sglang.srt.runtime_context",
                                       reason="sglang:not-installed: the runner scope needs SGLang's runtime context")
@@ -137,12 +137,11 @@ def test_the_read_log_travels_from_an_xdist_worker_to_the_controller() -> None:
     read = read_log.ContractRead(read_log.WRITE, "draft", "page_sizes", "y.py:1 in f")
     read_log.record(read)
     worker = types.SimpleNamespace(workeroutput={})
-    read_log.XdistReadLog(worker).pytest_sessionfinish()
+    read_log.hand_over(worker)
     assert worker.workeroutput == {"dsakit_contract_reads": [
         {"kind": "undeclared-write", "role": "draft", "path": "page_sizes", "site": "y.py:1 in f"}]}
-    read_log.XdistReadLog(types.SimpleNamespace()).pytest_sessionfinish()  # the controller: nothing to put
+    read_log.hand_over(types.SimpleNamespace())  # the controller: nothing to put
     read_log.clear()
-    controller = read_log.XdistReadLog(types.SimpleNamespace())
-    controller.pytest_testnodedown(types.SimpleNamespace(workeroutput=worker.workeroutput), None)
-    controller.pytest_testnodedown(types.SimpleNamespace(), None)  # a worker that died sent nothing
+    read_log.take_over(types.SimpleNamespace(workeroutput=worker.workeroutput))
+    read_log.take_over(types.SimpleNamespace())  # a worker that died sent nothing
     assert read_log.contract_reads() == [read]

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit import sglang_release
+from dsakit.release import table as sglang_release
 from dsakit.contracts import runner_sites
 from dsakit.errors import UsageError
-from dsakit.sglang_release import MODEL_RUNNER_FILE, SUPPORTED_RELEASES, SGLangRelease, release_from_tree
+from dsakit.release.table import MODEL_RUNNER_FILE, SUPPORTED_RELEASES, SGLangRelease, release_from_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 Tree = Callable[[str], Path]
@@ -67,7 +67,7 @@ def test_the_table_has_every_supported_release() -> None:
 @pytest.mark.parametrize("version", SUPPORTED_RELEASES)
 def test_the_table_is_a_fresh_scan_of_each_release(version: str, installed_sglang: SGLangRelease,
                                                    sglang_release_tree: Tree) -> None:
-    from dsakit.upstream.runner_site_scan import release_row
+    from dsakit.sglang_facts.runner_site_scan import release_row
 
     release = _release(version, installed_sglang, sglang_release_tree)
     row = runner_sites.load_table()["releases"][version]
@@ -79,7 +79,7 @@ def test_the_table_is_a_fresh_scan_of_each_release(version: str, installed_sglan
 
 
 def test_the_table_text_is_what_the_generator_writes() -> None:
-    from dsakit.upstream.runner_site_scan import render
+    from dsakit.sglang_facts.runner_site_scan import render
 
     assert runner_sites.TABLE_FILE.read_text(encoding="utf-8") == render(runner_sites.load_table())
 
@@ -95,7 +95,7 @@ def test_the_script_refuses_a_bad_tree_argument() -> None:
 
 
 def test_an_attribute_the_runner_sets_is_worded_with_its_site_and_method(installed_sglang: SGLangRelease) -> None:
-    from dsakit.upstream.source_scan import runner_assignments
+    from dsakit.sglang_facts.source_scan import runner_assignments
 
     site = runner_assignments(installed_sglang)["mem_fraction_static"]
     message = _read(dsakit.MockModelRunner("target"), "mem_fraction_static")
@@ -113,7 +113,7 @@ def test_an_attribute_the_runner_never_sets_says_so_naming_the_release(installed
 
 
 def test_a_dotted_attribute_is_worded_by_its_parent_or_its_serverargs_field(installed_sglang: SGLangRelease) -> None:
-    from dsakit.upstream.source_scan import runner_assignments, server_args_fields
+    from dsakit.sglang_facts.source_scan import runner_assignments, server_args_fields
 
     sets = runner_assignments(installed_sglang)
     field = server_args_fields(installed_sglang)["dsa_decode_backend"]
@@ -141,7 +141,7 @@ def test_an_unchanged_copy_of_the_release_is_worded_as_the_release(
 
 def test_a_tree_whose_model_runner_differs_says_the_site_is_the_releases(
         installed_sglang: SGLangRelease, tmp_path: Path, imported: Callable[[SGLangRelease], None]) -> None:
-    from dsakit.upstream.source_scan import runner_assignments
+    from dsakit.sglang_facts.source_scan import runner_assignments
 
     site = runner_assignments(installed_sglang)["mem_fraction_static"]
     tree = _copy_of(installed_sglang, tmp_path)
@@ -188,7 +188,7 @@ def test_without_sglang_the_phrase_says_so(monkeypatch: pytest.MonkeyPatch) -> N
 
 _NO_PARSE = """
 import ast, dsakit
-from dsakit.sglang_release import installed_release
+from dsakit.release.table import installed_release
 installed_release()  # the release (its version file) is found before the read
 def refuse(*args, **kwargs):
     raise AssertionError("the mock parsed SGLang source to word a violation")

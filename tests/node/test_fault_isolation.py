@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from tests.child_env import child_env
 
 PLUGIN = tuple(plugin_args())

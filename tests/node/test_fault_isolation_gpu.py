@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import dsakit
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 PLUGIN = tuple(plugin_args())
 

@@ -7,7 +7,7 @@ check needs a fresh interpreter)."""
 from __future__ import annotations
 
 import json
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from pathlib import Path
 
 import pytest

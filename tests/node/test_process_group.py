@@ -14,7 +14,7 @@ import pytest
 
 from dsakit.errors import UsageError
 from dsakit.node.process_group import check_timeout, run_in_own_group
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from tests.child_env import child_env
 
 # `dsakit report merge --json OUT`, with the writer's first write sending SIGTERM to the process:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 import pytest_split  # noqa: F401  - a pinned test requirement: fail loudly without it
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args, plugin_autoloads
+from dsakit.node.pytest_invocation import plugin_args, plugin_autoloads
 
 PLUGIN = tuple(plugin_args())
 CONTROL = ("-p", "no:dsakit")
@@ -222,7 +222,7 @@ def test_an_unused_session_loads_no_gate_table_device_model_or_contract(pytester
     pytester.makepyfile(test_unrelated=(
         "import sys\n\n"
         "def test_nothing_heavy_loaded():\n"
-        "    heavy = [m for m in ('dsakit.gates.table', 'dsakit.gates.device_model', 'dsakit.sglang_release',\n"
+        "    heavy = [m for m in ('dsakit.gates.table', 'dsakit.gates.device_model', 'dsakit.release.table',\n"
         "                         'dsakit.contracts.model_runner_contract', 'dsakit.mocks.model_runner',\n"
         "                         'torch', 'sglang') if m in sys.modules]\n"
         "    assert heavy == []\n"))

@@ -20,7 +20,7 @@ import pytest
 
 from dsakit.errors import UsageError
 from dsakit.output_paths import OutputError, output_file
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 PLUGIN = tuple(plugin_args())
 PASSING = "def test_ok():\n    pass\n"

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 PLUGIN = tuple(plugin_args())
 PER_TEST = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown",
@@ -60,7 +60,7 @@ def test_an_unused_session_pays_no_hook_call_per_test_and_loads_little(pytester:
                    "dsakit.node.fault_isolation", "dsakit.reasons", "dsakit.output_paths",
                    "dsakit.mocks.read_log", "dsakit.contracts.model_runner_contract"):
         assert module not in loaded, sorted(loaded)
-    assert set(facts["rewritten"]) <= {"dsakit", "dsakit.checkout_layout", "dsakit.plugin"}
+    assert set(facts["rewritten"]) <= {"dsakit", "dsakit.plugin"}
     assert "dsakit skip inventory" not in result.stdout.str()
 
 

@@ -83,7 +83,7 @@ def test_runner_fixtures_open_an_sglang_scope_for_their_role(pytester: pytest.Py
 
     if importlib.util.find_spec("sglang") is None:  # not imported here: pytester would unload it
         pytest.skip("[no-sglang] SGLang is not installed")
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     pytester.makepyfile(
         """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_autoloads
+from dsakit.node.pytest_invocation import plugin_autoloads
 
 pytestmark = pytest.mark.skipif(not plugin_autoloads(), reason="[no-entry-point] needs dsakit installed "
                                 "(its pytest11 entry point) to load it under a second name")

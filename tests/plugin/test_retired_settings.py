@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsakit.retired_settings import RETIRED_INI
+from dsakit.options import RETIRED_INI
 
 pytestmark = pytest.mark.usefixtures("no_kernel_modules")
 

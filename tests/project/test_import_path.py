@@ -161,7 +161,7 @@ def test_a_checkout_on_pythonpath_maps_mocks_and_contracts_as_an_install_does(tm
 
 
 def test_an_installed_layout_is_left_to_its_own_files(tmp_path: Path) -> None:
-    from dsakit.checkout_layout import checkout_root
+    from dsakit import _checkout_root as checkout_root
 
     for leaf in ("mocks", "contracts"):  # a wheel: the folders inside dsakit/ (and a stray copy beside)
         (tmp_path / "dsakit" / leaf).mkdir(parents=True)

@@ -47,7 +47,9 @@ def test_the_declared_layering_holds(tree: Path) -> None:
 
 @pytest.mark.parametrize(("module", "target"), [
     ("reasons.py", "dsakit.cli"),  # a leaf reaching the top
-    ("gates/table.py", "dsakit.upstream.scope"),  # gates below upstream
+    ("gates/table.py", "dsakit.sglang_facts.scope"),  # gates below sglang_facts
+    ("release/table.py", "dsakit.gates.marks"),  # the release table below the gates
+    ("active.py", "dsakit.session"),  # the leaf of active runs below the session that pushes itself
     ("mocks/read_log.py", "dsakit.topk.cases"),  # a folder package-dir maps into dsakit
 ])
 def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, target: str) -> None:
@@ -60,9 +62,9 @@ def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, tar
     assert f"- {importer} -> {target} (l." in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("target", ["dsakit.upstream.source_scan", "dsakit.upstream.runner_site_scan"])
+@pytest.mark.parametrize("target", ["dsakit.sglang_facts.source_scan", "dsakit.sglang_facts.runner_site_scan"])
 def test_an_import_of_the_source_scan_from_the_mock_is_refused(tree: Path, target: str) -> None:
-    """The layers allow mocks -> upstream; the mock's wording of where the real ModelRunner sets an
+    """The layers allow mocks -> sglang_facts; the mock's wording of where the real ModelRunner sets an
     attribute reads the declared table (dsakit.contracts.runner_sites), never the source scan."""
     mock = tree / "dsakit" / "mocks" / "strict_node.py"
     mock.write_text(mock.read_text(encoding="utf-8")
@@ -71,3 +73,19 @@ def test_an_import_of_the_source_scan_from_the_mock_is_refused(tree: Path, targe
     assert result.returncode == 1, result.stdout
     assert "the mock words its errors from declared data, not from the SGLang source scan BROKEN" in result.stdout
     assert f"dsakit.mocks.strict_node -> {target} (l." in result.stdout, result.stdout
+
+
+def test_the_top_level_keeps_entry_points_and_leaves() -> None:
+    """At most 12 top-level modules (CONTRIBUTING, Architecture: entry points and leaves); a concept
+    with modules of its own is a wing."""
+    modules = sorted(path.name for path in (ROOT / "dsakit").glob("*.py"))
+    assert len(modules) <= 12, modules
+
+
+def test_run_state_is_the_sessions() -> None:
+    """One pytest run's state sits on one stash key, the DsakitSession's (dsakit/session.py): no other
+    module keeps its own."""
+    holders = sorted(str(path.relative_to(ROOT)) for folder in ("dsakit", "mocks", "contracts")
+                     for path in (ROOT / folder).rglob("*.py")
+                     if "StashKey[" in path.read_text(encoding="utf-8") and not path.name.startswith("test_"))
+    assert holders == ["dsakit/session.py"], holders

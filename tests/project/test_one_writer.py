@@ -1,6 +1,6 @@
 """One writer, one atomic write, one outcome recorder: every file dsakit writes goes through
 `dsakit.output_paths` (checked up front, atomic, special files written through or refused), and
-every per-test outcome is recorded by `dsakit.outcomes.OutcomeRecorder`.
+every per-test outcome is recorded by `dsakit.gates.outcomes.OutcomeRecorder`.
 
 Read from the source (AST), so a new hand-rolled writer or recorder anywhere in dsakit/ fails here
 with its file and line.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.outcomes import OutcomeRecorder
+from dsakit.gates.outcomes import OutcomeRecorder
 
 ROOT = Path(__file__).resolve().parents[2]
 THE_WRITER = "dsakit/output_paths.py"
@@ -133,7 +133,7 @@ def test_one_outcome_recorder() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Name) and node.id == "next_outcome":
                 callers.append(path.relative_to(ROOT).as_posix())
-    assert sorted(set(callers)) == ["dsakit/outcomes.py"], callers
+    assert sorted(set(callers)) == ["dsakit/gates/outcomes.py"], callers
 
 
 def test_the_recorder_keeps_a_failure_over_a_later_teardown_pass() -> None:

@@ -70,7 +70,7 @@ def test_topk_example_runs(pytester: pytest.Pytester) -> None:
 def test_goldens_example_runs_as_written(pytester: pytest.Pytester) -> None:
     """The README's goldens block, unchanged: the first `--snapshot-update` writes its goldens, the
     next run compares (issue 34 item 8: a whole-row torch.topk there failed "3 of 4 rows fail")."""
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     code = _between("goldens-example").removeprefix("```python\n").removesuffix("\n```")
     pytester.makepyfile(test_goldens_example=code)
@@ -86,7 +86,7 @@ def test_scope_example_runs(pytester: pytest.Pytester) -> None:
 
     if importlib.util.find_spec("sglang") is None:  # not imported here: pytester would unload it
         pytest.skip("[no-sglang] SGLang is not installed")
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     code = _between("scope-example").removeprefix("```python\n").removesuffix("\n```")
     pytester.makepyfile(test_scope_example=code)
@@ -150,7 +150,7 @@ def test_the_readme_opens_with_a_checkout_s_two_commands_which_ci_runs(tmp_path:
 
 
 def test_the_readme_names_the_pinned_release() -> None:
-    from dsakit.sglang_release import PINNED_RELEASE
+    from dsakit.release.table import PINNED_RELEASE
 
     assert f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt" in README
     assert f"The CPU recipe pins SGLang {PINNED_RELEASE};" in README

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates.device_model import real_device
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 torch_needed = pytest.mark.skipif(not HAS_TORCH, reason="[module:torch] the simulation patches torch")

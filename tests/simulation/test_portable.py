@@ -16,8 +16,8 @@ import pytest
 from dsakit.gates.device_model import simulated_model
 from dsakit.simulation import kernel_archs
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily
-from dsakit.import_hooks import Patches
-from dsakit.upstream.device_simulation import SimulatedKernelAbsent, SimulatedKernelLaunch
+from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 if HAS_TORCH:
@@ -262,7 +262,7 @@ def test_a_report_record_carries_the_kernels_a_test_ran_for_real() -> None:
     """--dsakit-report and dsakit compare read the recorder: a portable run's test says what ran where."""
     from types import SimpleNamespace
 
-    from dsakit.outcomes import RAN_ON_THIS_GPU, next_outcome
+    from dsakit.gates.outcomes import RAN_ON_THIS_GPU, next_outcome
 
     ran = {"arch": "sm90", "kernels": ["Triton _fused_dsa_decode_metadata_kernel", "JIT dpsk_v4_topk_v2/true"]}
     report = SimpleNamespace(nodeid="t.py::test_x", when="call", duration=0.5, skipped=False, failed=False,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.gates.device_model import real_device
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 try:
     import importlib.util as _util

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 from dsakit.topk.kernel_contracts import KERNEL_ENTRIES, Violation, violations
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -156,7 +156,7 @@ def test_a_captured_launch_is_checked_again_before_each_replay() -> None:
     written then): the replay is refused when they break the kernel's contract."""
 
     from dsakit.errors import KernelContractViolation
-    from dsakit.import_hooks import Patches
+    from dsakit.sglang_facts.import_hooks import Patches
     from dsakit.topk import launch_guard
 
     replays: list[str] = []

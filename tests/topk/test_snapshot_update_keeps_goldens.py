@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.pytest_invocation import plugin_args
+from dsakit.node.pytest_invocation import plugin_args
 
 PLUGIN = tuple(plugin_args())
 

@@ -17,7 +17,7 @@ import pytest
 
 
 def _plugin_args() -> tuple[str, ...]:
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     return tuple(plugin_args())
 
@@ -65,7 +65,7 @@ LEAKS = r'''
 import os
 import pytest
 import dsakit
-from dsakit.upstream.scope import SGLangScope
+from dsakit.sglang_facts.scope import SGLangScope
 
 
 class Boom(Exception):

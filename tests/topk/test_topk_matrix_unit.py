@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import dsakit
-from dsakit.sglang_release import SGLangRelease, release_from_tree
+from dsakit.release.table import SGLangRelease, release_from_tree
 from dsakit.topk.matrix import _pairs, topk_cell, topk_cells
 from dsakit.topk.rules import NO_ROLE_SPLIT, PRE_SPLIT, ROLE_SPLIT, TORCH_NEEDS_UNFUSED
 
 
 def _plugin_args() -> tuple[str, ...]:
-    from dsakit.pytest_invocation import plugin_args
+    from dsakit.node.pytest_invocation import plugin_args
 
     return tuple(plugin_args())
 

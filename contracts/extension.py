@@ -14,12 +14,11 @@ import functools
 import keyword
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from typing import TYPE_CHECKING
-
+from dsakit import active
 from dsakit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -217,25 +216,22 @@ def effective_contract(config_or_rootdir: pytest.Config | Path | str | None = No
 
 # ---------------------------------------------------------------- the active run's contract
 
-# a stack: pytester runs nest configs in one process; a config whose pyproject.toml declares
-# nothing pushes None (dsakit's own contract, imported on first use)
-_ACTIVE: list[Contract | None] = []
-_CONTRACT_KEY = pytest.StashKey["Contract | None"]()
-
 
 def active_contract() -> Contract:
-    """The innermost configured pytest run's contract; dsakit's own outside pytest."""
-    contract = _ACTIVE[-1] if _ACTIVE else None
-    if contract is None:
-        # every runner asks: sys.modules answers once it is loaded (a from-import inside a function
-        # costs every call ~8,700 instructions on Python 3.11; bench/README.md, "Kit overhead")
-        loaded = sys.modules.get("dsakit.contracts.model_runner_contract")
-        if loaded is not None:
-            return loaded.MODEL_RUNNER_CONTRACT  # type: ignore[no-any-return]
-        from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
+    """The innermost configured pytest run's contract (its DsakitSession's); dsakit's own outside
+    pytest or where the suite declares nothing."""
+    run = active.run()
+    contract = run.contract if run is not None else None
+    if contract is not None:
+        return cast("Contract", contract)  # a DsakitSession holds a Contract or None
+    # every runner asks: sys.modules answers once it is loaded (a from-import inside a function
+    # costs every call ~8,700 instructions on Python 3.11; bench/README.md, "Kit overhead")
+    loaded = sys.modules.get("dsakit.contracts.model_runner_contract")
+    if loaded is not None:
+        return loaded.MODEL_RUNNER_CONTRACT  # type: ignore[no-any-return]
+    from dsakit.contracts.model_runner_contract import MODEL_RUNNER_CONTRACT
 
-        return MODEL_RUNNER_CONTRACT
-    return contract
+    return MODEL_RUNNER_CONTRACT
 
 
 def _declares_anything(config: pytest.Config) -> bool:
@@ -249,24 +245,13 @@ def _declares_anything(config: pytest.Config) -> bool:
         return False
 
 
-def configure(config: pytest.Config) -> None:
-    """pytest_configure: read and validate the suite's declarations now (a bad one is a usage error
-    before any test runs) and make them the contract of every mock this run builds."""
-    contract = None
-    if _declares_anything(config):
-        try:
-            contract = effective_contract(config)
-        except UsageError as error:
-            raise pytest.UsageError(str(error)) from None
-    _ACTIVE.append(contract)
-    config.stash[_CONTRACT_KEY] = contract
-
-
-def unconfigure(config: pytest.Config) -> None:
-    if _CONTRACT_KEY not in config.stash:
-        return
-    contract = config.stash[_CONTRACT_KEY]
-    for index in range(len(_ACTIVE) - 1, -1, -1):  # this config's own push (None for several configs)
-        if _ACTIVE[index] is contract:
-            del _ACTIVE[index]
-            break
+def suite_contract(config: pytest.Config) -> Contract | None:
+    """pytest_configure: the suite's declarations, read and validated now (a bad one is a usage error
+    before any test runs); None where it declares nothing (dsakit's own contract, loaded on first use).
+    The run's DsakitSession holds it: every mock of the run is built from it."""
+    if not _declares_anything(config):
+        return None
+    try:
+        return effective_contract(config)
+    except UsageError as error:
+        raise pytest.UsageError(str(error)) from None

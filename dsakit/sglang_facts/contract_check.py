@@ -14,12 +14,12 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsakit.contract_extension import SET_BY_BACKEND
+from dsakit.contracts.extension import SET_BY_BACKEND
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.sglang_release import SGLangRelease, installed_release, release_from_tree
-from dsakit.upstream.source_scan import (
+from dsakit.release.table import SGLangRelease, installed_release, release_from_tree
+from dsakit.sglang_facts.source_scan import (
     RunnerRead,
     RunnerWrite,
     SourceSite,
@@ -34,7 +34,7 @@ from dsakit.upstream.source_scan import (
 READ_NOT_IN_CONTRACT = "read-not-in-contract"
 CONTRACT_NOT_SET_BY_RUNNER = "contract-not-set-by-runner"
 CONDITIONAL_READ = "conditional-read"
-# entries declared `set_by = "backend"` (dsakit.contract_extension.SET_BY_BACKEND): with
+# entries declared `set_by = "backend"` (dsakit.contracts.extension.SET_BY_BACKEND): with
 # --backend-src the backend must assign model_runner.<path> and not read it earlier in the same
 # function (both fail the check); without it the check says the backend's own check covers them
 NOT_SET_BY_BACKEND = "contract-not-set-by-backend"
@@ -300,7 +300,7 @@ def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[Ru
     """Every assignment below the runner in the backend's files, by path: the read scanner's
     writes, through the same aliases as its reads (`model_runner.X = ...`, `self.model_runner.X`,
     `self.runner.X` after `self.runner = model_runner`; also `+=` and annotated)."""
-    from dsakit.upstream.source_scan import backend_files, scan_files_flow
+    from dsakit.sglang_facts.source_scan import backend_files, scan_files_flow
 
     files = backend_files(backend_src)
     mine = {_relative(release, path) for path in files}
@@ -435,7 +435,7 @@ def run_contract_check(sglang_src: str | None, as_json: bool, *, backend_src: st
     """`dsakit contract check`: print the table (or JSON); 0 ok, 1 drift found (UsageError → 2).
     The contract is dsakit's plus the `[tool.dsakit.contract]` entries of the nearest pyproject.toml
     at or above `project` (default: the current directory)."""
-    from dsakit.contract_extension import effective_contract
+    from dsakit.contracts.extension import effective_contract
 
     release = release_from_tree(sglang_src) if sglang_src else installed_release()
     contract = effective_contract(Path(project) if project else Path.cwd())

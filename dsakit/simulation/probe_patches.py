@@ -1,6 +1,6 @@
 """`simulate_device("sm103")`: SGLang's own device probes answer as a simulated device.
 
-Owns: patching the probes of `dsakit.upstream.device_probes` (torch facts, module constants,
+Owns: patching the probes of `dsakit.simulation.probes` (torch facts, module constants,
 cached probe functions), the stand-ins for names bound by import-time branches, the kernel guards
 (`SimulatedKernelLaunch`, a skip reason, never a fake result), and restoring all of it on exit.
 Process-global and not thread-safe (simulations nest, innermost first; xdist workers are
@@ -16,15 +16,16 @@ import importlib.util
 import sys
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
-from dsakit.call_site import call_site
+from dsakit import active
+from dsakit.mocks.call_site import call_site
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
 from dsakit.devices import DEVICES
 from dsakit.reasons import Reason
-from dsakit.import_hooks import Patches
-from dsakit.upstream.device_probes import ATT, COMMON, KOPS, PROBES
+from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.simulation.probes import ATT, COMMON, KOPS, PROBES
 
 KERNEL_LAUNCH = "simulated-kernel-launch"
 
@@ -45,8 +46,6 @@ _CACHE_ONCE = ("is_hip_runtime", "is_musa_runtime", "is_sail_runtime")  # sglang
 _JIT_COMMON = "sglang.kernels.jit.utils.common"
 _TRTLLM = f"{ATT}.trtllm_mla_backend"
 _FLASH_MLA = f"{KOPS}.flash_mla_interface"
-
-_ACTIVE: list[DeviceModel] = []
 
 
 class SimulatedKernelLaunch(RuntimeError):
@@ -77,8 +76,8 @@ class SimulatedKernelAbsent(RuntimeError):
 
 
 def active_simulation() -> DeviceModel | None:
-    """The device being simulated right now, or None."""
-    return _ACTIVE[-1] if _ACTIVE else None
+    """The device being simulated right now, or None (the innermost of `dsakit.active`'s stack)."""
+    return cast("DeviceModel | None", active.simulated_device())  # only DeviceModels are pushed
 
 
 def _caller_site() -> str:
@@ -336,8 +335,8 @@ def simulate_device(name: str, *, import_first: bool = True) -> Iterator[DeviceM
     own_arch = is_this_machine(device, real_device())  # read before torch answers as the device
     modules = _modules() if import_first else _imported_modules()
     patches = Patches()
-    _ACTIVE.append(device)
-    patches.callback(lambda: None if _ACTIVE.pop() else None)
+    active.enter_device(device)
+    patches.callback(active.leave_device)
     try:
         if _torch_present():
             _patch_torch(patches, device, modules)
@@ -387,52 +386,49 @@ def patch_arrived(patches: Patches, device: DeviceModel, name: str, module: type
 @contextlib.contextmanager
 def announced(device: DeviceModel) -> Iterator[DeviceModel]:
     """`active_simulation()` answers `device` inside (a whole run, whose patches come as modules arrive)."""
-    _ACTIVE.append(device)
+    active.enter_device(device)
     try:
         yield device
     finally:
-        _ACTIVE.pop()
+        active.leave_device()
 
 
-# ---------------------------------------------------------------- pytest wiring (plugin hands off)
+# ---------------------------------------------------------------- pytest wiring (the run's DsakitSession hands off)
 
 MARKER = "dsakit_simulate"
 FIXTURE = "simulated_device"
 
 
-def parametrize(metafunc: Any) -> None:
+def parametrize(metafunc: Any, run_device: str | None) -> None:
     """`@pytest.mark.dsakit_simulate(*names)` on a test using `simulated_device`: one test per
-    device (no names: every simulated profile); `--dsakit-device NAME` narrows it to that one."""
-    from dsakit.gates.device_model import SIMULATED, validate_device_name
+    device (no names: every simulated profile). The run's simulated device (`run_device`, a key;
+    None: the real one) narrows the marker to that one where the marker names it; a marker naming
+    other devices keeps them, each simulated inside the run's (simulations nest)."""
+    from dsakit.gates.device_model import SIMULATED
 
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is None or FIXTURE not in metafunc.fixturenames:
         return
     try:
         names = [simulated_model(n).key for n in marker.args] or list(SIMULATED)
-        chosen = validate_device_name(metafunc.config.getoption("dsakit_device"))
     except UsageError as error:
         raise UsageError(f"{metafunc.definition.nodeid}: {error}") from None
-    if chosen in SIMULATED:
-        names = [n for n in names if n == chosen]
+    if run_device in names:
+        names = [run_device]
     metafunc.parametrize(FIXTURE, names, indirect=True, ids=[f"device={n}" for n in names])
 
 
-def fixture(request: Any) -> Iterator[DeviceModel]:
-    """The `simulated_device` fixture: the marker's device, else `--dsakit-device NAME`; the
+def fixture(request: Any, run_device: str | None) -> Iterator[DeviceModel]:
+    """The `simulated_device` fixture: the marker's device, else the run's simulated device
+    (`run_device`: --dsakit-device, $DSAKIT_DEVICE or the ini key, as the run resolved it); the
     simulation is active for the whole test, fixtures that depend on it included."""
     import pytest
 
-    from dsakit.gates.device_model import SIMULATED, validate_device_name
-
-    name = getattr(request, "param", None)
+    name = getattr(request, "param", None) or run_device
     if name is None:
-        chosen = validate_device_name(request.config.getoption("dsakit_device"))
-        if chosen not in SIMULATED:
-            pytest.skip(str(Reason("simulation-not-selected",
-                                   "needs a simulated device: --dsakit-device NAME or "
-                                   "@pytest.mark.dsakit_simulate(NAME, ...); the real device runs the "
-                                   "unsimulated suites")))
-        name = chosen
+        pytest.skip(str(Reason("simulation-not-selected",
+                               "needs a simulated device: --dsakit-device NAME or "
+                               "@pytest.mark.dsakit_simulate(NAME, ...); the real device runs the "
+                               "unsimulated suites")))
     with simulate_device(name) as device:
         yield device

@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from dsakit.contracts.runner_sites import FORMAT, releases, server_args_files, tree_digests
-from dsakit.sglang_release import SGLangRelease
-from dsakit.upstream.source_scan import runner_assignments, runner_files, runner_owners, server_args_fields
+from dsakit.release.table import SGLangRelease
+from dsakit.sglang_facts.source_scan import runner_assignments, runner_files, runner_owners, server_args_fields
 
 
 def release_row(release: SGLangRelease) -> dict[str, Any]:

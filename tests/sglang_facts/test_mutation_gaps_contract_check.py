@@ -1,7 +1,7 @@
 """Gaps in `dsakit contract check`'s tests found by mutation testing (bench/mutation_run.py --group
 contract_check): the rules, the table and the JSON on a small contract and hand-made reads, in-process
 and without scanning SGLang (the scan has its own tests in test_contract_check.py). The expected
-table and findings were read line by line against the rules in dsakit/upstream/contract_check.py."""
+table and findings were read line by line against the rules in dsakit/sglang_facts/contract_check.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import types
 from pathlib import Path
 
 from dsakit.contracts.schema import Contract, ContractEntry, per_role
-from dsakit.upstream import contract_check as cc
-from dsakit.upstream.source_scan import RunnerRead, SourceSite
+from dsakit.sglang_facts import contract_check as cc
+from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
 
 CONTRACT = Contract("small", [
     ContractEntry("page_size", "int", 64, readers=("A",)),

@@ -16,8 +16,8 @@ import pytest
 
 import dsakit
 from dsakit.devices import DEVICES
-from dsakit.upstream import device_probes
-from dsakit.sglang_release import installed_release
+from dsakit.simulation import probes as device_probes
+from dsakit.release.table import installed_release
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,12 +57,12 @@ def test_readme_probe_tables_match_the_code() -> None:
     for version in ("0.5.17", "0.5.23"):
         assert device_probes.probe_table_markdown(version) in readme, (
             f"README's {version} probe table drifted: regenerate it with "
-            f"`python -c 'from dsakit.upstream.device_probes import probe_table_markdown as t; print(t(\"{version}\"))'`")
+            f"`python -c 'from dsakit.simulation.probes import probe_table_markdown as t; print(t(\"{version}\"))'`")
 
 
 _SCRIPT = r"""
 import json, torch, dsakit
-from dsakit.upstream import device_simulation as sim
+from dsakit.simulation import probe_patches as sim
 from sglang.srt.utils import common
 from sglang.srt.layers.attention import dsa_backend as dsa
 from sglang.srt.layers.attention import trtllm_mla_backend as trt
@@ -142,6 +142,52 @@ def test_dsakit_device_narrows_the_marker(pytester: pytest.Pytester) -> None:
     assert "device=sm90" not in result.stdout.str()
 
 
+def test_a_marker_naming_other_devices_nests_them_inside_the_runs_device(pytester: pytest.Pytester) -> None:
+    """Simulations nest (README): a marker's devices the run's device is not among are each
+    simulated inside it (before: dropped, `[NOTSET]`, "got empty parameter set")."""
+    pytester.makepyfile(_WIRING)
+    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device", "sm90", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_marked?device=sm90?"])  # the run's device, named: narrowed to it
+    pytester.makepyfile(test_other='import pytest\n\n@pytest.mark.dsakit_simulate("b300", "gfx942")\n'
+                                   'def test_nested(simulated_device):\n    pass\n')
+    result = pytester.runpytest("--collect-only", "-q", "--dsakit-device", "sm90", "test_other.py",
+                                "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*test_nested?device=sm103?", "*test_nested?device=gfx942?"])
+    assert "NOTSET" not in result.stdout.str()
+
+
+NESTED = """
+import pytest
+
+
+@pytest.mark.dsakit_simulate("sm103")
+def test_nested(simulated_device, request):
+    assert simulated_device.key == "sm103" and request.node.callspec.id == "device=sm103"
+"""
+
+
+def test_a_nested_marker_device_runs_under_a_whole_run_and_in_a_fleet(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DSAKIT_DEVICE", raising=False)
+    pytester.makepyfile(test_nested=NESTED)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dsakit-device", "sm90").assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dsakit-device", "sm90,sm103")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["dsakit fleet: sm90 (simulated sm90): 1 passed*",
+                                 "dsakit fleet: sm103 (simulated sm103): 1 passed*"])
+
+
+def test_the_ini_device_is_the_fixtures_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dsakit_device = "sm103"` in the ini simulates the whole run, so an unmarked `simulated_device`
+    is that device, as with --dsakit-device sm103 (before: it skipped, "needs a simulated device")."""
+    monkeypatch.delenv("DSAKIT_DEVICE", raising=False)
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\ndsakit_device = "sm103"\n')
+    pytester.makepyfile(test_ini="def test_unmarked(simulated_device):\n    assert simulated_device.key == 'sm103'\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1)
+    assert "simulation-not-selected" not in result.stdout.str()
+
+
 def test_fixture_without_a_device_skips_with_a_reason(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(_WIRING)
     result = pytester.runpytest("-rs", "-k", "unmarked")
@@ -168,7 +214,7 @@ def test_kernels_are_guarded_except_on_this_machines_own_arch(monkeypatch: pytes
     dsa = pytest.importorskip("sglang.srt.layers.attention.dsa_backend")
     if "resolve_num_sms" not in vars(dsa):
         pytest.skip("[sglang:dsa-resolve-num-sms] this SGLang's dsa_backend has no resolve_num_sms to guard")
-    from dsakit.upstream import device_simulation as sim
+    from dsakit.simulation import probe_patches as sim
 
     import importlib
 

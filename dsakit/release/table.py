@@ -2,11 +2,11 @@
 
 dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 stack on the H200),
 so code asks for *features*, never for version numbers. Every check reads source files (text or
-AST, through `dsakit.sglang_source`) of the installed package or of a source tree: nothing here
+AST, through `dsakit.release.source`) of the installed package or of a source tree: nothing here
 imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
 imported on this machine. A leaf of the layering (imports only dsakit.errors and the source
 index): the gates, the SGLang adapters in
-dsakit.upstream, top-k, node and audit all read it.
+dsakit.sglang_facts, dsakit.simulation, top-k, node and audit all read it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import importlib.metadata
 import importlib.util
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
+from typing import Any
 from pathlib import Path
 
-from dsakit import sglang_source
+from dsakit.release import source as sglang_source
 from dsakit.errors import UsageError
 
 MODEL_RUNNER_FILE = "srt/model_executor/model_runner.py"
@@ -116,13 +117,41 @@ def releases_between(first: str, last: str, releases: tuple[str, ...] | None = N
     return tuple(r for r in (SUPPORTED_RELEASES if releases is None else releases) if low <= release_key(r) <= high)
 
 
-@dataclass(frozen=True)
 class Feature:
-    """A checked capability of the SGLang source; `missing` says what lacks it and what has it."""
+    """A checked capability of the SGLang source; `missing` says what lacks it and what has it.
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('code', 'description', 'missing')
+
+    def __init__(self, code: str, description: str, missing: str) -> None:
+        self.__dict__.update(code=code, description=description, missing=missing)
 
     code: str
     description: str
     missing: str
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.code, self.description, self.missing)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(code={self.code!r}, description={self.description!r},"
+                f" missing={self.missing!r})")
 
 
 FEATURES: dict[str, Feature] = {
@@ -228,6 +257,40 @@ def _reads_text(path: Path, text: str) -> bool:
     return text in sglang_source.text(path)
 
 
+def _defined_in_text(text: str, name: str) -> bool:
+    """True where the text plainly defines `name` at its place (a `def` / `class` at column 0; a
+    method's `def` at its class body's indentation): no parse, which costs a run that evaluates
+    `sglang:topk-role-split` ~22 M instructions (bench/README.md, "Kit overhead"). False means "not
+    found this way": the caller asks the AST (`_defined_names`), whose answer is the exact one."""
+    owner, _, leaf = name.rpartition(".")
+    if not owner:
+        found = re.search(rf"^(?:(?:async\s+)?def|class)\s+{re.escape(leaf)}\b", text, re.M)
+        return found is not None and _outside_strings(text[:found.start()])
+    header = re.search(rf"^class\s+{re.escape(owner)}\b[^\n]*\n", text, re.M)
+    if header is None or "." in owner or not _outside_strings(text[:header.start()]):
+        return False
+    indent = None
+    offset = header.end()
+    for line in text[header.end():].splitlines(keepends=True):
+        start, offset = offset, offset + len(line)
+        stripped = line.lstrip()
+        if not stripped.strip() or stripped.startswith("#"):
+            continue
+        width = len(line) - len(stripped)
+        if width == 0:
+            return False  # the class body ended (or a string at column 0: the AST decides)
+        if indent is None:
+            indent = width
+        if width == indent and re.match(rf"(?:async\s+)?def\s+{re.escape(leaf)}\s*\(", stripped):
+            return _outside_strings(text[:start])
+    return False
+
+
+def _outside_strings(before: str) -> bool:
+    """Is what follows `before` outside a triple-quoted string (an even count of each quote)?"""
+    return before.count('"""') % 2 == 0 and before.count("'''") % 2 == 0
+
+
 def _defined_names(path: Path) -> frozenset[str]:
     """Top-level function/class names and method names (as Class.method) defined in a file."""
     tree = sglang_source.tree(path)
@@ -271,21 +334,50 @@ def _called_name(call: ast.Call) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-@dataclass(frozen=True)
 class SGLangRelease:
     """One SGLang source tree: the installed package or an unpacked one.
 
     `package_dir` is the directory of the `sglang` package itself (holding `srt/`).
-    """
+
+    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
+    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
+    it (bench/README.md, "Kit overhead")."""
+
+    __match_args__ = ('package_dir', 'version')
+
+    def __init__(self, package_dir: Path, version: str) -> None:
+        self.__dict__.update(package_dir=package_dir, version=version)
 
     package_dir: Path
     version: str
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.package_dir, self.version)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(package_dir={self.package_dir!r}, version={self.version!r})"
 
     def file(self, relative: str) -> Path:
         return self.package_dir / relative
 
     def defines(self, relative: str, name: str) -> bool:
-        return name in _defined_names(self.file(relative))
+        """Does the file define `name` (a top-level function or class, or `Class.method`)?"""
+        path = self.file(relative)
+        return _defined_in_text(sglang_source.text(path), name) or name in _defined_names(path)
 
     def python_files(self, entries: tuple[str, ...]) -> list[Path]:
         """The `.py` files of `entries` (files, or folders: not recursive) that this tree has, in order."""

@@ -12,6 +12,8 @@ import functools
 import importlib
 import os
 
+from dsakit import active
+
 # The modules every contract suite's SGLang side goes through: ServerArgs (SGLangScope checks
 # server args against it; it imports the function-call parsers), the batch types (they import
 # srt/configs, hence transformers' config registry), the pools, the backends and the registry that
@@ -40,7 +42,7 @@ def import_failure() -> str | None:
     Cached: a second import of a module that failed half-way re-runs its top level, which fails
     differently (or worse, passes on a half-initialised registry)."""
     from dsakit.errors import UsageError
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     try:
         release = installed_release()
@@ -62,15 +64,12 @@ def import_failure() -> str | None:
     return f"SGLang {release.version} does not: {'; '.join(clauses)}"
 
 
-SESSION: list[int] = []  # the pid of the pytest session running in this process (dsakit's plugin sets it)
-
-
 def gate_check() -> str | None:
     """The gate's answer: inside a test (setup, call or teardown) the import outcome; elsewhere
     None, since the check imports SGLang (the requirement says it is checked in tests only)."""
     # PYTEST_CURRENT_TEST alone is inherited by a test's subprocesses (`dsakit capabilities`, a
-    # `python -c` a test starts): the session must be this process's own
-    if not os.environ.get("PYTEST_CURRENT_TEST") or os.getpid() not in SESSION:
+    # `python -c` a test starts): the run must be this process's own
+    if not os.environ.get("PYTEST_CURRENT_TEST") or active.run_in_this_process() is None:
         return None
     return import_failure()
 
@@ -79,7 +78,7 @@ def raised_importing_sglang(error: BaseException) -> bool:
     """Was `error` (or an error it was raised from) raised while an SGLang module of the release
     under test ran its top level, i.e. while SGLang was being imported?"""
     from dsakit.errors import UsageError
-    from dsakit.sglang_release import installed_release
+    from dsakit.release.table import installed_release
 
     try:
         package = str(installed_release().package_dir) + os.sep

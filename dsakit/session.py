@@ -1,0 +1,422 @@
+"""One pytest run's dsakit state: `DsakitSession`, on `config.stash` (as syrupy keeps its
+SnapshotSession and xdist its DSession); the plugin's hooks hand off to it.
+
+Owns what a run resolves once and holds to its end: the option values (read through
+`dsakit.options`), the run's device (`RunDevice`: selected, real, simulated or not, the simulation's
+plan), the contract, the gate session and its inventory, the report wrapper, the hook objects it
+registers, and the once-per-run hooks it answers itself (header, summary, end of the run, xdist's
+node hand-overs), each handed to the part that owns it. Must stay cheap where unused: every part is
+imported when the run needs it, and a run that uses nothing of dsakit pays no hook call per test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dsakit import active
+from dsakit.options import RunOptions
+
+if TYPE_CHECKING:
+    from dsakit.contracts.schema import Contract
+    from dsakit.gates.device_model import DeviceModel
+    from dsakit.gates.inventory import InventoryReporter
+    from dsakit.gates.marks import GateSession
+    from dsakit.node.fault_isolation import FaultIsolation, XdistFaultHandoff
+    from dsakit.node.gpu_pinning import Pinning, WorkerPinning
+    from dsakit.simulation.runtime import SimulationPlan
+    from dsakit.simulation.whole_run import FailureSections, WholeRun, WrapperStart
+
+REAL = "real"  # dsakit.gates.device_model.REAL: this machine's own device
+DEVICE_KEY = "dsakit_device"  # workerinput: the controller's device, as its workers take it
+NAME = "dsakit-session"  # the session's own hooks, by name
+
+
+class RunDevice:
+    """The run's device, resolved once: `selected` ('real' or a device-table key) from
+    --dsakit-device, $DSAKIT_DEVICE or the ini key (an xdist worker takes its controller's), the
+    `fleet`'s devices where several are named, the `simulated` model (None: the real device), the
+    `real` one (read on first use: NVML, nvidia-smi, rocminfo) and the simulation's `plan`."""
+
+    def __init__(self, raw: str | None, allow_torch: bool) -> None:
+        self.allow_torch = allow_torch  # --dsakit-device-from-torch
+        self.fleet: list[str] | None = None
+        self.selected = REAL
+        self.simulated: DeviceModel | None = None
+        self._real: DeviceModel | None = None
+        self._plan: SimulationPlan | None = None
+        if raw and "," in raw:
+            from dsakit.simulation.fleet import fleet_devices
+
+            self.fleet = fleet_devices(raw)  # None: one device, named with a stray comma (refused below)
+            if self.fleet:
+                return
+        if raw and raw.strip().lower() != REAL:
+            from dsakit.errors import UsageError
+            from dsakit.gates.device_model import simulated_model
+
+            try:
+                self.simulated = simulated_model(raw)
+            except UsageError as error:
+                raise pytest.UsageError(str(error)) from None
+            self.selected = self.simulated.key
+
+    @property
+    def simulated_key(self) -> str | None:
+        return self.simulated.key if self.simulated is not None else None
+
+    @property
+    def real(self) -> DeviceModel:
+        if self._real is None:
+            from dsakit.gates.device_model import real_device
+
+            # the plain call is the one everything else makes (one cache entry, filled before a
+            # simulation patches torch): a failure's "ran as ... on <this machine>" reads it too
+            self._real = real_device(allow_torch=True) if self.allow_torch else real_device()
+        return self._real
+
+    @property
+    def model(self) -> DeviceModel:
+        """The device gates see: the simulated one, else this machine's."""
+        return self.simulated if self.simulated is not None else self.real
+
+    @property
+    def plan(self) -> SimulationPlan | None:
+        """How the simulation runs on this machine (None: nothing is simulated)."""
+        if self._plan is None and self.simulated is not None:
+            from dsakit.simulation.runtime import plan
+
+            self._plan = plan(self.simulated, self.real)
+        return self._plan
+
+
+class DsakitSession:
+    """A pytest run as dsakit serves it (`session_of(config)`). Built on first ask (xdist and the
+    fleet ask in pytest_cmdline_main, before pytest_configure), configured at pytest_configure, and
+    closed at pytest_unconfigure: it registers itself (`NAME`) first, so whatever part a failed
+    configure built is closed too."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.options = RunOptions(config)
+        self._device: RunDevice | None = None
+        self.contract: Contract | None = None  # None: dsakit's own (the suite declares nothing)
+        self.gates: GateSession | None = None
+        self.reporter: InventoryReporter | None = None
+        self.report_wrapper: FailureSections | None = None
+        self.wrapper_start: WrapperStart | None = None
+        self.whole_run: WholeRun | None = None
+        self._pinning: Pinning | None = None
+        self.controller_pinning: Pinning | None = None  # the xdist controller's side, where asked for
+        self.worker_pinning: WorkerPinning | None = None
+        self.fault_handoff: XdistFaultHandoff | None = None
+        self.fault_isolation: FaultIsolation | None = None
+        self.hooks: dict[str, object] = {}  # every hook object it registered, by name
+        self.per_test_started = False
+        self.is_worker = hasattr(config, "workerinput")
+        self.is_controller = not self.is_worker and config.getoption("dist", "no") != "no"
+        # xdist's own hooks only where it distributes (a controller with workers, or a worker)
+        self.xdist = config.pluginmanager.hasplugin("xdist") and (self.is_worker or self.is_controller)
+
+    # ------------------------------------------------------------ what the run resolved
+
+    @property
+    def device(self) -> RunDevice:
+        if self._device is None:
+            workerinput = getattr(self.config, "workerinput", None)
+            raw = (workerinput[DEVICE_KEY] if workerinput is not None and DEVICE_KEY in workerinput
+                   else self.options["dsakit_device"])
+            self._device = RunDevice(str(raw) if raw else None, bool(self.options["dsakit_device_from_torch"]))
+        return self._device
+
+    @property
+    def pinning(self) -> Pinning:
+        if self._pinning is None:
+            from dsakit.node.gpu_pinning import Pinning
+
+            self._pinning = Pinning(self.config, int(self.options["dsakit_workers_per_gpu"] or 0),
+                                    bool(self.options["dsakit_split_threads"]), self.device.selected)
+        return self._pinning
+
+    @property
+    def given(self) -> tuple[str, ...]:
+        """The dsakit options the run sets itself: empty, dsakit stays silent (a test may still use it)."""
+        return self.options.given
+
+    # ------------------------------------------------------------ pytest_cmdline_main
+
+    def run_fleet(self) -> int | None:
+        """`--dsakit-device sm90,sm103,...`: one pytest run per device, then the fleet table (this
+        process runs no test itself); None: not a fleet."""
+        devices = self.device.fleet
+        if not devices:
+            return None
+        from dsakit.simulation.fleet import run_fleet
+
+        return run_fleet(self.config, devices, self.options["dsakit_report"])
+
+    # ------------------------------------------------------------ pytest_configure
+
+    def configure(self) -> None:
+        """Bad input fails now, before collection; then the contract, the device, the gate session,
+        and the hook objects each part asks for (in the order of their header lines)."""
+        config, options = self.config, self.options
+        options.check_all()  # ini / env values, also of options this run never reads
+        if "dsakit_roles" in self.given:  # the default needs no check (nor the schema's import)
+            from dsakit.contracts.schema import validate_roles_option
+
+            validate_roles_option(options["dsakit_roles"])
+        if config.getoption("--snapshot-update", default=False):
+            from dsakit.topk.snapshot import configure_update
+
+            configure_update(config)  # refuses --collect-only; keeps goldens when the update stops early
+        from dsakit.contracts.extension import suite_contract
+
+        self.contract = suite_contract(config)  # [tool.dsakit.contract]: every mock of the run
+        self.device  # the selection is validated now
+        config.pluginmanager.register(self, NAME)
+        active.enter_run(self)
+        self._configure_gates()
+        if self.given:  # pinning is opt-in: a run that sets no option has nothing to pin
+            self._configure_pinning()
+        if self.xdist and not self.is_worker:
+            from dsakit.node.fault_isolation import XdistFaultHandoff
+
+            self.fault_handoff = XdistFaultHandoff(config)
+        self._configure_simulation()
+        if options["dsakit_kernel_contracts"]:  # after the simulation: its guards get wrapped, not the reverse
+            from dsakit.topk.launch_guard import LaunchGuard
+
+            guard = LaunchGuard(config)
+            guard.install()
+            self._register("dsakit-kernel-contracts", guard)
+        self.wrapper_start.watch()  # type: ignore[union-attr]  # now, or once torch / a simulation / a fault probe arrives
+        # a run that sets a dsakit option uses dsakit; an xdist controller records its workers'
+        # reports before it can know; else a collected test or a `require()` call starts them
+        if self.given or self.is_controller:
+            self.start_per_test_hooks()
+
+    def _register(self, name: str, plugin: object) -> None:
+        self.hooks[name] = plugin
+        self.config.pluginmanager.register(plugin, name)
+
+    def _configure_gates(self) -> None:
+        from dsakit.errors import UsageError
+        from dsakit.gates.inventory import InventoryReporter, host_label
+        from dsakit.gates.marks import GateSession
+
+        options, device = self.options, self.device
+        try:
+            must_run: tuple[str, ...] = ()
+            if options["dsakit_must_run"]:
+                from dsakit.gates.table import split_codes, validate_codes
+
+                must_run = validate_codes(split_codes(options["dsakit_must_run"], "--dsakit-must-run"))
+            report_path = options["dsakit_report"]
+            if report_path is not None and not self.is_worker:
+                from dsakit.output_paths import output_file
+
+                output_file(report_path, "--dsakit-report")  # refuse now, not after the whole run
+        except UsageError as error:
+            raise pytest.UsageError(str(error)) from None
+        self.gates = gates = GateSession(lambda: device.model)
+        gates.on_use = self.start_per_test_hooks
+        if self.is_controller:
+            gates.inventory.declared = None  # a controller collects nothing: unknown until a worker reports
+        self.reporter = InventoryReporter(
+            self.config, gates.inventory, lambda: gates.device, must_run, report_path,
+            host_label(options["dsakit_host_label"]) if report_path else "",
+            must_run_strict=bool(options["dsakit_must_run_strict"]), announce=bool(self.given))
+
+    def _configure_pinning(self) -> None:
+        pinning = self.pinning  # validates --dsakit-workers-per-gpu
+        if self.is_worker:
+            from dsakit.node.gpu_pinning import configure_worker
+
+            self.worker_pinning = configure_worker(self.config)
+            if self.worker_pinning is not None:
+                self._register("dsakit-gpu-worker", self.worker_pinning)
+        elif (pinning.pin or pinning.threads) and self.config.pluginmanager.hasplugin("xdist"):
+            self.controller_pinning = pinning
+
+    def _configure_simulation(self) -> None:
+        """The report wrapper's start (every run), and the whole-run simulation where the run's device
+        is simulated: it starts here, before collection."""
+        from dsakit.simulation.whole_run import WRAPPER_START, FailureSections, WrapperStart
+
+        self.report_wrapper = FailureSections()
+        self.wrapper_start = WrapperStart(self.config, self.report_wrapper)
+        self._register(WRAPPER_START, self.wrapper_start)
+        plan = self.device.plan
+        if plan is None:
+            return
+        from dsakit.simulation import watchdog
+        from dsakit.simulation.whole_run import WholeRun
+
+        run = self.whole_run = WholeRun(self.config, plan, in_this_process=not self.is_controller)
+        timeout = watchdog.checked_timeout(int(self.options["dsakit_simulation_timeout"]))
+        if run.in_this_process:
+            dog = watchdog.start(self.config, plan.device.key, timeout)
+            if dog is not None:
+                run.on_stop(dog.close)
+                self._register("dsakit-simulation-watchdog", dog)
+            run.start()
+        self._register("dsakit-whole-run", run)
+
+    def start_per_test_hooks(self) -> None:
+        """Once per run that uses dsakit: the skip recorder and fault isolation, whose report edit runs
+        inside the report wrapper (one wrapper per test phase, from the first import of torch or a
+        simulation); a run that uses nothing of dsakit pays no hook call per test."""
+        if self.per_test_started or self.gates is None or self.reporter is None:
+            return
+        self.per_test_started = True
+        self.gates.on_use = None
+        from dsakit.gates.inventory import SkipRecorder
+        from dsakit.node.fault_isolation import PLUGIN_NAME, FaultIsolation
+
+        # started after configure, the recorder first counts the skips the terminal reporter holds
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        for report in getattr(terminal, "stats", {}).get("skipped", ()):
+            self.reporter.log_report(report)
+        self._register("dsakit-skip-recorder", SkipRecorder(self.reporter))
+        self.fault_isolation = FaultIsolation(self.config)
+        assert self.report_wrapper is not None
+        self.report_wrapper.add_edit(self.fault_isolation.edit_report)
+        self._register(PLUGIN_NAME, self.fault_isolation)
+
+    # ------------------------------------------------------------ what the plugin hands on
+
+    def auto_num_workers(self) -> int | None:
+        return self.pinning.auto_num_workers()
+
+    def generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """The parametrizations dsakit owns: `model_runner_role` (--dsakit-roles, the `dsakit_role`
+        marker), `topk_cell` (the matrix), `simulated_device` (the `dsakit_simulate` marker)."""
+        names = metafunc.fixturenames
+        if "model_runner_role" in names:
+            from dsakit.contracts.schema import parse_roles, validate_roles_option
+
+            roles = parse_roles(self.options["dsakit_roles"])
+            marker = metafunc.definition.get_closest_marker("dsakit_role")
+            if marker is not None:
+                roles = validate_roles_option(marker.args[0], what=f"{metafunc.definition.nodeid}: dsakit_role",
+                                              collecting=True)
+            metafunc.parametrize("model_runner_role", roles, ids=[f"role={r}" for r in roles])
+        if "topk_cell" in names:
+            from dsakit.topk.matrix import parametrize
+
+            parametrize(metafunc, self.options["dsakit_topk_subset"], self.options["dsakit_roles"])
+        if "simulated_device" in names:
+            from dsakit.simulation.probe_patches import parametrize as simulate
+
+            simulate(metafunc, self.device.simulated_key)
+
+    def simulated_device(self, request: pytest.FixtureRequest) -> Iterator[Any]:
+        """The `simulated_device` fixture: the marker's device, else the run's simulated one."""
+        from dsakit.simulation.probe_patches import fixture
+
+        yield from fixture(request, self.device.simulated_key)
+
+    def collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """After -k/-m deselection: closed gates skip; tests declaring more GPUs than the node has skip."""
+        from dsakit.gates.marks import apply_gates
+
+        assert self.gates is not None
+        markers = apply_gates(self.gates, items)
+        if self.gates.inventory.used:
+            self.start_per_test_hooks()
+        if {"dsakit_gpus", "dsakit_whole_node"} & markers:
+            from dsakit.node.gpu_pinning import skip_multi_gpu
+
+            skip_multi_gpu(self.pinning, items)
+
+    # ------------------------------------------------------------ once-per-run hooks (registered as NAME)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        """The skip inventory's line (where the run set an option), GPU pinning's, the simulation's."""
+        lines = self.reporter.header_lines() if self.reporter is not None else []
+        for part in (self.controller_pinning, self.worker_pinning, self.whole_run):
+            if part is not None:
+                lines += part.header_lines()
+        return lines
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.reporter is not None:
+            self.reporter.collection_finish(session)
+
+    @pytest.hookimpl(trylast=True)  # after xdist's own: a worker's hand-over, the must-run verdict last
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            log = sys.modules.get("dsakit.mocks.read_log")  # not loaded: no mock, nothing to hand over
+            if log is not None:
+                log.hand_over(self.config)
+        if self.reporter is not None:
+            self.reporter.sessionfinish(session)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """Fault isolation's section, the simulation's, the skip inventory's (the contract reads: the plugin's)."""
+        if self.fault_isolation is not None:
+            self.fault_isolation.summary(terminalreporter)
+        if self.whole_run is not None:
+            self.whole_run.summary(terminalreporter)
+        if self.reporter is not None:
+            self.reporter.summary(terminalreporter, config)
+
+    @pytest.hookimpl(trylast=True)  # the simulation ends after everything else
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        try:
+            for part in (self.controller_pinning, self.fault_handoff):
+                if part is not None:
+                    part.close()
+            if self.wrapper_start is not None:
+                self.wrapper_start.leave()
+            if self.whole_run is not None:
+                self.whole_run.close()
+        finally:
+            active.leave_run(self)
+
+    # xdist (optional hooks: valid without it)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
+        if self.controller_pinning is not None:
+            self.controller_pinning.setup_nodes(specs)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[DEVICE_KEY] = self.device.selected
+        for part in (self.controller_pinning, self.fault_handoff):
+            if part is not None:
+                part.configure_node(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        from dsakit.gates.inventory import WORKER_KEY
+        from dsakit.mocks import read_log
+
+        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        if data and self.gates is not None:
+            self.gates.inventory.merge(data)
+        read_log.take_over(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        if self.fault_handoff is not None:
+            self.fault_handoff.handle_crash_item(crashitem, report)
+
+
+_KEY = pytest.StashKey[DsakitSession]()  # the run's one stash key
+
+
+def session_of(config: pytest.Config) -> DsakitSession:
+    """The run's session, built on first ask."""
+    try:
+        return config.stash[_KEY]
+    except KeyError:
+        session = config.stash[_KEY] = DsakitSession(config)
+        return session
