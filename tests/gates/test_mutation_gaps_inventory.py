@@ -238,7 +238,7 @@ def test_the_report_json_of_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
                                  "r.json", host="h200", must_run_strict=True, announce=False)
     assert (reporter.failures, reporter.untested, reporter.report_error, reporter.selected, reporter.is_worker,
             reporter._recorder) == ({}, [], None, [], False, None)
-    assert reporter.pytest_report_header(config) == []  # type: ignore[arg-type]
+    assert reporter.header_lines() == []  # type: ignore[arg-type]
     reporter.inventory.add("t.py::test_a", [Reason("fa3", "FA3 needs SM 9.x")])
     reporter.failures, reporter.untested = {"fa3": ["t.py::test_a"]}, ["cuda"]
     data = reporter.as_json()
@@ -282,7 +282,7 @@ def test_a_must_run_gate_skipped_fails_only_a_run_that_would_pass(status: pytest
     reporter = _finishing(("cuda", "fa3"), terminal=terminal)
     reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
     session = SimpleNamespace(exitstatus=status)
-    reporter.pytest_sessionfinish(session, int(status))  # type: ignore[arg-type]
+    reporter.sessionfinish(session)  # type: ignore[arg-type]
     assert session.exitstatus == after
     assert reporter.failures == {"cuda": ["t.py::test_a"]}
     # what no test sits behind is known only when the run was not interrupted
@@ -296,13 +296,13 @@ def test_a_must_run_gate_no_test_sits_behind_fails_the_run_only_when_strict(stri
     reporter = _finishing(("fa3",), strict=strict, terminal=terminal)
     reporter.inventory.declare("t.py::test_a", ["cuda"])
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    reporter.sessionfinish(session)  # type: ignore[arg-type]
     assert reporter.untested == ["fa3"] and reporter.failures == {}
     assert session.exitstatus == (pytest.ExitCode.TESTS_FAILED if strict else pytest.ExitCode.OK)
     assert terminal.stats == {}  # only skipped must-run tests count in pytest's final line
     plain = _finishing((), strict=True)
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    plain.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    plain.sessionfinish(session)  # type: ignore[arg-type]
     assert session.exitstatus == pytest.ExitCode.OK  # strict, but nothing asked for
 
 
@@ -312,7 +312,7 @@ def test_a_worker_hands_its_declarations_over_and_decides_nothing() -> None:
     reporter.inventory.declare("t.py::test_a", ["fa3"])
     reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    reporter.sessionfinish(session)  # type: ignore[arg-type]
     assert reporter.config.workeroutput == {inventory.WORKER_KEY: {"declared": {"t.py::test_a": ["fa3"]}, "used": True}}
     assert session.exitstatus == pytest.ExitCode.OK and reporter.failures == {} and reporter.untested == []
 
@@ -321,7 +321,7 @@ def test_a_skipped_must_run_test_without_a_terminal_still_fails_the_run() -> Non
     reporter = _finishing(("cuda",), terminal=None)
     reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    reporter.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    reporter.sessionfinish(session)  # type: ignore[arg-type]
     assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
 
 
@@ -330,13 +330,13 @@ def test_a_collect_only_run_counts_the_planned_skips_of_its_selection() -> None:
     reporter.inventory.plan("t.py::test_a", [Reason("cuda", "no GPU")])
     reporter.inventory.plan("t.py::test_b", [Reason("cuda", "no GPU")])
     reporter.inventory.declare("t.py::test_a", ["cuda"])
-    reporter.pytest_collection_finish(SimpleNamespace(items=[SimpleNamespace(nodeid="t.py::test_a")]))  # type: ignore[arg-type]
+    reporter.collection_finish(SimpleNamespace(items=[SimpleNamespace(nodeid="t.py::test_a")]))  # type: ignore[arg-type]
     assert reporter.selected == ["t.py::test_a"]
-    reporter.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK), 0)  # type: ignore[arg-type]
+    reporter.sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.OK))  # type: ignore[arg-type]
     assert reporter.failures == {"cuda": ["t.py::test_a"]}
     interrupted = _finishing(("cuda",), collectonly=True)  # collection never finished: nothing selected
     interrupted.inventory.plan("t.py::test_a", [Reason("cuda", "no GPU")])
-    interrupted.pytest_sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.INTERRUPTED), 2)  # type: ignore[arg-type]
+    interrupted.sessionfinish(SimpleNamespace(exitstatus=pytest.ExitCode.INTERRUPTED))  # type: ignore[arg-type]
     assert interrupted.inventory.skips == [] and interrupted.failures == {}
 
 
@@ -349,13 +349,13 @@ def test_a_report_that_cannot_be_written_fails_a_passing_run(tmp_path: Any, stat
                                                               after: pytest.ExitCode) -> None:
     reporter = _finishing((), report_path=str(tmp_path))  # a folder: not written
     session = SimpleNamespace(exitstatus=status)
-    reporter.pytest_sessionfinish(session, int(status))  # type: ignore[arg-type]
+    reporter.sessionfinish(session)  # type: ignore[arg-type]
     assert session.exitstatus == after
     assert reporter.report_error == (f"not written at the end of the run: --dsakit-report {str(tmp_path)!r} is a "
                                      f"directory; pass a file path (for example {tmp_path}/report.json)")
     written = _finishing((), report_path=str(tmp_path / "r.json"))
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
-    written.pytest_sessionfinish(session, 0)  # type: ignore[arg-type]
+    written.sessionfinish(session)  # type: ignore[arg-type]
     assert session.exitstatus == pytest.ExitCode.OK and written.report_error is None
     assert (tmp_path / "r.json").is_file()
 
@@ -386,7 +386,7 @@ class _Summary:
 def _summary_of(reporter: InventoryReporter, *, skipped: int = 0, collectonly: bool = False,
                 verbose: int = 0) -> list[tuple[str, tuple[str, ...]]]:
     terminal = _Summary(skipped)
-    reporter.pytest_terminal_summary(terminal, 0, SimpleNamespace(option=SimpleNamespace(  # type: ignore[arg-type]
+    reporter.summary(terminal, SimpleNamespace(option=SimpleNamespace(  # type: ignore[arg-type]
         collectonly=collectonly, verbose=verbose)))
     return terminal.lines
 
@@ -516,21 +516,11 @@ def test_the_recorder_hook_hands_on_skips_always_and_other_outcomes_only_for_a_r
         assert seen == handed
 
 
-def test_the_xdist_hooks_pass_the_device_mark_the_controller_and_merge_each_worker() -> None:
+def test_a_workers_hand_over_merges_into_the_controllers_inventory() -> None:
+    """The controller's inventory starts unknown (declared None: it collects nothing) and takes each
+    worker's declarations and use (the xdist hooks that hand them over are the run's DsakitSession's,
+    tested through pytester under -n 2 in tests/gates/test_skip_inventory.py)."""
     inv = SkipInventory()
-    hooks = inventory.XdistHooks(inv, "sm103")
-    node = SimpleNamespace(workerinput={})
-    hooks.pytest_configure_node(node)
-    assert node.workerinput == {inventory.DEVICE_KEY: "sm103"}
-    for option, worker, unknown in ((SimpleNamespace(dist="load"), False, True), (SimpleNamespace(dist="no"), False, False),
-                                    (SimpleNamespace(), False, False), (SimpleNamespace(dist="load"), True, False)):
-        inv.declared = {}
-        config = SimpleNamespace(option=option, **({"workerinput": {}} if worker else {}))
-        hooks.pytest_configure(config)  # type: ignore[arg-type]
-        assert (inv.declared is None) == unknown
     inv.declared = None
-    hooks.pytest_testnodedown(SimpleNamespace(workeroutput={inventory.WORKER_KEY: {
-        "declared": {"t.py::test_a": ["cuda"]}, "used": True}}), None)
-    hooks.pytest_testnodedown(SimpleNamespace(), None)  # a worker that died before handing anything over
-    hooks.pytest_testnodedown(SimpleNamespace(workeroutput={inventory.WORKER_KEY: {}}), None)
+    inv.merge({"declared": {"t.py::test_a": ["cuda"]}, "used": True})
     assert inv.declared == {"t.py::test_a": ["cuda"]} and inv.used
