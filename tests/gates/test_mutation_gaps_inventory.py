@@ -6,6 +6,7 @@ and a group's lines. The pytester tests in test_skip_inventory.py drive the same
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -524,3 +525,23 @@ def test_a_workers_hand_over_merges_into_the_controllers_inventory() -> None:
     inv.declared = None
     inv.merge({"declared": {"t.py::test_a": ["cuda"]}, "used": True})
     assert inv.declared == {"t.py::test_a": ["cuda"]} and inv.used
+
+
+def test_a_report_write_that_fails_after_its_path_was_accepted_keeps_the_writers_sentence(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path passed output_file's check (at configure and again now); the write itself then fails
+    (a full disk, a permission lost): the summary gets the writer's own sentence (the last real
+    survivor of the mutation run's inventory group, bench/README.md 'Round 2')."""
+    import errno
+    import os
+
+    path = str(tmp_path / "r.json")
+    reporter = _finishing((), report_path=path)
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    reporter.write_report(path)
+    assert reporter.report_error == f"--dsakit-report {path}: not written: Permission denied"
+    assert not list(tmp_path.iterdir()), "the temporary file was left behind"

@@ -501,3 +501,17 @@ def test_the_comments_summary_when_nothing_ran_and_both_runs_broke() -> None:
         "**sm90 (simulated): the pr run (p) collected no tests (pytest exit 5)**",
         "sm90 (simulated): the two runs differ in environment: python: base '3.12' vs pr '3.13'; device: base 'cpu' "
         "vs pr 'sm90'"]
+
+
+def test_a_not_run_group_with_two_notes_names_both() -> None:
+    """Two of SGLang's TileLang messages classify under one code with different notes ("where
+    tilelang is installed", "no device: ..."): the group's where-it-runs names both (the last real
+    survivor of the mutation run's pr_check group, bench/README.md 'Round 2')."""
+    unavailable = _out("skipped", reason="tilelang_kernel unavailable: No module named 'tilelang'")
+    fixture = _out("skipped", reason="DSA tilelang decode requires topk=2048; the shared sparse fixture uses topk=128.")
+    check = _check({}, {"t::a": unavailable, "t::b": fixture}, device="sm90")
+    assert check.pr is not None
+    check.pr.sglang = {"version": "0.5.21"}  # SGLang's messages are classified per release
+    [group] = pr_check._not_run_groups(_pr_check(check))
+    assert group.code == "module:tilelang"
+    assert "where tilelang is installed; no device: " in group.runs_on, group.runs_on
