@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, KeysView
-from dataclasses import FrozenInstanceError
 from enum import Enum
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.reasons import FrozenRecord
 
 
 class Role(str, Enum):
@@ -60,7 +60,7 @@ def validate_roles_option(spec: str, *, what: str = "--dsakit-roles", collecting
     raise pytest.UsageError(message)
 
 
-class Factory:
+class Factory(FrozenRecord):
     """A default computed when first read, from the mock runner being built (lazy torch).
     A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
     creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
@@ -74,20 +74,6 @@ class Factory:
     build: Callable[[Any], Any]
     describe: str
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
-
     def _compared(self) -> tuple[Any, ...]:
         return (self.build, self.describe)
 
@@ -99,7 +85,7 @@ NAMESPACE = "namespace"
 """Type of an entry whose value is a strict nested object built from the entries below it."""
 
 
-class ContractEntry:
+class ContractEntry(FrozenRecord):
     """One attribute a backend may read from `model_runner`.
 
     path     dotted path below the runner: "max_running_requests", "model_config.context_len"
@@ -163,20 +149,6 @@ class ContractEntry:
     feature: str
     set_outside_runner: str
     device_reads: tuple[tuple[str, tuple[str, ...]], ...]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.path, self.type, self.target, self.draft, self.optional, self.readers, self.note,

@@ -9,8 +9,9 @@ is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError
 from typing import Any, Literal, Protocol
+
+from dsakit.reasons import FrozenRecord
 
 Vendor = Literal["nvidia", "amd", "cpu"]
 
@@ -18,7 +19,7 @@ Answer = bool | int | str | tuple[int, int] | tuple[None, None] | None
 """What a probe answers: a flag, an SM number, a capability pair, a dtype name, or None (CPU)."""
 
 
-class DeviceEntry:
+class DeviceEntry(FrozenRecord):
     """One simulated device.
 
     sm              the capability torch reports (AMD reports one too: gate AMD by `gfx`)
@@ -58,20 +59,6 @@ class DeviceEntry:
     multiprocessors: int
     aliases: tuple[str, ...]
     pr_gate: bool
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_gib, self.toolkit,
@@ -147,7 +134,7 @@ class Device(Protocol):
     def toolkit(self) -> str | None: ...
 
 
-class ProbeAnswer:
+class ProbeAnswer(FrozenRecord):
     """One question SGLang's probes ask, answered from a device's facts (`value`).
     A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
     creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
@@ -161,20 +148,6 @@ class ProbeAnswer:
     code: str
     meaning: str
     value: Callable[[Device], Answer]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.code, self.meaning, self.value)

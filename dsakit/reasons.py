@@ -1,7 +1,9 @@
 """Reasons as data: why a test skipped, why a configuration is invalid, why a contract failed.
 
 A reason has a stable machine code (grouped and counted by reports) and a sentence a person can
-act on: what is missing and what would cover the case instead. Never imports torch or SGLang.
+act on: what is missing and what would cover the case instead. Also the base every declared record
+of dsakit shares (`FrozenRecord`: frozen, equal and hashed by its fields). Never imports torch or
+SGLang.
 """
 
 from __future__ import annotations
@@ -10,18 +12,12 @@ from dataclasses import FrozenInstanceError
 from typing import Any
 
 
-class Reason:
-    """A frozen record (equal, hashable and shown by its fields, as a frozen dataclass). A plain
-    class, not a dataclass: creating a dataclass compiles its generated methods, ~3-5 M instructions
-    in every run that loads it (bench/README.md, "Kit overhead")."""
-
-    __match_args__ = ("code", "message")
-
-    def __init__(self, code: str, message: str) -> None:
-        self.__dict__.update(code=code, message=message)
-
-    code: str
-    message: str
+class FrozenRecord:
+    """The base of dsakit's declared records (a reason, a device entry, a gate, a contract entry,
+    ...): fields set once in `__init__` (`self.__dict__.update(...)`), then frozen; equal and
+    hashable by `_compared()`, the record's own field tuple, as a frozen dataclass. A plain class,
+    not a dataclass: creating a dataclass compiles its generated methods, ~3-5 M instructions in
+    every run that loads it (bench/README.md, "Kit overhead")."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -32,10 +28,28 @@ class Reason:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.code, self.message) == (other.code, other.message)
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
-        return hash((self.code, self.message))
+        return hash(self._compared())
+
+    def _compared(self) -> tuple[Any, ...]:
+        raise NotImplementedError(f"{type(self).__qualname__} names its fields in _compared()")
+
+
+class Reason(FrozenRecord):
+    """Why: a stable code and a sentence (a frozen record)."""
+
+    __match_args__ = ("code", "message")
+
+    def __init__(self, code: str, message: str) -> None:
+        self.__dict__.update(code=code, message=message)
+
+    code: str
+    message: str
+
+    def _compared(self) -> tuple[Any, ...]:
+        return (self.code, self.message)
 
     def __repr__(self) -> str:
         return f"{type(self).__qualname__}(code={self.code!r}, message={self.message!r})"

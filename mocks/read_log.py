@@ -9,8 +9,9 @@ their log in `workeroutput`, the controller merges it). Never imports torch or S
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import FrozenInstanceError
 from typing import Any
+
+from dsakit.reasons import FrozenRecord
 
 SOFT = "soft-read"
 UNDECLARED = "undeclared-read"
@@ -18,7 +19,7 @@ OMITTED = "omitted-read"
 WRITE = "undeclared-write"
 
 
-class ContractRead:
+class ContractRead(FrozenRecord):
     """One read (or write) a strict mock could not serve.
     A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
     creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
@@ -33,20 +34,6 @@ class ContractRead:
     role: str
     path: str
     site: str
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.kind, self.role, self.path, self.site)

@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import FrozenInstanceError
 from pathlib import Path
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -27,13 +26,14 @@ from typing import Any
 from dsakit.errors import UsageError
 from dsakit.options import environment
 from dsakit.devices import DEVICES, DeviceEntry, Vendor, aliases, entry_key, keys_text
+from dsakit.reasons import FrozenRecord
 
 REAL = "real"
 
 _GIB = 1 << 30
 
 
-class DeviceModel:
+class DeviceModel(FrozenRecord):
     """One accelerator as gates see it.
 
     `sm` is the capability as the runtime reports it (AMD reports one too, which is why AMD is
@@ -67,20 +67,6 @@ class DeviceModel:
     toolkit: str | None
     device_count: int
     simulated: bool
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_bytes, self.toolkit,

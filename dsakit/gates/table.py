@@ -14,13 +14,12 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import FrozenInstanceError
 from pathlib import Path
 from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.errors import UsageError
-from dsakit.reasons import Reason
+from dsakit.reasons import FrozenRecord, Reason
 
 GateKind = Literal["device", "module", "jit", "sglang", "expression"]
 
@@ -28,7 +27,7 @@ GateKind = Literal["device", "module", "jit", "sglang", "expression"]
 Check = Callable[[DeviceModel], "str | None"]
 
 
-class Gate:
+class Gate(FrozenRecord):
     """One gate: `requirement` says what must hold, `covered_by` what covers the case instead
     (said neutrally: it is shown to any suite's skipped tests, not only dsakit's own).
 
@@ -57,20 +56,6 @@ class Gate:
     covered_by: str
     device_checks: tuple[Check, ...]
     env_checks: tuple[Check, ...]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.code, self.kind, self.requirement, self.covered_by)

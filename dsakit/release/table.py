@@ -4,7 +4,7 @@ dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 st
 so code asks for *features*, never for version numbers. Every check reads source files (text or
 AST, through `dsakit.release.source`) of the installed package or of a source tree: nothing here
 imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
-imported on this machine. A leaf of the layering (imports only dsakit.errors and the source
+imported on this machine. A leaf of the layering (imports only dsakit.errors, dsakit.reasons and the source
 index): the gates, the SGLang adapters in
 dsakit.sglang_facts, dsakit.simulation, top-k, node and audit all read it.
 """
@@ -17,12 +17,12 @@ import importlib.metadata
 import importlib.util
 import re
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError
 from typing import Any
 from pathlib import Path
 
 from dsakit.release import source as sglang_source
 from dsakit.errors import UsageError
+from dsakit.reasons import FrozenRecord
 
 MODEL_RUNNER_FILE = "srt/model_executor/model_runner.py"
 DSA_BACKEND_FILE = "srt/layers/attention/dsa_backend.py"
@@ -117,7 +117,7 @@ def releases_between(first: str, last: str, releases: tuple[str, ...] | None = N
     return tuple(r for r in (SUPPORTED_RELEASES if releases is None else releases) if low <= release_key(r) <= high)
 
 
-class Feature:
+class Feature(FrozenRecord):
     """A checked capability of the SGLang source; `missing` says what lacks it and what has it.
     A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
     creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
@@ -131,20 +131,6 @@ class Feature:
     code: str
     description: str
     missing: str
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.code, self.description, self.missing)
@@ -334,7 +320,7 @@ def _called_name(call: ast.Call) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-class SGLangRelease:
+class SGLangRelease(FrozenRecord):
     """One SGLang source tree: the installed package or an unpacked one.
 
     `package_dir` is the directory of the `sglang` package itself (holding `srt/`).
@@ -350,20 +336,6 @@ class SGLangRelease:
 
     package_dir: Path
     version: str
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._compared() == other._compared()
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
         return (self.package_dir, self.version)

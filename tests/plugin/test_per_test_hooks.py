@@ -54,10 +54,11 @@ def test_an_unused_session_pays_no_hook_call_per_test_and_loads_little(pytester:
     facts = _facts(result)
     assert facts["hooks"] == {hook: [] for hook in PER_TEST}
     loaded = set(facts["modules"])
-    # the gate table, the device model, GPU pinning, fault isolation, reasons, output paths and the
-    # contract load on first use (pinning and the xdist hand-overs: when asked for / distributing)
+    # the gate table, the device model, GPU pinning, fault isolation, output paths and the contract
+    # load on first use (pinning and the xdist hand-overs: when asked for / distributing); the device
+    # table (the options' help) loads, with the import-free base of its records (dsakit.reasons)
     for module in ("dsakit.gates.table", "dsakit.gates.device_model", "dsakit.node.gpu_pinning",
-                   "dsakit.node.fault_isolation", "dsakit.reasons", "dsakit.output_paths",
+                   "dsakit.node.fault_isolation", "dsakit.output_paths",
                    "dsakit.mocks.read_log", "dsakit.contracts.model_runner_contract"):
         assert module not in loaded, sorted(loaded)
     assert set(facts["rewritten"]) <= {"dsakit", "dsakit.plugin"}
