@@ -74,9 +74,13 @@ _GRAPHS = _Graphs()
 _TALLY: dict[str, dict[str, int]] = {}
 
 
-def _count(kind: str, entry: KernelEntry) -> None:
+def _count(kind: str, kernel: str, n: int = 1) -> None:
     per_kernel = _TALLY.setdefault(kind, {})
-    per_kernel[entry.kernel] = per_kernel.get(entry.kernel, 0) + 1
+    per_kernel[kernel] = per_kernel.get(kernel, 0) + n
+
+
+def _tally_copy() -> dict[str, dict[str, int]]:
+    return {kind: dict(counts) for kind, counts in _TALLY.items()}
 
 
 def _guard_graphs(patches: Patches, torch: Any) -> None:
@@ -105,9 +109,9 @@ def _guard_graphs(patches: Patches, torch: Any) -> None:
     def checked_replay(self: Any) -> Any:
         for entry, arguments, site in _GRAPHS.launches.get(self, ()):
             found = violations(entry, arguments)
-            _count("replay", entry)
+            _count("replay", entry.kernel)
             if found:
-                _count("refused", entry)
+                _count("refused", entry.kernel)
                 raise violation(entry, found, site, " when this CUDA graph replays (its captured static buffers "
                                 "now hold these values)")
         return replay(self)
@@ -135,9 +139,9 @@ def guarded(entry: KernelEntry, original: Callable[..., Any]) -> Callable[..., A
             arguments: dict[str, Any] = dict(bound.arguments)
             graph = _GRAPHS.capturing()
             found = violations(entry, arguments, values=graph is None)
-            _count("launch", entry)
+            _count("launch", entry.kernel)
             if found:
-                _count("refused", entry)
+                _count("refused", entry.kernel)
                 raise violation(entry, found, caller_site())
             if graph is not None:
                 _GRAPHS.launches.setdefault(graph, []).append((entry, arguments, caller_site()))
@@ -184,13 +188,13 @@ class LaunchGuard:
     def pytest_sessionfinish(self) -> None:
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: the controller's summary counts its launches
-            workeroutput[TALLY_KEY] = {kind: dict(counts) for kind, counts in _TALLY.items()}
+            workeroutput[TALLY_KEY] = _tally_copy()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any) -> None:
         for kind, counts in (getattr(node, "workeroutput", None) or {}).get(TALLY_KEY, {}).items():
             for kernel, count in counts.items():
-                _TALLY.setdefault(kind, {})[kernel] = _TALLY.get(kind, {}).get(kernel, 0) + count
+                _count(kind, kernel, count)
 
     def pytest_unconfigure(self) -> None:
         self.uninstall()
@@ -210,7 +214,7 @@ class LaunchGuard:
         self.patches.restore()
 
     def summary(self) -> Mapping[str, Any]:
-        return {"wrapped": list(self.wrapped), "tally": {kind: dict(counts) for kind, counts in _TALLY.items()}}
+        return {"wrapped": list(self.wrapped), "tally": _tally_copy()}
 
 
 TALLY_KEY = "dsakit_kernel_contracts"
