@@ -269,25 +269,36 @@ class DsakitSession:
         self._register("dsakit-whole-run", run)
 
     def start_per_test_hooks(self) -> None:
-        """Once per run that uses dsakit: the skip recorder and fault isolation, whose report edit runs
-        inside the report wrapper (one wrapper per test phase, from the first import of torch or a
-        simulation); a run that uses nothing of dsakit pays no hook call per test."""
+        """Once per run that uses dsakit: the skip inventory's source and fault isolation, whose report
+        edit runs inside the report wrapper (one wrapper per test phase, from the first import of torch
+        or a simulation). The skips are read from the terminal reporter's reports at the end (a worker's
+        reach its controller), so only a run recording every outcome (`--dsakit-report`), or one without
+        a terminal reporter, pays the recorder's hook call per test phase."""
         if self.per_test_started or self.gates is None or self.reporter is None:
             return
         self.per_test_started = True
         self.gates.on_use = None
-        from dsakit.gates.inventory import SkipRecorder
         from dsakit.node.fault_isolation import PLUGIN_NAME, FaultIsolation
 
-        # started after configure, the recorder first counts the skips the terminal reporter holds
-        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-        for report in getattr(terminal, "stats", {}).get("skipped", ()):
-            self.reporter.log_report(report)
-        self._register("dsakit-skip-recorder", SkipRecorder(self.reporter))
+        if not self.is_worker:  # a worker's reports reach its controller, which records them
+            self._start_skip_recording(self.reporter)
         self.fault_isolation = FaultIsolation(self.config)
         assert self.report_wrapper is not None
         self.report_wrapper.add_edit(self.fault_isolation.edit_report)
         self._register(PLUGIN_NAME, self.fault_isolation)
+
+    def _start_skip_recording(self, reporter: InventoryReporter) -> None:
+        manager = self.config.pluginmanager
+        if not reporter.records_every_outcome and manager.has_plugin("terminal"):  # not -p no:terminal
+            reporter.reads_kept_reports = True  # the terminal reporter's, every one so far and to come, at the end
+            return
+        from dsakit.gates.inventory import SkipRecorder
+
+        # started after configure, the recorder first counts the skips the terminal reporter holds
+        terminal = manager.get_plugin("terminalreporter")
+        for report in getattr(terminal, "stats", {}).get("skipped", ()):
+            reporter.log_report(report)
+        self._register("dsakit-skip-recorder", SkipRecorder(reporter))
 
     # ------------------------------------------------------------ what the plugin hands on
 

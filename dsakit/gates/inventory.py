@@ -1,7 +1,8 @@
 """The skip inventory: every skip pytest counts (subtests too), each once, grouped by its cause.
 
 Owns: recording skips (on the xdist controller too, from every forwarded report, so a crashed
-worker's skips stay) and declared gates, the xdist hand-over, the "dsakit skip inventory" section,
+worker's skips stay: read at the end of the run from the reports pytest's terminal reporter keeps,
+or per report where every outcome is recorded) and declared gates, the xdist hand-over, the "dsakit skip inventory" section,
 the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's and subtest's
 outcome, gates and skip cause, the skip groups and paragraph), `--dsakit-must-run` and the header
 line. What a skip's cause is and how skips group: `dsakit.gates.skip_causes`, read at the end of
@@ -142,6 +143,14 @@ class SkipInventory:
             reasons = tuple(reasons_from_message(message))
         self.skips.append(Skip(test, report.nodeid, message, reasons))
 
+    def record_kept(self, kept: dict[Any, list[Any]]) -> None:
+        """Every skipped test phase among the reports a terminal reporter kept (its `stats`: each
+        report once, under its category), in the order they were kept within a category."""
+        for reports in list(kept.values()):
+            for report in reports:
+                if isinstance(report, pytest.TestReport) and report.skipped:
+                    self.record(report)
+
     def add_planned(self, selected: Iterable[str]) -> None:
         """Collect-only runs: count what collection decided would skip, for the selected tests only
         (gates are applied before pytest-split deselects another shard's tests)."""
@@ -253,6 +262,9 @@ class InventoryReporter:
         self.untested: list[str] = []  # must-run codes with no collected test behind them
         self.report_error: str | None = None
         self._recorder: OutcomeRecorder | None = None  # made when the first outcome is recorded
+        # the skips are read at the end from the reports the terminal reporter kept (else each report
+        # is handed to `log_report` as it happens, or the run does not use dsakit)
+        self.reads_kept_reports = False
         self.selected: list[str] = []
         self.is_worker = hasattr(config, "workerinput")
 
@@ -265,6 +277,12 @@ class InventoryReporter:
             self._recorder = OutcomeRecorder()
         return self._recorder
 
+    @property
+    def records_every_outcome(self) -> bool:
+        """`--dsakit-report` on a controller or a single process: every test's outcome, report by
+        report (a worker's reports reach its controller, which records them)."""
+        return bool(self.report_path) and not self.is_worker
+
     def header_lines(self) -> list[str]:
         # a run that set no dsakit option gets no line (and no device probe) at start-up; the
         # inventory section names the device once a gate skipped something
@@ -276,7 +294,7 @@ class InventoryReporter:
         # `node`): recording it here keeps the skips of a worker that dies later, and of a run
         # interrupted with Ctrl-C, whose workeroutput never arrives.
         self.inventory.record(report)
-        if self.report_path and not self.is_worker:
+        if self.records_every_outcome:
             # every test's outcome, from this process's reports and the workers' that arrive here
             self.recorder.record(report)
 
@@ -289,6 +307,10 @@ class InventoryReporter:
         if self.is_worker:
             self.config.workeroutput[WORKER_KEY] = self.inventory.worker_data()  # type: ignore[attr-defined]
             return
+        if self.reads_kept_reports:
+            self.reads_kept_reports = False  # read once
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            self.inventory.record_kept(getattr(terminal, "stats", {}))
         if self.config.option.collectonly:
             self.inventory.add_planned(self.selected)
         self.failures = self.inventory.skipped_behind(self.must_run)
@@ -462,16 +484,16 @@ class InventoryReporter:
 
 class SkipRecorder:
     """The reporter's one per-test hook, registered only where the run uses dsakit (a dsakit
-    option, a collected test using a dsakit fixture, marker or gate, a `require()` call) and on an
-    xdist controller, which cannot know before its workers report: a run that uses nothing of
-    dsakit pays no hook call per test."""
+    option, a collected test using a dsakit fixture, marker or gate, a `require()` call) and
+    records every outcome (`--dsakit-report`), or where no terminal reporter keeps the reports (`-p
+    no:terminal`); else the skips are read from the terminal reporter's at the end of the run: a
+    run pays no dsakit hook call per test phase (bench/bench_kit_overhead.py)."""
 
     def __init__(self, reporter: InventoryReporter) -> None:
         self.reporter = reporter
-        # every report only where `--dsakit-report` records each outcome (not on a worker, whose
-        # reports the controller records); else only skips concern the inventory, and a passed or
-        # failed phase costs one comparison (bench/bench_kit_overhead.py)
-        self.every_outcome = bool(reporter.report_path) and not reporter.is_worker
+        # every report only where `--dsakit-report` records each outcome; else only skips concern
+        # the inventory, and a passed or failed phase costs one comparison
+        self.every_outcome = reporter.records_every_outcome
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.every_outcome or report.outcome == "skipped":

@@ -1,7 +1,9 @@
 """What every test and every session pays for the plugin (bench/bench_kit_overhead.py measures it):
 a run that uses nothing of dsakit gets no hook call per test phase and loads a handful of modules,
-none through the assertion-rewriting hook but the plugin's own; a run that uses dsakit adds the skip
-recorder, and fault isolation's setup hook waits for a poisoned context. The report wrapper starts
+none through the assertion-rewriting hook but the plugin's own; a run that uses dsakit reads its
+skips from the terminal reporter's reports at the end (the skip recorder's hook only where every
+outcome is recorded, or no terminal reporter keeps them), and fault isolation's setup hook waits for
+a poisoned context. The report wrapper starts
 once torch or a device simulation is imported (in the phase that imports it) or a conftest answers
 `pytest_dsakit_device_fault`.
 """
@@ -65,7 +67,7 @@ def test_an_unused_session_pays_no_hook_call_per_test_and_loads_little(pytester:
     assert "dsakit skip inventory" not in result.stdout.str()
 
 
-def test_a_session_using_dsakit_adds_only_the_skip_recorder(pytester: pytest.Pytester) -> None:
+def test_a_session_using_dsakit_adds_no_hook_call_per_test_phase(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(facts_helper=FACTS, test_used=(
         "from facts_helper import facts\n\n"
         "def test_a(request, target_runner):\n    facts(request.config)\n"))
@@ -76,7 +78,34 @@ def test_a_session_using_dsakit_adds_only_the_skip_recorder(pytester: pytest.Pyt
     # fault isolation edits reports inside the one wrapper, which waits for torch; its setup hook
     # waits for a poisoned context
     assert hooks == {"pytest_runtest_setup": [], "pytest_runtest_call": [], "pytest_runtest_teardown": [],
-                     "pytest_runtest_makereport": [], "pytest_runtest_logreport": ["dsakit-skip-recorder"]}
+                     "pytest_runtest_makereport": [], "pytest_runtest_logreport": []}
+
+
+GATED = ("import dsakit\nfrom facts_helper import facts\n\n"
+         "def test_a(request):\n    facts(request.config)\n\n"
+         "@dsakit.gate('rocm')\ndef test_rocm():\n    pass\n")
+
+
+@pytest.mark.parametrize(("args", "recorder"), [
+    ((), []),
+    (("--dsakit-report", "r.json"), ["dsakit-skip-recorder"]),  # every outcome, report by report
+    (("-p", "no:terminal"), ["dsakit-skip-recorder"]),  # no terminal reporter keeps the reports
+], ids=["skips-read-at-the-end", "report", "no-terminal"])
+def test_the_skip_recorders_hook_runs_only_where_no_kept_report_serves(
+        pytester: pytest.Pytester, args: tuple[str, ...], recorder: list[str]) -> None:
+    """Each way the skip inventory gets its reports counts the gated skip: the must-run verdict fails
+    the run on it (exit 1), with and without the terminal reporter."""
+    pytester.makepyfile(facts_helper=FACTS, test_gated=GATED)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:xdist", "-s",
+                                           "--dsakit-must-run=rocm", *args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    hooks = _facts(result)["hooks"]
+    assert isinstance(hooks, dict) and hooks["pytest_runtest_logreport"] == recorder
+    if "no:terminal" not in args:
+        result.stdout.fnmatch_lines(["*1 passed, 1 skipped, 1 --dsakit-must-run gate(s) failed*"])
+    if "--dsakit-report" in args:
+        written = json.loads((pytester.path / "r.json").read_text())
+        assert written["skips"]["total"] == 1
 
 
 LATE_TORCH = """
@@ -139,13 +168,13 @@ def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s", "--dsakit-must-run=cuda")
     result.assert_outcomes(passed=1)
     hooks = _facts(result)["hooks"]
-    assert isinstance(hooks, dict) and hooks["pytest_runtest_logreport"] == ["dsakit-skip-recorder"]
+    assert isinstance(hooks, dict) and hooks["pytest_runtest_logreport"] == []  # skips: read at the end
     assert "dsakit.node.fault_isolation" in _facts(result)["modules"]
 
 
 def test_require_in_a_session_that_collected_nothing_of_dsakit_inventories_every_skip(
         pytester: pytest.Pytester) -> None:
-    """The skip recorder starts at the first `require()`; the skips before it still count (the
+    """The skip inventory starts at the first `require()`; the skips before it still count (the
     terminal reporter's), as they did when the recorder ran from configure."""
     pytester.makepyfile(test_late=(
         "import pytest\nimport dsakit\n\n"
