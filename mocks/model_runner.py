@@ -13,7 +13,7 @@ from typing import Any
 from dsakit.contracts.extension import active_contract
 from dsakit.contracts.schema import Contract, Role
 from dsakit.errors import UsageError
-from dsakit.mocks.strict_node import _NO_PLAN, StrictNamespace
+from dsakit.mocks.strict_node import _NO_PLAN, StrictNamespace, unsealed
 
 _NOTHING_OMITTED: frozenset[str] = frozenset()
 
@@ -39,6 +39,8 @@ class MockModelRunner(StrictNamespace):
     # what it was built from (role, overrides, omit) and the writes made since, by path: a copy
     # or an unpickled runner is rebuilt from them (`__reduce__`)
     __slots__ = ("_dsakit_args", "_dsakit_writes")
+    _dsakit_args: tuple[str, dict[str, Any], frozenset[str]]
+    _dsakit_writes: dict[str, Any]
 
     def __init__(
         self,
@@ -94,11 +96,11 @@ class MockModelRunner(StrictNamespace):
         """`MockModelRunner(role)`: nothing overridden or omitted, the session's contract. What the
         runner fixtures build for every test, without the keyword checks that need no check here
         (half the cost of a construction; bench/bench_kit_overhead.py)."""
-        runner = object.__new__(cls)
-        runner._dsakit_setup(active_contract(), "", role, None, _NO_PLAN, _NOTHING_OMITTED)
-        set_ = object.__setattr__
-        set_(runner, "_dsakit_args", (role._value_, {}, _NOTHING_OMITTED))  # _value_: Role.value without the property call
-        set_(runner, "_dsakit_writes", {})
+        runner = object.__new__(unsealed(cls))  # filled with plain slot stores, then sealed
+        runner._dsakit_fill(active_contract(), "", role, None, _NO_PLAN, _NOTHING_OMITTED)
+        runner._dsakit_args = (role._value_, {}, _NOTHING_OMITTED)  # _value_: Role.value without the property call
+        runner._dsakit_writes = {}
+        runner.__class__ = cls
         return runner
 
     @classmethod

@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory, Role, type_matches
 from dsakit import active
@@ -147,6 +147,14 @@ class StrictNamespace:
         "_dsakit_contract", "_dsakit_path", "_dsakit_role", "_dsakit_root", "_dsakit_values", "_dsakit_omit",
         "_dsakit_building", "_dsakit_plan",
     )
+    _dsakit_contract: Contract
+    _dsakit_path: str
+    _dsakit_role: Role
+    _dsakit_root: StrictNamespace | None
+    _dsakit_values: dict[str, Any] | None
+    _dsakit_omit: frozenset[str]
+    _dsakit_building: int
+    _dsakit_plan: _Plan
 
     def __init__(
         self,
@@ -157,22 +165,26 @@ class StrictNamespace:
         overrides: Mapping[str, Any],
         omit: frozenset[str],
     ) -> None:
-        self._dsakit_setup(contract, path, role, root, _plan(contract, path, role, overrides), omit)
+        plan = _plan(contract, path, role, overrides)
+        sealed = type(self)
+        object.__setattr__(self, "__class__", unsealed(sealed))
+        self._dsakit_fill(contract, path, role, root, plan, omit)
+        self.__class__ = sealed
 
-    def _dsakit_setup(
+    def _dsakit_fill(
         self, contract: Contract, path: str, role: Role, root: StrictNamespace | None, plan: _Plan, omit: frozenset[str]
     ) -> None:
-        set_ = object.__setattr__
-        set_(self, "_dsakit_contract", contract)
-        set_(self, "_dsakit_path", path)
-        set_(self, "_dsakit_role", role)
+        """Set the fields of a node that is still its class's twin (`unsealed`): plain slot stores."""
+        self._dsakit_contract = contract
+        self._dsakit_path = path
+        self._dsakit_role = role
         # None for the runner itself: no self-reference cycle, so an untouched runner is freed at
         # once by reference counting instead of waiting for the cyclic GC
-        set_(self, "_dsakit_root", root)
-        set_(self, "_dsakit_omit", omit)
-        set_(self, "_dsakit_building", 0)  # >0 while a contract default is built (on the root)
-        set_(self, "_dsakit_plan", plan)
-        set_(self, "_dsakit_values", None)  # None until first access: _dsakit_materialize
+        self._dsakit_root = root
+        self._dsakit_omit = omit
+        self._dsakit_building = 0  # >0 while a contract default is built (on the root)
+        self._dsakit_plan = plan
+        self._dsakit_values = None  # None until first access: _dsakit_materialize
 
     def _dsakit_materialize(self) -> dict[str, Any]:
         """This namespace's values: its direct overrides, every other declared name unset. Nested
@@ -184,9 +196,10 @@ class StrictNamespace:
 
     def _dsakit_child(self, entry: ContractEntry, root: StrictNamespace) -> StrictNamespace:
         """The nested namespace of a namespace entry, with the overrides validated for it at construction."""
-        child = object.__new__(StrictNamespace)
+        child = object.__new__(unsealed(StrictNamespace))
         plan = self._dsakit_plan[1].get(entry.name, _NO_PLAN)
-        child._dsakit_setup(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
+        child._dsakit_fill(self._dsakit_contract, entry.path, self._dsakit_role, root, plan, self._dsakit_omit)
+        child.__class__ = StrictNamespace
         return child
 
     def _dsakit_become(self, role: Role) -> None:
@@ -324,3 +337,21 @@ class StrictNamespace:
     def __repr__(self) -> str:
         where = f"model_runner.{self._dsakit_path}" if self._dsakit_path else "model_runner"
         return f"<strict {where} role={self._dsakit_role.value}>"
+
+
+_Node = TypeVar("_Node", bound=StrictNamespace)
+_UNSEALED: dict[type[Any], type[Any]] = {}
+
+
+def unsealed(cls: type[_Node]) -> type[_Node]:
+    """`cls`'s twin without the strict `__setattr__` (object's own, in C): the same slots, so a node
+    is filled as the twin with plain slot stores, then becomes a `cls` by one `__class__` assignment.
+    A slot store costs ~100 instructions, `object.__setattr__` (the strict class's only way in)
+    ~1,400, and the runner fixtures build a runner for every test (bench/README.md, "Kit overhead")."""
+    twin = _UNSEALED.get(cls)
+    if twin is None:
+        twin = _UNSEALED[cls] = type(f"Unsealed{cls.__name__}", (cls,), {
+            "__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__,
+            "__module__": cls.__module__,
+            "__doc__": f"A {cls.__name__} being built (dsakit.mocks.strict_node.unsealed)."})
+    return twin
