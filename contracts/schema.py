@@ -21,11 +21,11 @@ class Role(str, Enum):
 
     @classmethod
     def parse(cls, name: str | Role) -> Role:
-        if isinstance(name, Role):
-            return name
         role = _ROLES_BY_VALUE.get(name) if type(name) is str else None
         if role is not None:  # the exact value, as the fixtures pass it: no Enum lookup
             return role
+        if isinstance(name, Role):
+            return name
         try:
             return cls(str(name).strip().lower())
         except ValueError:
