@@ -87,6 +87,20 @@ class Skip:
         return f"Skip(test={self.test!r}, message={self.message!r}, reasons={self.reasons!r})"
 
 
+class MustRunFailure:
+    """A `--dsakit-must-run` gate whose tests skipped, as an entry of the terminal reporter's `stats`
+    (counted in pytest's final line). An object with an instance dict, like a report: plugins read
+    every entry so (Hypothesis's summary reads `entry.__dict__`; a plain string there crashed the end
+    of the run on a node with Hypothesis installed)."""
+
+    def __init__(self, code: str, tests: list[str]) -> None:
+        self.code = code
+        self.tests = tests
+
+    def __repr__(self) -> str:
+        return f"MustRunFailure(code={self.code!r}, tests={self.tests!r})"
+
+
 class SkipInventory:
     """The skips of one process (or, on the xdist controller, of all workers: their reports are
     forwarded to it as they happen), each counted once, as pytest counts them."""
@@ -323,7 +337,8 @@ class InventoryReporter:
         if self.failures and terminal is not None:
             # counted in pytest's final line, which the terminal reporter writes after this
             # trylast hook
-            terminal.stats.setdefault(MUST_RUN_STAT, []).extend(self.failures)
+            terminal.stats.setdefault(MUST_RUN_STAT, []).extend(
+                MustRunFailure(code, tests) for code, tests in self.failures.items())
         if self.report_path:
             self.write_report(self.report_path)
             if self.report_error and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):

@@ -186,6 +186,28 @@ def test_controller_records_forwarded_worker_reports() -> None:
     assert inventory.skipped_behind(["cuda"]) == {"cuda": ["t.py::test_a"]}
 
 
+# what Hypothesis's pytest plugin does at the end of every run (_hypothesis_pytestplugin.py,
+# pytest_terminal_summary): read every entry the terminal reporter keeps through its instance dict
+READS_EVERY_STATS_ENTRY = """
+def pytest_terminal_summary(terminalreporter):
+    seen = [type(entry).__name__ for entries in terminalreporter.stats.values() for entry in entries
+            if entry.__dict__.get("hypothesis-statistics") is None]
+    terminalreporter.write_line(f"read {len(seen)} stats entries")
+"""
+
+
+def test_a_failed_must_run_gate_is_a_stats_entry_other_plugins_can_read(pytester: pytest.Pytester) -> None:
+    """On the H200 (Hypothesis installed) the must-run failure was a string among the terminal
+    reporter's entries and Hypothesis's summary crashed the end of the run with an AttributeError."""
+    pytester.makeconftest(READS_EVERY_STATS_ENTRY)
+    pytester.makepyfile("import dsakit\n\n@dsakit.gate('rocm')\ndef test_rocm():\n    pass\n\n"
+                        "def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:xdist", "--dsakit-must-run=rocm")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["read * stats entries", "*1 passed, 1 skipped, 1 --dsakit-must-run gate(s) failed*"])
+    assert "AttributeError" not in result.stdout.str() + result.stderr.str()
+
+
 def test_must_run_names_gates_no_test_sits_behind(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import dsakit\n\n@dsakit.gate('cuda')\ndef test_cuda():\n    pass\n")
     result = pytester.runpytest(*PLUGIN, "--dsakit-device=sm90", "--dsakit-must-run=cuda,cuda-graphs")
