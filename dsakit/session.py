@@ -408,7 +408,7 @@ class DsakitSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         from dsakit.gates.inventory import WORKER_KEY
-        from dsakit.mocks import read_log
+        import dsakit.mocks.read_log as read_log  # the module sys.modules holds (see dsakit.mocks.strict_node)
 
         data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
         if data and self.gates is not None:

@@ -20,7 +20,9 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Factory,
 from dsakit import active
 from dsakit.errors import ContractViolation, UsageError
 from dsakit.mocks.call_site import call_site
-from dsakit.mocks import read_log
+# not `from dsakit.mocks import read_log`: that takes a stale package attribute where sys.modules lost
+# the module (pytester's in-process runs drop it), and the run's summary would not find the reads
+import dsakit.mocks.read_log as read_log
 
 if TYPE_CHECKING:
     from dsakit.contracts.runner_sites import RunnerSite
