@@ -159,7 +159,7 @@ def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pyteste
     assert WrapperStart.find_spec(WrapperStart.__new__(WrapperStart), "json") is None  # a finder that finds nothing
     from dsakit.node.fault_isolation import PLUGIN_NAME, start
 
-    assert PLUGIN_NAME in start(pytester.parseconfig(), lambda edit: None)  # the name the wrapper ignores
+    assert PLUGIN_NAME in start(pytester.parseconfig(*PLUGIN), lambda edit: None)  # the name the wrapper ignores
 
 
 def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest.Pytester) -> None:
