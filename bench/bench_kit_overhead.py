@@ -459,6 +459,28 @@ def _tree_env(env: dict[str, str], tree: str | None) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), tree, *rest])}
 
 
+def instructions_over_seeds(cells: int, trees: dict[str, str | None], seeds: int) -> dict[str, Any]:
+    """`instructions` once per hash seed (PYTHONHASHSEED 0 .. seeds-1): the string hashes, and with
+    them set and dict orders, move a run's count by ~0.1% (measured: 4,352-4,360 M for the same
+    variant over four seeds), which is as large as the differences this bench looks for. Each
+    variant's median over the seeds, and its lowest and highest count."""
+    runs = []
+    before = os.environ.get("PYTHONHASHSEED")
+    try:
+        for seed in range(seeds):
+            os.environ["PYTHONHASHSEED"] = str(seed)  # the children inherit it (_env)
+            runs.append(instructions(cells, trees))
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = before
+    return {"median": {key: int(statistics.median(run[key] for run in runs)) for key in runs[0]},
+            "low": {key: min(run[key] for run in runs) for key in runs[0]},
+            "high": {key: max(run[key] for run in runs) for key in runs[0]},
+            "seeds": seeds, "runs": runs}
+
+
 def instructions(cells: int, trees: dict[str, str | None]) -> dict[str, int]:
     """Each variant's full run once under valgrind's callgrind: instructions executed (Ir). Unlike
     wall or CPU time this count does not move with the neighbours' load on a shared box (~50x
@@ -490,12 +512,27 @@ def instructions(cells: int, trees: dict[str, str | None]) -> dict[str, int]:
     return counts
 
 
-def instructions_markdown(counts: dict[str, int], cells: int) -> str:
+def instructions_markdown(counts: dict[str, int], cells: int, spread: dict[str, Any] | None = None) -> str:
+    """The table; with `spread` (instructions_over_seeds), `counts` are the medians and each row shows
+    its range over the seeds, and the dsakit rows their ratio to pytest's own cost of the same
+    declarations (`plain+fixture+marks`)."""
     plain, session = counts["plain"], counts["session: -p no:dsakit"]
-    lines = [f"{cells} no-op tests, full run once per variant under callgrind: instructions executed",
-             "", "| variant | instructions | x plain |", "|---|---|---|"]
-    lines += [f"| {name} | {n / 1e9:.3f} G | {n / plain:.3f}x |" for name, n in counts.items()
-              if not name.startswith("session")]
+    own = counts["plain+fixture+marks"]
+    over = f" over {spread['seeds']} hash seeds (median; low-high)" if spread else ""
+    lines = [f"{cells} no-op tests, full run once per variant{over} under callgrind: instructions executed",
+             "", "| variant | instructions | x plain | over pytest's own (`plain+fixture+marks`) |",
+             "|---|---|---|---|"]
+    for name, n in counts.items():
+        if name.startswith("session"):
+            continue
+        shown = f"{n / 1e9:.4f} G"
+        if spread:
+            shown += f" ({spread['low'][name] / 1e9:.4f}-{spread['high'][name] / 1e9:.4f})"
+        ratio = f"{n / own:.4f}x" if name.startswith("dsakit") else ""
+        if ratio and spread:
+            ratio += f" ({spread['low'][name] / spread['high']['plain+fixture+marks']:.4f}-" \
+                     f"{spread['high'][name] / spread['low']['plain+fixture+marks']:.4f})"
+        lines.append(f"| {name} | {shown} | {n / plain:.3f}x | {ratio} |")
     lines += ["", "unused session (one test, nothing of dsakit), the same way:", "",
               "| session | instructions | vs `-p no:dsakit` |", "|---|---|---|"]
     lines += [f"| {name.removeprefix('session: ')} | {n / 1e6:.1f} M | {(n - session) / 1e6:+.1f} M |"
@@ -519,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                     "its venv's bin/python), side by side in one run; default: the dsakit this interpreter "
                     "imports. An interpreter with an editable install maps dsakit.mocks / dsakit.contracts "
                     "(and any module a tree lacks) to its own checkout: give each checkout's interpreter")
+    ap.add_argument("--seeds", type=int, default=1, metavar="N",
+                    help="with --instructions: each variant once per PYTHONHASHSEED 0..N-1, the median "
+                    "and range (a seed moves a count by ~0.1%%)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--session-repeats", type=int, default=15,
                     help="repeats of the unused-session pair (0: skip it)")
@@ -527,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="on (default): a private PYTHONPYCACHEPREFIX, warmed first, as an installed "
                     "package has; off: PYTHONDONTWRITEBYTECODE=1 (every run compiles); inherit: as is")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error(f"--seeds {args.seeds}: expected a count of hash seeds >= 1")
     PYCACHE["mode"] = args.bytecode_cache
     if args.only_profile:
         profile(args.cells, args.top)
@@ -540,6 +582,12 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"--tree {spec!r}: expected NAME=PATH, PATH a tree holding dsakit/__init__.py "
                          "or a Python interpreter (a checkout's .venv/bin/python)")
             trees[name] = str(Path(path).absolute()) if Path(path).is_file() else str(Path(path).resolve())
+        if args.seeds > 1:
+            spread = instructions_over_seeds(args.cells, trees or {"": None}, args.seeds)
+            print(instructions_markdown(spread["median"], args.cells, spread))
+            if args.json:
+                args.json.write_text(json.dumps({"instructions": spread["median"], "over_seeds": spread}, indent=2))
+            return 0
         counts = instructions(args.cells, trees or {"": None})
         print(instructions_markdown(counts, args.cells))
         if args.json:
