@@ -24,12 +24,13 @@ functions by cumulative and by own time. A last line times the runner itself (ti
 subprocess): building a MockModelRunner, and building one plus reading through it.
 
 `--instructions` replaces the timing with one run per variant under valgrind's callgrind and
-compares instructions executed: a count the neighbours on a shared box do not move. With
-`--cells 4` the same matrix at 4 tests gives the part paid once per session (bench/README.md splits
-the 1,000-test run with it).
+compares instructions executed: a count the neighbours on a shared box do not move. The hash seed
+does move it (~0.1%): `--seeds N` runs every variant under PYTHONHASHSEED 0..N-1 and shows the
+median and range. With `--cells 4` the same matrix at 4 tests gives the part paid once per session
+(bench/README.md splits the 1,000-test run with it).
 
     python bench/bench_kit_overhead.py [--cells 1000] [--repeats 7] [--json out.json] [--profile]
-    python bench/bench_kit_overhead.py --instructions
+    python bench/bench_kit_overhead.py --instructions [--seeds 3] [--tree NAME=PYTHON ...]
 """
 
 from __future__ import annotations
