@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from dsakit.node.pytest_invocation import plugin_args
+
+PLUGIN = tuple(plugin_args())  # none where the plugin is installed; -p dsakit.plugin in a checkout (a GPU node)
+
 
 FIXTURE_TESTS = """
 import dsakit
@@ -26,21 +30,21 @@ def test_draft_only(model_runner):
 
 def test_fixtures_and_role_parametrization(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
-    result = pytester.runpytest("-v", "--strict-markers")
+    result = pytester.runpytest(*PLUGIN, "-v", "--strict-markers")
     result.assert_outcomes(passed=5)
     result.stdout.fnmatch_lines(["*test_by_role?role=target? PASSED*", "*test_by_role?role=draft? PASSED*"])
 
 
 def test_roles_option_narrows_the_matrix(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
-    result = pytester.runpytest("-v", "--dsakit-roles=draft")
+    result = pytester.runpytest(*PLUGIN, "-v", "--dsakit-roles=draft")
     result.assert_outcomes(passed=4)
     assert "role=target" not in result.stdout.str()
 
 
 def test_unknown_role_is_a_clear_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("import pytest\n" + FIXTURE_TESTS)
-    result = pytester.runpytest("--dsakit-roles=target,verifier")
+    result = pytester.runpytest(*PLUGIN, "--dsakit-roles=target,verifier")
     assert result.ret == pytest.ExitCode.USAGE_ERROR  # refused at configure, before collection
     result.stderr.fnmatch_lines(["ERROR: --dsakit-roles='target,verifier': unknown role 'verifier'; "
                                  "expected one of: target, draft"])
@@ -53,7 +57,7 @@ def test_contract_violations_are_summarised_at_the_end(pytester: pytest.Pytester
             assert getattr(target_runner, "optional_knob", 3) == 3
         """
     )
-    result = pytester.runpytest()
+    result = pytester.runpytest(*PLUGIN)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*dsakit contract reads*", "soft-read: model_runner.optional_knob (target) at *"])
 
@@ -69,7 +73,7 @@ def test_contract_reads_summary_collects_every_xdist_worker(pytester: pytest.Pyt
         """
     )
     # a subprocess: an in-process controller would merge the workers' reads into this process's log
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*dsakit contract reads*"])
     for n in range(4):
@@ -83,7 +87,6 @@ def test_runner_fixtures_open_an_sglang_scope_for_their_role(pytester: pytest.Py
 
     if importlib.util.find_spec("sglang") is None:  # not imported here: pytester would unload it
         pytest.skip("[no-sglang] SGLang is not installed")
-    from dsakit.node.pytest_invocation import plugin_args
 
     pytester.makepyfile(
         """
@@ -108,5 +111,5 @@ def test_runner_fixtures_open_an_sglang_scope_for_their_role(pytester: pytest.Py
             assert not get_context().is_config_namespace_published("exec")
         """
     )
-    result = pytester.runpytest_subprocess(*plugin_args(), "-p", "no:randomly", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
