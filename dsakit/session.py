@@ -290,7 +290,7 @@ class DsakitSession:
     def _start_skip_recording(self, reporter: InventoryReporter) -> None:
         manager = self.config.pluginmanager
         if not reporter.records_every_outcome and manager.has_plugin("terminal"):  # not -p no:terminal
-            reporter.reads_kept_reports = True  # the terminal reporter's, every one so far and to come, at the end
+            reporter.reads_kept_reports = True  # the terminal reporter's: every one so far and to come
             return
         from dsakit.gates.inventory import SkipRecorder
 

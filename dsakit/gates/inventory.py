@@ -2,11 +2,12 @@
 
 Owns: recording skips (on the xdist controller too, from every forwarded report, so a crashed
 worker's skips stay: read at the end of the run from the reports pytest's terminal reporter keeps,
-or per report where every outcome is recorded) and declared gates, the xdist hand-over, the "dsakit skip inventory" section,
-the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity, every test's and subtest's
-outcome, gates and skip cause, the skip groups and paragraph), `--dsakit-must-run` and the header
-line. What a skip's cause is and how skips group: `dsakit.gates.skip_causes`, read at the end of
-the run only. Never imports torch or SGLang (the device lazily).
+or per report where every outcome is recorded) and declared gates, the xdist hand-over, the
+"dsakit skip inventory" section, the `--dsakit-report` JSON (format `REPORT_FORMAT`: node identity,
+every test's and subtest's outcome, gates and skip cause, the skip groups and paragraph),
+`--dsakit-must-run` and the header line. What a skip's cause is and how skips group:
+`dsakit.gates.skip_causes`, read at the end of the run only. Never imports torch or SGLang (the
+device lazily).
 """
 
 from __future__ import annotations
