@@ -282,11 +282,6 @@ class RunOptions:
         _check_retired(self.config)
 
 
-def check_all(config: pytest.Config) -> None:
-    """A bad env or ini value is a usage error before collection (`RunOptions.check_all` of a fresh read)."""
-    RunOptions(config).check_all()
-
-
 def _warn_old_names(config: pytest.Config) -> None:
     """A renamed option still works under its old flag or ini key; the controller says the new name."""
     if hasattr(config, "workerinput"):
