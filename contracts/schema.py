@@ -61,10 +61,7 @@ def validate_roles_option(spec: str, *, what: str = "--dsakit-roles", collecting
 
 
 class Factory(FrozenRecord):
-    """A default computed when first read, from the mock runner being built (lazy torch).
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    """A default computed when first read, from the mock runner being built (lazy torch)."""
 
     __match_args__ = ('build', 'describe')
 
@@ -73,9 +70,6 @@ class Factory(FrozenRecord):
 
     build: Callable[[Any], Any]
     describe: str
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.build, self.describe)
 
     def __repr__(self) -> str:
         return f"<{self.describe}>"
@@ -106,12 +100,7 @@ class ContractEntry(FrozenRecord):
     set_outside_runner  who sets it on the runner when ModelRunner itself never does
     device_reads  (backend class, gate codes) pairs: the backend reads the entry only on devices
              where every gate code opens (dsakit.gates.table), e.g. ("DeepseekSparseAttnBackend",
-             ("sm>=10.0",)); empty when no read depends on the device
-
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead").
-    """
+             ("sm>=10.0",)); empty when no read depends on the device"""
 
     __match_args__ = ('path', 'type', 'target', 'draft', 'optional', 'readers', 'note', 'same_for_roles',
                       'set_by', 'declared_in', 'writers', 'feature', 'set_outside_runner', 'device_reads')
@@ -149,21 +138,6 @@ class ContractEntry(FrozenRecord):
     feature: str
     set_outside_runner: str
     device_reads: tuple[tuple[str, tuple[str, ...]], ...]
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.path, self.type, self.target, self.draft, self.optional, self.readers, self.note,
-                self.same_for_roles, self.set_by, self.declared_in, self.writers, self.feature,
-                self.set_outside_runner, self.device_reads)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(path={self.path!r}, type={self.type!r}, target={self.target!r},"
-                f" draft={self.draft!r}, optional={self.optional!r},"
-                f" readers={self.readers!r}, note={self.note!r},"
-                f" same_for_roles={self.same_for_roles!r}, set_by={self.set_by!r},"
-                f" declared_in={self.declared_in!r}, writers={self.writers!r},"
-                f" feature={self.feature!r},"
-                f" set_outside_runner={self.set_outside_runner!r},"
-                f" device_reads={self.device_reads!r})")
 
     @property
     def writable(self) -> bool:

@@ -9,7 +9,7 @@ is one entry in `DEVICES`. Must not import torch, SGLang or any other dsakit mod
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from dsakit.reasons import FrozenRecord
 
@@ -26,11 +26,7 @@ class DeviceEntry(FrozenRecord):
     toolkit         the CUDA or HIP version the device's stack is built with
     multiprocessors SMs (NVIDIA) / compute units (AMD): what SGLang's sizing helpers read
     aliases         marketing names people type (`b300`); each names this entry only
-    pr_gate         `dsakit pr-check` runs it when no `--devices` is given
-
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    pr_gate         `dsakit pr-check` runs it when no `--devices` is given"""
 
     __match_args__ = ('key', 'vendor', 'name', 'sm', 'gfx', 'memory_gib', 'toolkit', 'multiprocessors',
                       'aliases', 'pr_gate')
@@ -59,16 +55,6 @@ class DeviceEntry(FrozenRecord):
     multiprocessors: int
     aliases: tuple[str, ...]
     pr_gate: bool
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_gib, self.toolkit,
-                self.multiprocessors, self.aliases, self.pr_gate)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(key={self.key!r}, vendor={self.vendor!r}, name={self.name!r},"
-                f" sm={self.sm!r}, gfx={self.gfx!r}, memory_gib={self.memory_gib!r},"
-                f" toolkit={self.toolkit!r}, multiprocessors={self.multiprocessors!r},"
-                f" aliases={self.aliases!r}, pr_gate={self.pr_gate!r})")
 
 
 DEVICES: dict[str, DeviceEntry] = {
@@ -135,10 +121,7 @@ class Device(Protocol):
 
 
 class ProbeAnswer(FrozenRecord):
-    """One question SGLang's probes ask, answered from a device's facts (`value`).
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    """One question SGLang's probes ask, answered from a device's facts (`value`)."""
 
     __match_args__ = ('code', 'meaning', 'value')
 
@@ -148,12 +131,6 @@ class ProbeAnswer(FrozenRecord):
     code: str
     meaning: str
     value: Callable[[Device], Answer]
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.code, self.meaning, self.value)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(code={self.code!r}, meaning={self.meaning!r}, value={self.value!r})"
 
 
 def _toolkit(device: Device) -> tuple[int, int]:

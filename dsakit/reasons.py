@@ -14,10 +14,14 @@ from typing import Any
 
 class FrozenRecord:
     """The base of dsakit's declared records (a reason, a device entry, a gate, a contract entry,
-    ...): fields set once in `__init__` (`self.__dict__.update(...)`), then frozen; equal and
-    hashable by `_compared()`, the record's own field tuple, as a frozen dataclass. A plain class,
-    not a dataclass: creating a dataclass compiles its generated methods, ~3-5 M instructions in
-    every run that loads it (bench/README.md, "Kit overhead")."""
+    ...): fields set once in `__init__` (`self.__dict__.update(...)`), then frozen; equal, hashed and
+    shown by its fields, in the order `__match_args__` names them, as a frozen dataclass (a record
+    may compare fewer: `_compared_fields`). A plain class, not a dataclass: creating a dataclass
+    compiles its generated methods, ~3-5 M instructions in every run that loads it (bench/README.md,
+    "Kit overhead")."""
+
+    __match_args__: tuple[str, ...] = ()
+    _compared_fields: tuple[str, ...] | None = None  # None: every field of __match_args__
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -34,7 +38,13 @@ class FrozenRecord:
         return hash(self._compared())
 
     def _compared(self) -> tuple[Any, ...]:
-        raise NotImplementedError(f"{type(self).__qualname__} names its fields in _compared()")
+        fields = self.__dict__
+        return tuple([fields[name] for name in self._compared_fields or self.__match_args__])
+
+    def __repr__(self) -> str:
+        fields = self.__dict__
+        shown = ", ".join(f"{name}={fields[name]!r}" for name in self.__match_args__)
+        return f"{type(self).__qualname__}({shown})"
 
 
 class Reason(FrozenRecord):
@@ -47,12 +57,6 @@ class Reason(FrozenRecord):
 
     code: str
     message: str
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.code, self.message)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(code={self.code!r}, message={self.message!r})"
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.message}"

@@ -20,10 +20,7 @@ WRITE = "undeclared-write"
 
 
 class ContractRead(FrozenRecord):
-    """One read (or write) a strict mock could not serve.
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    """One read (or write) a strict mock could not serve."""
 
     __match_args__ = ('kind', 'role', 'path', 'site')
 
@@ -34,13 +31,6 @@ class ContractRead(FrozenRecord):
     role: str
     path: str
     site: str
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.kind, self.role, self.path, self.site)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(kind={self.kind!r}, role={self.role!r}, path={self.path!r},"
-                f" site={self.site!r})")
 
     def as_dict(self) -> dict[str, str]:
         return {"kind": self.kind, "role": self.role, "path": self.path, "site": self.site}

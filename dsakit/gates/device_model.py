@@ -37,11 +37,7 @@ class DeviceModel(FrozenRecord):
     """One accelerator as gates see it.
 
     `sm` is the capability as the runtime reports it (AMD reports one too, which is why AMD is
-    gated by `gfx`); `toolkit` is the CUDA or HIP toolkit version the stack was built with.
-
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    gated by `gfx`); `toolkit` is the CUDA or HIP toolkit version the stack was built with."""
 
     __match_args__ = ('key', 'vendor', 'name', 'sm', 'gfx', 'memory_bytes', 'toolkit', 'device_count',
                       'simulated')
@@ -67,16 +63,6 @@ class DeviceModel(FrozenRecord):
     toolkit: str | None
     device_count: int
     simulated: bool
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.key, self.vendor, self.name, self.sm, self.gfx, self.memory_bytes, self.toolkit,
-                self.device_count, self.simulated)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(key={self.key!r}, vendor={self.vendor!r}, name={self.name!r},"
-                f" sm={self.sm!r}, gfx={self.gfx!r}, memory_bytes={self.memory_bytes!r},"
-                f" toolkit={self.toolkit!r}, device_count={self.device_count!r},"
-                f" simulated={self.simulated!r})")
 
     @property
     def is_gpu(self) -> bool:

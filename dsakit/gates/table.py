@@ -33,13 +33,10 @@ class Gate(FrozenRecord):
 
     `device_checks` depend only on the device model (real or simulated); `env_checks` look at this
     machine's Python environment and tools, also when the device is simulated. Equal and hashed
-    by the first four fields (the checks are not compared).
-
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    by the first four fields (the checks are not compared)."""
 
     __match_args__ = ('code', 'kind', 'requirement', 'covered_by', 'device_checks', 'env_checks')
+    _compared_fields = ('code', 'kind', 'requirement', 'covered_by')  # the checks are not compared
 
     def __init__(self, code: str,
                  kind: GateKind,
@@ -56,14 +53,6 @@ class Gate(FrozenRecord):
     covered_by: str
     device_checks: tuple[Check, ...]
     env_checks: tuple[Check, ...]
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.code, self.kind, self.requirement, self.covered_by)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(code={self.code!r}, kind={self.kind!r},"
-                f" requirement={self.requirement!r}, covered_by={self.covered_by!r},"
-                f" device_checks={self.device_checks!r}, env_checks={self.env_checks!r})")
 
     def why_closed(self, device: DeviceModel) -> str | None:
         """None when open; else the clause naming what is missing."""

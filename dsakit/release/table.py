@@ -17,7 +17,6 @@ import importlib.metadata
 import importlib.util
 import re
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
 
 from dsakit.release import source as sglang_source
@@ -118,10 +117,7 @@ def releases_between(first: str, last: str, releases: tuple[str, ...] | None = N
 
 
 class Feature(FrozenRecord):
-    """A checked capability of the SGLang source; `missing` says what lacks it and what has it.
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    """A checked capability of the SGLang source; `missing` says what lacks it and what has it."""
 
     __match_args__ = ('code', 'description', 'missing')
 
@@ -131,13 +127,6 @@ class Feature(FrozenRecord):
     code: str
     description: str
     missing: str
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.code, self.description, self.missing)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(code={self.code!r}, description={self.description!r},"
-                f" missing={self.missing!r})")
 
 
 FEATURES: dict[str, Feature] = {
@@ -323,11 +312,7 @@ def _called_name(call: ast.Call) -> str:
 class SGLangRelease(FrozenRecord):
     """One SGLang source tree: the installed package or an unpacked one.
 
-    `package_dir` is the directory of the `sglang` package itself (holding `srt/`).
-
-    A frozen record (equal, hashable and shown by its fields, as a frozen dataclass); a plain class:
-    creating a dataclass compiles its generated methods, ~3-5 M instructions in every run that loads
-    it (bench/README.md, "Kit overhead")."""
+    `package_dir` is the directory of the `sglang` package itself (holding `srt/`)."""
 
     __match_args__ = ('package_dir', 'version')
 
@@ -336,12 +321,6 @@ class SGLangRelease(FrozenRecord):
 
     package_dir: Path
     version: str
-
-    def _compared(self) -> tuple[Any, ...]:
-        return (self.package_dir, self.version)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(package_dir={self.package_dir!r}, version={self.version!r})"
 
     def file(self, relative: str) -> Path:
         return self.package_dir / relative
