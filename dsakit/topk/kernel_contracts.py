@@ -1,9 +1,10 @@
 """Kernel-launch contracts: what each top-k and DSA metadata kernel entry point requires of the
-arguments a caller hands it, checked before the kernel runs.
+arguments a caller hands it, checked before the kernel runs, and what a metadata kernel must have
+written, checked when it returns.
 
 Owns `KERNEL_ENTRIES` (one declared record per entry point: where SGLang, sgl-kernel or flashinfer
-define it, which top-k backend's record it belongs to, and its `Check`s) and `violations(entry,
-arguments)`, which evaluates them. The rules are the kernels' own documented preconditions (a
+define it, which top-k backend's record it belongs to, its `Check`s and its postconditions,
+`writes`) and `violations(entry, arguments)`, which evaluates them. The rules are the kernels' own documented preconditions (a
 negative length "reinterprets as a ~4e9-token sequence ... illegal memory access": SGLang 0.5.17
 dsv4/topk.py), as data: a check names its kind, the arguments it reads and whether it reads values
 (a device->host copy, deferred to replay while a CUDA graph captures). Must not launch a kernel nor
@@ -41,13 +42,15 @@ class Check:
 class KernelEntry:
     """One kernel entry point: `target` is "module:function" where it is defined (absent in a
     release: not wrapped); `backend` the `TopkBackend` value whose launches reach it (None: a
-    DSA metadata kernel)."""
+    DSA metadata kernel); `writes` the postconditions on what it wrote into its output arguments,
+    checked when it returns (before any consumer reads them)."""
 
     kernel: str
     target: str
     checks: tuple[Check, ...]
     backend: str | None = None
     why: str = ""
+    writes: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,37 @@ def plan_for(plan: str, lengths: str) -> Check:
 def at_most_rows(count: str, of: str, dim: int = 0) -> Check:
     """An int at most `of.shape[dim]` (dim 0: its rows)."""
     return Check("at_most_rows", (count, of), param=dim)
+
+
+# ---------------------------------------------------------------- postconditions' kinds: what a metadata kernel wrote
+# `rows` names the int arguments whose product is how many rows the kernel wrote (decode: bs;
+# target verify: bs * next_n; draft extend: total_len). The page size is the call's `real_page_size`
+# (0.5.17-0.5.21) or `physical_page_size` (0.5.23).
+PAGE_SIZE_ARGS = ("real_page_size", "physical_page_size")
+
+
+def written_lengths(out: str, rows: tuple[str, ...]) -> Check:
+    """out[:rows] >= 0 and within the page table's width in tokens (page_table_1's width, else
+    real_page_table's times the page size), where the caller's lengths were: a consumer reads a
+    row's pages up to its length."""
+    return Check("written_lengths", (out,), values=True, param=rows)
+
+
+def cumulative(cu: str, lengths: str, rows: tuple[str, ...]) -> Check:
+    """cu[:rows + 1] starts at 0 and steps by lengths[:rows]: monotone, ending at their total."""
+    return Check("cumulative", (cu, lengths), values=True, param=rows)
+
+
+def selection_within(selected: str, lengths: str, rows: tuple[str, ...]) -> Check:
+    """selected[:rows] in [0, lengths[row]] and at most dsa_index_topk (+ index_kpool - 1: the
+    pooled indexer keeps the live partial pool)."""
+    return Check("selection_within", (selected, lengths), values=True, param=rows)
+
+
+def live_pages_in_pool(table: str, lengths: str, rows: tuple[str, ...], max_len: str) -> Check:
+    """Each written row's live entries (ceil(min(length, max_len) / page size)) are pages of the
+    pool req_to_token maps: 0 <= entry <= max(req_to_token) // page size."""
+    return Check("live_pages_in_pool", (table, lengths, max_len), values=True, param=rows)
 
 
 # ---------------------------------------------------------------- evaluators
@@ -298,18 +332,134 @@ def _at_most_rows(check: Check, a: Mapping[str, Any]) -> list[Violation]:
     return [Violation(check.args[0], f"must be at most {bound}", value=count)]
 
 
+def _written_rows(check: Check, a: Mapping[str, Any]) -> int | None:
+    """How many rows the kernel wrote: the product of the int arguments `check.param` names."""
+    rows = 1
+    for name in check.param:
+        count = _count(a, name)
+        if count is None:
+            return None
+        rows *= count
+    return rows
+
+
+def _written(check: Check, a: Mapping[str, Any], name: str, extra: int = 0) -> list[int] | None:
+    """The first written rows (+ `extra`) of the output `name`, as ints (None: not a tensor, or the
+    row count is unknown)."""
+    value, rows = _arg(a, name), _written_rows(check, a)
+    if not _is_tensor(value) or rows is None:
+        return None
+    return _ints(value, rows + extra)
+
+
+def _page_size(a: Mapping[str, Any]) -> int | None:
+    return next((n for n in (_count(a, name) for name in PAGE_SIZE_ARGS) if n is not None), None)
+
+
+def _table_width(a: Mapping[str, Any], page_size: int | None) -> tuple[int, str] | None:
+    wide, real = _arg(a, "page_table_1"), _arg(a, "real_page_table")
+    if _is_tensor(wide) and wide.dim() == 2:
+        return wide.shape[1], f"page_table_1.shape[1] = {wide.shape[1]}"
+    if _is_tensor(real) and real.dim() == 2 and page_size:
+        return real.shape[1] * page_size, f"real_page_table.shape[1] * {page_size} = {real.shape[1] * page_size}"
+    return None
+
+
+def _longest_input(a: Mapping[str, Any]) -> int | None:
+    """The longest KV length the call's inputs allow: max(seq_lens[:bs]) (+ next_n: a verify row
+    attends to its request's draft tokens too)."""
+    seq_lens, bs = _arg(a, "seq_lens"), _count(a, "bs")
+    if not _is_tensor(seq_lens) or bs is None:
+        return None
+    values = _ints(seq_lens, bs)
+    return max(values, default=0) + (_count(a, "next_n") or 0)
+
+
+def _written_lengths(check: Check, a: Mapping[str, Any]) -> list[Violation]:
+    values = _written(check, a, check.args[0])
+    if values is None:
+        return []
+    negative = [(row, n) for row, n in enumerate(values) if n < 0]
+    if negative:
+        return _rows(check, a, negative, "the kernel wrote a negative length (its consumers read lengths as uint32: "
+                     "a ~4e9-token row reads out of bounds, the MTP CUDA-graph crash class; padded rows must be "
+                     "clamped to 0, as fused_dsa_draft_extend_metadata does)")
+    width, longest = _table_width(a, _page_size(a)), _longest_input(a)
+    if width is None or longest is None:
+        return []
+    # a caller's length past max_len is the kernels' documented clamp (the table holds max_len columns,
+    # the length stays): only a length past both the width and what the inputs allow is the kernel's
+    bound = max(width[0], longest)
+    wide = [(row, n) for row, n in enumerate(values) if n > bound]
+    return _rows(check, a, wide, f"the kernel wrote a length past the page table's width ({width[1]} tokens) "
+                 f"and past the longest the inputs allow (max(seq_lens[:bs]) + next_n = {longest})")
+
+
+def _cumulative(check: Check, a: Mapping[str, Any]) -> list[Violation]:
+    cu_name, lengths_name = check.args
+    cu, lengths = _written(check, a, cu_name, extra=1), _written(check, a, lengths_name)
+    if cu is None or lengths is None or not cu:
+        return []
+    if cu[0] != 0:
+        return [Violation(cu_name, "must start at 0", 0, cu[0])]
+    falls = [(row, cu[row]) for row in range(1, len(cu)) if cu[row] < cu[row - 1]]
+    if falls:
+        return _rows(check, a, falls, "must not decrease from one row to the next")
+    steps = [(row, f"{cu[row]} != {cu[row - 1]} + {lengths_name}[{row - 1}] = {cu[row - 1] + n}")
+             for row, n in enumerate(lengths, start=1) if cu[row] != cu[row - 1] + n]
+    return _rows(check, a, steps, f"must step by {lengths_name} (ending at their total, {sum(lengths)})")
+
+
+def _selection_within(check: Check, a: Mapping[str, Any]) -> list[Violation]:
+    selected_name, lengths_name = check.args
+    selected, lengths = _written(check, a, selected_name), _written(check, a, lengths_name)
+    topk = _count(a, "dsa_index_topk")
+    if selected is None or lengths is None or topk is None:
+        return []
+    pool = max(_count(a, "index_kpool") or 1, 1)
+    limit = topk + pool - 1
+    bad = [(row, n) for row, (n, length) in enumerate(zip(selected, lengths, strict=False))
+           if not 0 <= n <= min(max(length, 0), limit)]
+    bound = f"dsa_index_topk = {topk}" + (f" + index_kpool {pool} - 1" if pool > 1 else "")
+    return _rows(check, a, bad, f"a DSA length must lie in [0, min({lengths_name}[row], {bound})]")
+
+
+def _live_pages_in_pool(check: Check, a: Mapping[str, Any]) -> list[Violation]:
+    import torch
+
+    table_name, lengths_name, max_len_arg = check.args
+    table, pool, lengths = _arg(a, table_name), _arg(a, "req_to_token"), _written(check, a, lengths_name)
+    page_size = 1 if table_name == "page_table_1" else _page_size(a)
+    max_len = _count(a, max_len_arg)
+    if not (_is_tensor(table) and _is_tensor(pool)) or lengths is None or not page_size or max_len is None:
+        return []
+    rows = min(len(lengths), table.shape[0]) if table.dim() == 2 else 0
+    if not rows or pool.numel() == 0:
+        return []
+    last = int(pool.max()) // page_size  # the last page req_to_token maps
+    live = torch.tensor([-(-min(max(n, 0), max_len) // page_size) for n in lengths[:rows]], device=table.device)
+    entries = table[:rows]
+    in_prefix = torch.arange(entries.shape[1], device=table.device)[None, :] < live[:, None]
+    outside = in_prefix & ((entries < 0) | (entries > last))
+    bad = [(row, int(entries[row][outside[row]][0])) for row in outside.any(dim=1).nonzero().flatten().tolist()]
+    return _rows(check, a, bad, f"a live entry must be a page of the pool (0 <= entry <= max(req_to_token) // "
+                 f"{page_size} = {last})")
+
+
 _EVALUATORS: dict[str, Callable[[Check, Mapping[str, Any]], list[Violation]]] = {
     "dtype": _dtype, "ndim": _ndim, "rows_contiguous": _rows_contiguous, "same_rows": _same_rows, "k": _k,
     "positive": _positive, "lengths": _lengths, "monotone": _monotone, "index": _index, "pages": _pages,
-    "plan": _plan, "at_most_rows": _at_most_rows,
+    "plan": _plan, "at_most_rows": _at_most_rows, "written_lengths": _written_lengths, "cumulative": _cumulative,
+    "selection_within": _selection_within, "live_pages_in_pool": _live_pages_in_pool,
 }
 
 
-def violations(entry: KernelEntry, arguments: Mapping[str, Any], *, values: bool = True) -> list[Violation]:
-    """What the arguments of one call break (`values=False`: shapes and types only, as under capture).
-    A check whose value read raises (a freed buffer) is not a violation of the contract."""
+def violations(entry: KernelEntry, arguments: Mapping[str, Any], *, values: bool = True,
+               written: bool = False) -> list[Violation]:
+    """What the arguments of one call break (`values=False`: shapes and types only, as under capture;
+    `written=True`: the entry's postconditions on what the call wrote, instead of its preconditions)."""
     found: list[Violation] = []
-    for check in entry.checks:
+    for check in entry.writes if written else entry.checks:
         if check.values and not values:
             continue
         found += _EVALUATORS[check.kind](check, arguments)
@@ -332,17 +482,47 @@ def _paged_v2(function: str) -> KernelEntry:
         backend="sgl-kernel", why="topk_v2.cuh reads seq_lens as uint32 and routes rows by the plan")
 
 
-def _metadata(module: str, function: str, lengths: str, *extra: Check) -> KernelEntry:
+# Per metadata kernel: the rows it writes per query token (the product of these int arguments),
+# those rows' lengths, and the argument bounding the page-table columns it writes.
+_METADATA_ROWS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "decode": (("bs",), "cache_seqlens", "max_len"),
+    "target_verify": (("bs", "next_n"), "seqlens_expanded", "max_seqlen_k"),
+    "draft_extend": (("total_len",), "seqlens_expanded", "max_seqlen_k"),
+}
+
+
+def _metadata(module: str, function: str, mode: str) -> KernelEntry:
     # The Triton kernels load the lengths in any integer dtype and cast them to int32, clamp the DSA
     # lengths to dsa_index_topk (any k: they select nothing) and read req_to_token's columns below
     # max_len only (a length past max_len is clamped, not read): so max_len, not a length, is bounded
     # by req_to_token's width (measured on the H200 against SGLang 0.5.21's test_dsa_metadata.py).
+    rows, lengths, max_len = _METADATA_ROWS[mode]
+    expanded = (written_lengths("seqlens_expanded", rows),) if lengths == "seqlens_expanded" else ()
     return KernelEntry(
         f"SGLang's DSA metadata kernel ({function})", f"{module}:{function}",
-        (dtype(lengths, "int32", "int64"), at_most_rows("bs", lengths), lengths_within(lengths, count="bs"),
-         at_most_rows("max_len", "req_to_token", 1),
-         index_within("req_pool_indices", "req_to_token", 0, count="bs"), positive("real_page_size"), *extra),
-        why="the Triton kernels gather req_to_token rows by req_pool_indices, columns below max_len")
+        (dtype("seq_lens", "int32", "int64"), at_most_rows("bs", "seq_lens"), lengths_within("seq_lens", count="bs"),
+         at_most_rows(max_len, "req_to_token", 1),
+         index_within("req_pool_indices", "req_to_token", 0, count="bs"),
+         *(positive(name) for name in PAGE_SIZE_ARGS)),
+        why="the Triton kernels gather req_to_token rows by req_pool_indices, columns below max_len; what they "
+            "write is read by the top-k and attention kernels as uint32 lengths and page numbers",
+        writes=(written_lengths("cache_seqlens", ("bs",)), cumulative("cu_seqlens_k", "cache_seqlens", ("bs",)),
+                *expanded, selection_within("dsa_cache_seqlens", lengths, rows),
+                cumulative("dsa_cu_seqlens_k", "dsa_cache_seqlens", rows),
+                live_pages_in_pool("real_page_table", lengths, rows, max_len),
+                live_pages_in_pool("page_table_1", lengths, rows, max_len)))
+
+
+# Where each release lays the metadata kernels out: (module, function suffix). 0.5.17 / 0.5.21:
+# dsa_metadata and the pooled-indexer dsa_kpool_metadata/; 0.5.23: dsa.metadata and dsa.kpool_metadata
+# (functions suffixed _kpool).
+_OPS = "sglang.kernels.ops.attention"
+_METADATA_LAYOUTS: tuple[tuple[str, str, str], ...] = tuple(
+    (module, f"fused_dsa_{mode}_metadata{suffix}", mode)
+    for mode, file in (("decode", "decode"), ("target_verify", "verify"), ("draft_extend", "draft_extend"))
+    for module, suffix in ((f"{_OPS}.dsa_metadata", ""), (f"{_OPS}.dsa.metadata", ""),
+                           (f"{_OPS}.dsa_kpool_metadata.{file}", ""), (f"{_OPS}.dsa.kpool_metadata.{file}", "_kpool"))
+)
 
 
 KERNEL_ENTRIES: tuple[KernelEntry, ...] = (
@@ -390,11 +570,8 @@ KERNEL_ENTRIES: tuple[KernelEntry, ...] = (
                  lengths_within("lengths", "input", "row_starts"), monotone("row_starts"), k_in_range("k"),
                  same_rows("offsets", "input")),
                 backend="flashinfer"),
-    # SGLang's DSA metadata Triton kernels (0.5.17 / 0.5.21: dsa_metadata; 0.5.23: dsa.metadata)
-    *(_metadata(module, function, "seq_lens")
-      for module in ("sglang.kernels.ops.attention.dsa_metadata", "sglang.kernels.ops.attention.dsa.metadata")
-      for function in ("fused_dsa_decode_metadata", "fused_dsa_target_verify_metadata",
-                       "fused_dsa_draft_extend_metadata")),
+    # SGLang's DSA metadata Triton kernels, in every layout of _METADATA_LAYOUTS
+    *(_metadata(module, function, mode) for module, function, mode in _METADATA_LAYOUTS),
 )
 
 

@@ -1,11 +1,14 @@
 """`--dsakit-kernel-contracts`: every entry point of `kernel_contracts.KERNEL_ENTRIES` checks the
-arguments it is handed before its kernel launches, for a whole run, in SGLang's unmodified suites too.
+arguments it is handed before its kernel launches, and a metadata kernel what it wrote when it
+returns, for a whole run, in SGLang's unmodified suites too.
 
 Owns wrapping the entry points (where their modules import, now or later, and in every module that
 bound the name), the CUDA-graph side (at capture the shapes and types; before each `replay()` the
 values of the static buffers the captured launches read, one sync per replay) and undoing all of it.
 A violation raises `KernelContractViolation` naming the kernel, the argument, the offending row and
-value, and the call site. Must not change a call's arguments or result; imports torch only once the
+value, and the call site; a broken postcondition is raised when the kernel returns (eagerly: before
+SGLang's caller, or a CUDA-graph replay after it, reads the outputs; captured inside a graph: after
+each replay). Must not change a call's arguments or result; imports torch only once the
 run imports it.
 """
 
@@ -35,12 +38,15 @@ def caller_site() -> str:
     return site_outside(_MACHINERY, depth=2, function=True)
 
 
-def violation(entry: KernelEntry, found: Sequence[Violation], site: str, when: str = "") -> KernelContractViolation:
+def violation(entry: KernelEntry, found: Sequence[Violation], site: str, when: str = "", *,
+              wrote: bool = False) -> KernelContractViolation:
     lines = "\n".join(f"  {v.describe()}" for v in found)
+    what, after = (("wrote outputs its consumers cannot read", "raised when it returned, before any consumer read "
+                    "them") if wrote else ("would launch with arguments its kernel does not accept",
+                                           "nothing was launched"))
     return KernelContractViolation(
-        f"{entry.kernel} ({entry.target}) would launch with arguments its kernel does not accept"
-        f"{when}; called at {site}:\n{lines}\n(nothing was launched; dsakit's kernel-launch contracts, "
-        "dsakit/topk/kernel_contracts.py)",
+        f"{entry.kernel} ({entry.target}) {what}{when}; called at {site}:\n{lines}\n({after}; dsakit's "
+        "kernel-launch contracts, dsakit/topk/kernel_contracts.py)",
         kernel=entry.kernel, argument=found[0].argument, row=found[0].row, value=found[0].value, site=site)
 
 
@@ -53,6 +59,9 @@ class _Graphs:
     def __init__(self) -> None:
         self.local = threading.local()
         self.launches: weakref.WeakKeyDictionary[Any, list[tuple[KernelEntry, dict[str, Any], str]]] = (
+            weakref.WeakKeyDictionary())
+        # the captured launches of kernels with postconditions: what they wrote is checked after each replay
+        self.writes: weakref.WeakKeyDictionary[Any, list[tuple[KernelEntry, dict[str, Any], str]]] = (
             weakref.WeakKeyDictionary())
 
     def stack(self) -> list[Any]:
@@ -69,7 +78,7 @@ class _Graphs:
 
 _GRAPHS = _Graphs()
 
-# What this process checked: "launch" / "replay" / "refused" -> kernel -> count (the run's summary;
+# What this process checked: "launch" / "replay" / "wrote" / "refused" -> kernel -> count (the run's summary;
 # an xdist worker hands its tally to the controller)
 _TALLY: dict[str, dict[str, int]] = {}
 
@@ -92,6 +101,7 @@ def _guard_graphs(patches: Patches, torch: Any) -> None:
     def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
         _GRAPHS.stack().append(self)
         _GRAPHS.launches[self] = []
+        _GRAPHS.writes[self] = []
         try:
             return begin(self, *args, **kwargs)
         except BaseException:
@@ -114,7 +124,11 @@ def _guard_graphs(patches: Patches, torch: Any) -> None:
                 _count("refused", entry.kernel)
                 raise violation(entry, found, site, " when this CUDA graph replays (its captured static buffers "
                                 "now hold these values)")
-        return replay(self)
+        result = replay(self)
+        for entry, arguments, site in _GRAPHS.writes.get(self, ()):
+            check_written(entry, arguments, site, " when this CUDA graph replayed (the captured kernel wrote these "
+                          "values; consumers captured in the same graph read them)")
+        return result
 
     patches.set(graph_class, "capture_begin", capture_begin)
     patches.set(graph_class, "capture_end", capture_end)
@@ -122,6 +136,15 @@ def _guard_graphs(patches: Patches, torch: Any) -> None:
 
 
 # ---------------------------------------------------------------- wrapping the entry points
+
+
+def check_written(entry: KernelEntry, arguments: Mapping[str, Any], site: str, when: str = "") -> None:
+    """The entry's postconditions on what one call wrote (its outputs read back: one sync)."""
+    found = violations(entry, arguments, written=True)
+    _count("wrote", entry.kernel)
+    if found:
+        _count("refused", entry.kernel)
+        raise violation(entry, found, site, when, wrote=True)
 
 
 def guarded(entry: KernelEntry, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -145,6 +168,13 @@ def guarded(entry: KernelEntry, original: Callable[..., Any]) -> Callable[..., A
                 raise violation(entry, found, caller_site())
             if graph is not None:
                 _GRAPHS.launches.setdefault(graph, []).append((entry, arguments, caller_site()))
+            result = original(*args, **kwargs)
+            if entry.writes:
+                if graph is None:
+                    check_written(entry, arguments, caller_site())
+                else:
+                    _GRAPHS.writes.setdefault(graph, []).append((entry, arguments, caller_site()))
+            return result
         return original(*args, **kwargs)
 
     launch.__name__ = getattr(original, "__name__", "launch")
@@ -177,7 +207,8 @@ class LaunchGuard:
 
     def pytest_report_header(self) -> str:
         return ("dsakit: kernel-launch contracts on: every launch of the top-k and DSA metadata entry points "
-                "(dsakit/topk/kernel_contracts.py) checks its arguments first; CUDA graphs before each replay")
+                "(dsakit/topk/kernel_contracts.py) checks its arguments first, CUDA graphs before each replay; "
+                "the metadata kernels' outputs when they return")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         terminalreporter.write_line(tally_line(_TALLY))
@@ -223,11 +254,13 @@ TALLY_KEY = "dsakit_kernel_contracts"
 def tally_line(tally: Mapping[str, Mapping[str, int]]) -> str:
     """The run's one summary line: how many launches the contracts checked, of which kernels, and
     how many they refused (a run that checked none says so: the option then guarded nothing)."""
-    launches, replays, refused = (sum(tally.get(kind, {}).values()) for kind in ("launch", "replay", "refused"))
+    launches, replays, wrote, refused = (sum(tally.get(kind, {}).values())
+                                         for kind in ("launch", "replay", "wrote", "refused"))
     kernels = sorted(set(tally.get("launch", {})) | set(tally.get("replay", {})))
     if not kernels:
         return ("dsakit: kernel-launch contracts checked no launch: no test reached a top-k or DSA metadata "
                 "entry point of dsakit/topk/kernel_contracts.py")
     graphs = f" and {replays} captured launch(es) before CUDA-graph replays" if replays else ""
+    outputs = f"; the outputs of {wrote} metadata kernel call(s) when they returned" if wrote else ""
     return (f"dsakit: kernel-launch contracts checked {launches} launch(es){graphs} of {len(kernels)} kernel(s) "
-            f"({', '.join(kernels)}); {refused} refused")
+            f"({', '.join(kernels)}){outputs}; {refused} refused")
