@@ -204,6 +204,8 @@ ANSWERS: dict[str, ProbeAnswer] = {
         ProbeAnswer("is_sm100_or_sm110_supported", "SM 10.x or 11.x on CUDA >= 12.8",
                     _cuda_majors((10, 11), (12, 8))),
         ProbeAnswer("is_sm120_supported", "SM 12.x on CUDA >= 12.8", _cuda_majors((12,), (12, 8))),
+        ProbeAnswer("sm100_or_newer", "SM 10.x or newer on CUDA (DeepSeek-V4.1's is_sm100_or_newer)",
+                    lambda d: _is_cuda(d) and d.sm is not None and d.sm[0] >= 10),
         ProbeAnswer("is_blackwell", "SM 10.x, 11.x or 12.x on CUDA >= 12.8", _cuda_majors((10, 11, 12), (12, 8))),
         ProbeAnswer("is_sm120", "exactly SM 12.0 on CUDA", lambda d: _is_cuda(d) and d.sm == (12, 0)),
         ProbeAnswer("is_gfx95", "AMD gfx95x (MI355)", _gfx("gfx95")),

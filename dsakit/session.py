@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dsakit.gates.marks import GateSession
     from dsakit.node.fault_isolation import FaultIsolation, XdistFaultHandoff
     from dsakit.node.gpu_pinning import Pinning, WorkerPinning
+    from dsakit.simulation.branch_coverage import BranchCoverage
     from dsakit.simulation.runtime import SimulationPlan
     from dsakit.simulation.whole_run import FailureSections, WholeRun, WrapperStart
 
@@ -260,13 +261,36 @@ class DsakitSession:
 
         run = self.whole_run = WholeRun(self.config, plan, in_this_process=not self.is_controller)
         timeout = watchdog.checked_timeout(int(self.options["dsakit_simulation_timeout"]))
+        coverage = self._device_branches(plan)
         if run.in_this_process:
             dog = watchdog.start(self.config, plan.device.key, timeout)
             if dog is not None:
                 run.on_stop(dog.close)
                 self._register("dsakit-simulation-watchdog", dog)
+            if coverage is not None:
+                coverage.start()  # before the simulation imports anything of SGLang's
+                run.on_stop(coverage.stop)
             run.start()
         self._register("dsakit-whole-run", run)
+
+    def _device_branches(self, plan: SimulationPlan) -> BranchCoverage | None:
+        """Which of SGLang's device-gated branches the simulated device took (a GPU simulated on a
+        GPU or on this CPU; the summary line, `-v`'s listing, the report's `device_branches`)."""
+        if not plan.device.is_gpu:
+            return None
+        from dsakit.errors import UsageError
+        from dsakit.release.table import installed_release
+        from dsakit.simulation.branch_coverage import BranchCoverage
+
+        try:
+            package_dir = installed_release().package_dir
+        except UsageError:
+            package_dir = None
+        coverage = BranchCoverage(self.config, plan.device, plan.real, package_dir)
+        self._register("dsakit-device-branches", coverage)
+        if self.reporter is not None:
+            self.reporter.sections["device_branches"] = coverage.as_json
+        return coverage
 
     def start_per_test_hooks(self) -> None:
         """Once per run that uses dsakit: the skip inventory's source and fault isolation, whose report

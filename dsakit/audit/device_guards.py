@@ -47,6 +47,7 @@ SPELLINGS: tuple[GuardSpelling, ...] = (
                   "is_sm90_supported"),
     GuardSpelling(("is_sm100_supported()", "_is_sm100_supported", "platform.is_sm100"), "is_sm100_supported"),
     GuardSpelling(("is_sm100_or_sm110_supported()", "platform.is_sm100_or_sm110"), "is_sm100_or_sm110_supported"),
+    GuardSpelling(("is_sm100_or_newer()",), "sm100_or_newer"),
     # `_is_sm120` (0.5.17-0.5.18) and `_IS_SM120` (0.5.20-) are module constants = is_sm120_supported()
     GuardSpelling(("is_sm120_supported()", "_is_sm120_supported", "platform.is_sm120", "_is_sm120", "_IS_SM120"),
                   "is_sm120_supported"),

@@ -282,6 +282,8 @@ class InventoryReporter:
         self.reads_kept_reports = False
         self.selected: list[str] = []
         self.is_worker = hasattr(config, "workerinput")
+        # the report's sections other parts of the run own, by key (the simulation's device branches)
+        self.sections: dict[str, Callable[[], Any]] = {}
 
     @property
     def recorder(self) -> OutcomeRecorder:
@@ -384,6 +386,7 @@ class InventoryReporter:
                          "no_test_behind": self.untested, "strict": self.must_run_strict},
             "tests": tests,
             "subtests": subtests,
+            **{name: section() for name, section in self.sections.items()},
         }
 
     def tests_json(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:

@@ -28,6 +28,7 @@ PROBES = [
     ("get_platform().is_sm100", "is_sm100_supported"),
     ("is_sm100_or_sm110_supported()", "is_sm100_or_sm110_supported"),
     ("get_platform().is_sm100_or_sm110", "is_sm100_or_sm110_supported"),
+    ("is_sm100_or_newer()", "sm100_or_newer"),  # DeepSeek-V4.1's indexer (dsv4/v41_indexer, 0.5.21 on)
     ("is_sm120_supported()", "is_sm120_supported"), ("_is_sm120_supported", "is_sm120_supported"),
     ("get_platform().is_sm120", "is_sm120_supported"), ("_is_sm120", "is_sm120_supported"),
     ("_IS_SM120", "is_sm120_supported"),

@@ -1,0 +1,183 @@
+"""Device-branch coverage (issue 42): under a simulated device, which of SGLang's device-gated
+branches took the simulated device's arm, and why the others did not.
+
+The scanner and the verdicts run in-process on a source file written here (they read files, never
+import SGLang); the runs against SGLang's real backend are subprocesses (they import torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from dsakit.gates.device_model import simulated_model
+from dsakit.node.pytest_invocation import plugin_args
+from dsakit.simulation.branch_coverage import LineWatch, divergent, scan_branches, verdicts
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None and importlib.util.find_spec("torch") is not None
+sglang_needed = pytest.mark.skipif(not HAS_SGLANG, reason="[module:sglang] the suite builds SGLang's backend")
+PLUGIN = plugin_args()
+
+BACKEND = '''
+import os
+
+_is_cuda = os.environ.get("NO_SUCH_VARIABLE") is None
+
+
+class Backend:
+    def __init__(self, device_sm_major, trtllm):
+        self.device_sm_major = device_sm_major
+        if self.device_sm_major >= 10:
+            self.workspace = "sm100"
+        else:
+            self.workspace = None
+        if _is_cuda and (self.device_sm_major >= 10 or trtllm):
+            self.trtllm = True
+
+    def prefill(self, wide):
+        if wide and self.device_sm_major >= 10:
+            return "pad 128"
+        return "pad 64"
+
+    def never_called(self):
+        if self.device_sm_major == 9:
+            return "hopper"
+        return "other"
+'''
+
+
+def _tree(tmp_path: Path) -> Path:
+    package = tmp_path / "sglang"
+    backend = package / "srt/layers/attention/dsa_backend.py"
+    backend.parent.mkdir(parents=True)
+    backend.write_text(BACKEND)
+    return package
+
+
+def _line(text: str) -> int:
+    return next(n for n, line in enumerate(BACKEND.splitlines(), start=1) if text in line)
+
+
+def test_the_scan_finds_the_device_gated_ifs_and_their_arms(tmp_path: Path) -> None:
+    found = {(b.line, b.guard, b.function) for b in scan_branches(_tree(tmp_path))}
+    assert found == {
+        (_line("if self.device_sm_major >= 10:"), "self.device_sm_major >= 10", "Backend.__init__"),
+        (_line("if _is_cuda and"), "_is_cuda and (self.device_sm_major >= 10 or trtllm)", "Backend.__init__"),
+        (_line("if wide and"), "wide and self.device_sm_major >= 10", "Backend.prefill"),
+        (_line("== 9:"), "self.device_sm_major == 9", "Backend.never_called"),
+    }
+
+
+def test_the_branches_a_b300_decides_otherwise_than_an_h200() -> None:
+    """sm103 against sm90: the SM >= 10 arms, the Hopper arm's else, and a guard the device decides
+    on one side and leaves to configuration on the other (`wide and ...`: the B300's arm needs `wide`)."""
+    from dsakit.simulation.branch_coverage import DeviceBranch
+
+    def branch(guard: str) -> DeviceBranch:
+        return DeviceBranch("f.py", 1, guard, "f", 1, 2, None)
+
+    guards = ["self.device_sm_major >= 10", "wide and self.device_sm_major >= 10", "self.device_sm_major == 9",
+              "_is_cuda", "_is_cuda and (self.device_sm_major >= 10 or trtllm)"]
+    found = {b.guard: (takes, needs) for b, takes, needs in
+             divergent(map(branch, guards), simulated_model("sm103"), simulated_model("sm90"))}
+    assert found == {"self.device_sm_major >= 10": (True, ""), "wide and self.device_sm_major >= 10": (True, "wide"),
+                     "self.device_sm_major == 9": (False, ""),
+                     "_is_cuda and (self.device_sm_major >= 10 or trtllm)": (True, "")}
+
+
+def test_lines_that_ran_give_each_branch_its_verdict(tmp_path: Path) -> None:
+    package = _tree(tmp_path)
+    branches = divergent(scan_branches(package), simulated_model("sm103"), simulated_model("sm90"))
+    wanted: dict[str, set[int]] = {}
+    for b, _, _ in branches:
+        wanted.setdefault(b.file, set()).update(n for n in (b.line, b.entry, b.body, b.orelse) if n)
+    watch = LineWatch(wanted)
+    spec = importlib.util.spec_from_file_location("dsakit_test_backend", package / "srt/layers/attention/dsa_backend.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    watch.start()
+    try:
+        spec.loader.exec_module(module)
+        backend = module.Backend(9, trtllm=False)  # what an H200 does: the B300 arms do not run
+        backend.prefill(wide=False)
+    finally:
+        watch.stop()
+    assert watch.unavailable == ""
+    by_guard = {v.branch.guard: (v.status, v.takes) for v in verdicts(branches, watch.ran, "sm103")}
+    assert by_guard == {
+        "self.device_sm_major >= 10": ("other-arm", "body"),
+        "_is_cuda and (self.device_sm_major >= 10 or trtllm)": ("other-arm", "body"),
+        "wide and self.device_sm_major >= 10": ("other-arm", "body where wide"),
+        "self.device_sm_major == 9": ("not-reached", "else"),
+    }
+    watch.ran = {f: set() for f in watch.ran}
+    watch.start()
+    try:
+        module.Backend(10, trtllm=False).prefill(wide=True)  # what a B300 does
+    finally:
+        watch.stop()
+    found = {v.branch.guard: v for v in verdicts(branches, watch.ran, "sm103")}
+    assert [g for g, v in found.items() if v.status == "ran"] == [
+        "self.device_sm_major >= 10", "_is_cuda and (self.device_sm_major >= 10 or trtllm)",
+        "wide and self.device_sm_major >= 10"]
+    assert found["self.device_sm_major == 9"].why == ("never reached: Backend.never_called() never ran (the suite "
+                                                      "never builds that configuration)")
+
+
+SUITE = '''
+import dsakit
+from dsakit.backends.harness import dsa_backend
+
+
+def test_builds_the_backend():
+    runner = dsakit.MockModelRunner("target", max_running_requests=16, model_config__context_len=4096)
+    with dsa_backend(runner) as backend:
+        assert backend.device_sm_major == 10
+'''
+
+
+@sglang_needed
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_simulated_run_says_which_of_sglangs_branches_ran(pytester: pytest.Pytester, workers: list[str]) -> None:
+    """SGLang's real DeepseekSparseAttnBackend built as a simulated B300: its `device_sm_major >= 10
+    or trtllm` arm (the TRT-LLM workspace) ran, though the workspace's flashinfer query is then refused
+    on this machine (the test skips as [simulated-kernel-launch] where flashinfer is absent); the
+    summary counts it, -v lists it, the report holds it; an xdist worker's lines reach its controller."""
+    pytester.makepyfile(test_branches=SUITE)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-v", *workers,
+                                           "--dsakit-device", "sm103", "--dsakit-report", "r.json")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 1 and result.ret == 0, outcomes
+    result.stdout.re_match_lines([
+        r"dsakit: device branches: [1-9]\d* of \d+ SGLang branches that sm103 decides differently from .* took "
+        r"sm103's arm; \d+ never did$",
+        r"  sglang/srt/layers/attention/dsa_backend.py:\d+: if _is_cuda and \(self.device_sm_major >= 10 or "
+        r"self.dsa_decode_impl == 'trtllm'\) -> body: ran$",
+    ])
+    section = json.loads((pytester.path / "r.json").read_text())["device_branches"]
+    assert section["device"] == "sm103" and section["watched"] and section["ran"] >= 1
+    assert any(b["status"] == "ran" and "trtllm" in b["guard"] for b in section["branches"])
+
+
+@sglang_needed
+def test_without_a_simulated_device_nothing_is_watched(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1)
+    assert "device branches" not in result.stdout.str()
+
+
+def test_the_watch_leaves_no_tracer_behind(tmp_path: Path) -> None:
+    import sys
+
+    before = sys.gettrace()
+    watch = LineWatch({"srt/layers/attention/dsa_backend.py": {1}})
+    watch.start()
+    watch.stop()
+    assert sys.gettrace() is before
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        assert all(monitoring.get_tool(t) != "dsakit device branches" for t in range(6))
