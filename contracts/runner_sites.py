@@ -93,7 +93,7 @@ def _runner_phrase(name: str, attribute: str, row: dict[str, Any], version: str)
     found = next(((file, sites[name]) for file, sites in row["runner"].items() if name in sites), None)
     if found is None:
         it = "it" if name == attribute else name
-        return RunnerSite(f"the real ModelRunner never sets {it} (SGLang {version})")
+        return RunnerSite(f"never sets {it} (SGLang {version})")  # after "the real ModelRunner: "
     site, owner = f"{found[0]}:{found[1][0]}", found[1][1]
     if name == attribute:
         return RunnerSite(f"{site} (ModelRunner {_how(name, owner)})", site)
@@ -116,7 +116,7 @@ def _as_released(answer: RunnerSite, name: str, attribute: str, row: dict[str, A
     differs = f"this tree's {', '.join(changed)} {'differs' if len(changed) == 1 else 'differ'} ({_CHECK})"
     if not any(name in sites for sites in row["runner"].values()):
         it = "it" if name == attribute else name
-        return RunnerSite(f"SGLang {version}'s released ModelRunner never sets {it}; {differs}")
+        return RunnerSite(f"never sets {it} in SGLang {version} as released; {differs}")
     return RunnerSite(f"{answer.phrase} in SGLang {version} as released; {differs}", answer.set_by)
 
 

@@ -19,7 +19,6 @@ from dsakit.topk.checks import coarse_scores
 from dsakit.topk.reference import reference_topk
 from dsakit.topk.launch import TOPK_PATHS, TopkPath, _set_env, known_kernel_bug, path_gates, run_v2_fold
 
-REFERENCE = TOPK_PATHS["torch.topk_func"]
 POISON = 0x7FFFFFF0
 
 

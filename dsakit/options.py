@@ -304,9 +304,9 @@ def _warn_old_names(config: pytest.Config) -> None:
 
 _FORK_SERVER = (
     "the fork server was removed (it failed on every CUDA node with `CUDA error: initialization error` "
-    "and fell back to a plain spawn; the plain xdist spawn met the scaling goals: bench/README.md, "
-    "\"Why the fork server was removed\"). xdist workers always spawn plainly; `dsakit warm` makes "
-    "their first test fast. Delete the line"
+    "and fell back to a plain spawn; the plain xdist spawn met the scaling goals: "
+    "bench/notes/2026-11-30-xdist-spawn-fork-server.md, \"Why the fork server was removed\"). xdist "
+    "workers always spawn plainly; `dsakit warm` makes their first test fast. Delete the line"
 )
 
 RETIRED_INI: dict[str, str] = {

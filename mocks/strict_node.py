@@ -39,11 +39,26 @@ def _reading_frame() -> Any:
     return frame
 
 
+_CALL_LINES = 20  # how far a call the reading line opens is followed (a getattr spread over lines)
+
+
+def _reading_text(frame: Any) -> str:
+    """The source the frame is executing: its line (where the call starts), and the lines after it
+    until the parentheses it opens close (`getattr(\n    runner, "x", None)`)."""
+    text, depth = "", 0
+    for number in range(frame.f_lineno, frame.f_lineno + _CALL_LINES):
+        line = linecache.getline(frame.f_code.co_filename, number)
+        text += line
+        depth += line.count("(") - line.count(")")
+        if depth <= 0 or not line:
+            break
+    return text
+
+
 def _is_soft_read(frame: Any, name: str) -> bool:
     if frame is None:
         return False
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    return re.search(_SOFT_READ.format(name=re.escape(name)), line) is not None
+    return re.search(_SOFT_READ.format(name=re.escape(name)), _reading_text(frame)) is not None
 
 
 def _how_to_declare(path: str, real: RunnerSite, site: str, written: bool) -> str:

@@ -15,7 +15,6 @@ from dsakit.reasons import Reason
 
 DSV4_PAGE_SIZE = 256
 SWA_WINDOW = 128
-COMPRESSION_RATIOS = (4, 128)
 # The C4 indexer's top-k under the name each release gives it, on the backend and on its core
 # metadata: `c4_topk` / `c4_sparse_topk` up to 0.5.20, `index_topk` from 0.5.21.
 C4_TOPK_NAMES = ("c4_topk", "c4_sparse_topk", "index_topk")

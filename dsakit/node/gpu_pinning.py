@@ -30,7 +30,6 @@ GPU_COUNT_ENV = "DSAKIT_GPU_COUNT"
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 HIP_ENV = "HIP_VISIBLE_DEVICES"
 WORKER_KEY = "dsakit_gpu_pin"
-MULTI_GPU_GROUP = "dsakit-multi-gpu"
 GPUS_MARKER = "dsakit_gpus"
 WHOLE_NODE_MARKER = "dsakit_whole_node"
 

@@ -29,8 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def fingerprint() -> dict[str, Any]:
-    """What must match between two runs for their outcomes to be comparable (SGLang excluded)."""
-    from dsakit.gates.device_model import resolve_device
+    """What must match between two runs for their outcomes to be comparable (SGLang excluded); the
+    device is the run's (--dsakit-device, $DSAKIT_DEVICE or the ini key, as its session resolved it)."""
+    from dsakit.gates.marks import active_session
 
     versions: dict[str, str | None] = {}
     for name in KERNEL_PACKAGES:
@@ -39,8 +40,8 @@ def fingerprint() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     try:
-        device = resolve_device(None).describe()
-    except Exception as error:  # noqa: BLE001 - a bad $DSAKIT_DEVICE must not lose the run
+        device = active_session().device.describe()
+    except Exception as error:  # noqa: BLE001 - a device that cannot be read must not lose the run
         device = f"unknown ({error})"
     return {"python": platform.python_version(), "implementation": platform.python_implementation(),
             "device": device, "packages": versions}

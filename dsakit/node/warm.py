@@ -18,26 +18,30 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
 from dsakit.node.warm_stamp import state_dir
 from dsakit.node.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
+if TYPE_CHECKING:
+    from dsakit.gates.device_model import DeviceModel
+
 MARKER = "dsakit_jit"
 
 
 @dataclass(frozen=True)
 class JitTarget:
-    """One JIT build: `build()` compiles (or, when the cache is warm, just loads) it and returns
-    how many kernel launches it made."""
+    """One JIT build: `build(tests, device)` compiles (or, when the cache is warm, just loads) it for
+    the warm's device and returns how many kernel launches it made."""
 
     name: str
     description: str
     gates: tuple[str, ...]
     caches: tuple[str, ...]  # names of `dsakit.node.jit_caches.cache_roots()` the build writes
-    build: Callable[[Sequence[str]], int | Built] = field(compare=False)  # gets the test ids needing it
+    # gets the test ids needing it and the device the warm runs for (`dsakit warm --device`)
+    build: Callable[[Sequence[str], DeviceModel], int | Built] = field(compare=False)
     unit: str = "launches"  # what build()'s count counts
     # what the build depends on besides the stack (its stamp's inputs): by default the tests run
     inputs: Callable[[Sequence[str]], Sequence[str]] = field(compare=False, default=lambda tests: tests)
@@ -51,18 +55,16 @@ class Built:
     evidence: dict[str, Any]
 
 
-def _launch_paths(path_ids: Sequence[str]) -> int:
-    """Run every applicable case through the named real top-k paths once (the tests' entry
-    points, so the same JIT specialisations are compiled)."""
+def _launch_paths(path_ids: Sequence[str], device: DeviceModel) -> int:
+    """Run every applicable case on `device` (the warm's) through the named real top-k paths once
+    (the tests' entry points, so the same JIT specialisations are compiled)."""
     import pytest
     import torch
 
-    from dsakit.gates.device_model import resolve_device
     from dsakit.gates.table import closed_reasons
     from dsakit.topk.cases import select_topk_cases
     from dsakit.topk.launch import TOPK_PATHS, path_gates
 
-    device = resolve_device(None)
     launches = 0
     for path_id in path_ids:
         path = TOPK_PATHS[path_id]
@@ -83,8 +85,8 @@ _KERNEL_CACHES = ("sglang", "sglang-jit", "tvm-ffi", "flashinfer", "triton", "in
 
 def _topk_target(name: str, description: str, gates: tuple[str, ...], caches: tuple[str, ...],
                  paths: tuple[str, ...]) -> JitTarget:
-    def build(_tests: Sequence[str]) -> int:
-        return _launch_paths(paths)
+    def build(_tests: Sequence[str], device: DeviceModel) -> int:
+        return _launch_paths(paths, device)
 
     def inputs(_tests: Sequence[str]) -> Sequence[str]:
         return paths
@@ -111,7 +113,7 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "each worker recompiles thousands of modules when the interpreter writes no bytecode)",
             ("sglang:dsa-backend",),
             (),  # __pycache__ beside the SGLang stack's sources
-            lambda _tests: _compile_bytecode(),
+            lambda _tests, _device: _compile_bytecode(),
             unit="modules compiled",
             inputs=lambda _tests: _bytecode_inputs(),
         ),
@@ -123,7 +125,7 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "marked dsakit_jit('triton-kernels') run once, serially, in one process",
             ("cuda",),
             _KERNEL_CACHES,
-            lambda tests: _run_tests_once(tests),
+            lambda tests, device: _run_tests_once(tests, device),
             unit="tests run",
         ),
     )
@@ -133,15 +135,17 @@ JIT_TARGETS: dict[str, JitTarget] = {
 ALWAYS_TARGETS = ("sglang-bytecode",)
 
 
-def _run_tests_once(tests: Sequence[str]) -> int:
-    """Run `tests` in one plain pytest process (no xdist), so their JIT kernels land in the cache
-    the workers read; the tests' own outcome is the suite's business, a crash is the build's."""
+def _run_tests_once(tests: Sequence[str], device: DeviceModel) -> int:
+    """Run `tests` in one plain pytest process (no xdist) on `device` (the warm's), so their JIT
+    kernels land in the cache the workers read; the tests' own outcome is the suite's business, a
+    crash is the build's."""
     import subprocess
 
     if not tests:
         return 0
+    chosen = device.key if device.simulated else "real"  # the warm's device, not $DSAKIT_DEVICE's
     args = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", "-p", "no:xdist",
-            "-p", "no:syrupy", "-q", "--no-header", "-o", "addopts=", *tests]
+            "-p", "no:syrupy", "-q", "--no-header", "-o", "addopts=", f"--dsakit-device={chosen}", *tests]
     # a plain process even when warm itself runs inside a pytest(-xdist) worker
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT_TEST"))}
     done = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
@@ -270,7 +274,7 @@ class WarmResult:
                 "stamp_time": self.stamp_time}
 
 
-def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ()) -> WarmResult:
+def warm_target(target: JitTarget, device: DeviceModel, *, test_ids: Sequence[str] = ()) -> WarmResult:
     """Build one target under its file lock for the tests that need it (their ids); skipped with
     reasons when its gates are closed; `cached` (nothing run) when its stamp still holds: the same
     stack and inputs, and every cache file (or valid .pyc) the build left is still there."""
@@ -302,7 +306,7 @@ def warm_target(target: JitTarget, device: Any, *, test_ids: Sequence[str] = ())
         # what every root holds before: a build that writes outside its declared caches is caught
         before = warm_stamp.cache_evidence(list(roots), roots) if target.caches else {}
         try:
-            built = target.build(test_ids)
+            built = target.build(test_ids, device)
         except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
             return WarmResult(target.name, "failed", time.perf_counter() - tic, tests=tests,
                               error=f"{type(error).__name__}: {error}", waited_s=waited, stale=stale or "")

@@ -133,13 +133,6 @@ NO_IMAGE = (
 )
 
 
-def family_of_entry(entry_point: str) -> KernelFamily | None:
-    for family in ARCH_ONLY:
-        if entry_point in family.entry_points:
-            return family
-    return None
-
-
 def family_of_jit(name: str) -> KernelFamily | None:
     """The family a JIT module of this name builds, or None (a portable kernel)."""
     for family in ARCH_ONLY:

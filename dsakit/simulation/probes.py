@@ -181,11 +181,6 @@ def probes_for(version: str) -> list[SGLangProbe]:
     return [p for p in PROBES if version in p.releases]
 
 
-def declared_constants() -> set[tuple[str, str]]:
-    """(module, name) of every declared constant probe."""
-    return {(m, p.name) for p in PROBES if p.kind == "constant" for m in p.modules}
-
-
 # ---------------------------------------------------------------- the source scan
 
 PROBE_FUNCTIONS = frozenset({

@@ -26,9 +26,6 @@ V2_NOT_APPLICABLE = "v2-not-applicable"
 V2_UNUSED_UNFUSED = "v2-unused-when-unfused"
 PRE_SPLIT_NOTE = "pre-split-rule"
 
-INVALID_CODES = (TORCH_NEEDS_UNFUSED, NO_ROLE_SPLIT)
-NOTE_CODES = (FUSION_OFF_BOTH_ROLES, V2_NOT_APPLICABLE, V2_UNUSED_UNFUSED, PRE_SPLIT_NOTE)
-
 
 @dataclass(frozen=True)
 class TopkConfig:

@@ -101,6 +101,19 @@ def test_soft_read_returns_default_and_is_logged() -> None:
     assert any("soft-read: model_runner.some_optional_feature (draft)" in line for line in read_log.format_summary())
 
 
+def test_a_soft_read_spread_over_lines_is_a_soft_read() -> None:
+    # the reading line is where the call starts; its name and default may follow on the next lines
+    runner = dsakit.MockModelRunner("draft")
+    assert getattr(
+        runner, "optional_over_two_lines", "dflt") == "dflt"
+    assert hasattr(runner,
+                   "optional_over_three_lines"
+                   ) is False
+    reads = read_log.contract_reads()
+    assert [(r.kind, r.path) for r in reads] == [
+        (read_log.SOFT, "optional_over_two_lines"), (read_log.SOFT, "optional_over_three_lines")]
+
+
 def test_omitted_attribute_fails_with_contract_violation_not_bare_attribute_error() -> None:
     runner = dsakit.MockModelRunner("target", omit=["max_running_requests"])
     with pytest.raises(dsakit.ContractViolation) as raised:

@@ -109,7 +109,7 @@ def test_an_attribute_the_runner_sets_is_worded_with_its_site_and_method(install
 
 def test_an_attribute_the_runner_never_sets_says_so_naming_the_release(installed_sglang: SGLangRelease) -> None:
     message = _read(dsakit.MockModelRunner("target"), "no_such_thing")
-    assert f"the real ModelRunner: the real ModelRunner never sets it (SGLang {installed_sglang.version}). " in message
+    assert f"the real ModelRunner: never sets it (SGLang {installed_sglang.version}). " in message
 
 
 def test_a_dotted_attribute_is_worded_by_its_parent_or_its_serverargs_field(installed_sglang: SGLangRelease) -> None:
@@ -128,7 +128,7 @@ def test_a_dotted_attribute_is_worded_by_its_parent_or_its_serverargs_field(inst
         f"ModelRunner sets model_config at {sets['model_config']} (in ModelRunner.__init__); where "
         "model_config.context_len is set is not in dsakit's table")
     assert runner_sites.runner_site("no_such.child").phrase == (
-        f"the real ModelRunner never sets no_such (SGLang {installed_sglang.version})")
+        f"never sets no_such (SGLang {installed_sglang.version})")
 
 
 def test_an_unchanged_copy_of_the_release_is_worded_as_the_release(
@@ -153,9 +153,9 @@ def test_a_tree_whose_model_runner_differs_says_the_site_is_the_releases(
     assert (f"the real ModelRunner: {site} (ModelRunner sets it in ModelRunner.__init__) in SGLang {version} "
             f"as released; this tree's model_runner.py differs {_CHECK}. ") in _read(runner, "mem_fraction_static")
     never = _read(runner, "no_such_thing")
-    assert (f"the real ModelRunner: SGLang {version}'s released ModelRunner never sets it; this tree's "
+    assert (f"the real ModelRunner: never sets it in SGLang {version} as released; this tree's "
             f"model_runner.py differs {_CHECK}. ") in never
-    assert "the real ModelRunner never sets" not in never  # a PR tree may set it: not a claim about it
+    assert f"never sets it (SGLang {version})" not in never  # a PR tree may set it: not a claim about it
 
 
 def test_a_server_args_field_of_a_tree_without_the_releases_serverargs_files_says_so(
@@ -208,7 +208,7 @@ def test_a_violation_is_worded_without_parsing_any_source() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("MESSAGE")]
     assert len(lines) == 2 and "(ModelRunner sets it in ModelRunner.__init__)" in lines[0], done.stdout
-    assert "the real ModelRunner never sets it" in lines[1]
+    assert "the real ModelRunner: never sets it (SGLang " in lines[1]
 
 
 # ---------------------------------------------------------------- declared: the package carries the table
@@ -254,7 +254,7 @@ def test_the_site_is_the_imported_releases(sglang_release_tree: Tree, installed_
                 for file, sites in runner_sites.load_table()["releases"]["0.5.21"]["runner"].items()
                 if "prefill_shared_read_stager" in sites)
     here = runner_sites.runner_site("prefill_shared_read_stager", installed_sglang).phrase
-    assert here == f"the real ModelRunner never sets it (SGLang {installed_sglang.version})"
+    assert here == f"never sets it (SGLang {installed_sglang.version})"
     over = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tree)])}
     for env, expected in ((over, f"the real ModelRunner: {site} (ModelRunner sets it in "),
                           (None, f"the real ModelRunner: {here}\n")):

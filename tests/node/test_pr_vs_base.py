@@ -220,3 +220,23 @@ def test_signature_names_the_reading_site_and_keeps_whole_sentences() -> None:
     assert signature(other) == sig  # the same failure in the PR's overlay
     local = signature({"message": "AssertionError: read at /tmp/pytest-of-u/p3/test_x.py:9", "frame": ""})
     assert local == "AssertionError: read at <tmp>/test_x.py"
+
+
+@pytest.mark.parametrize(("environment", "option", "recorded"), [
+    ("sm103", "sm90", "[simulated sm90]"),  # the option wins over the variable, as in the run itself
+    ("", "sm103", "[simulated sm103]"),  # the option alone (the variable unset): not this machine
+])
+def test_the_record_fingerprints_the_runs_device(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                 environment: str, option: str, recorded: str) -> None:
+    from dsakit.node.pytest_invocation import plugin_args
+
+    if environment:
+        monkeypatch.setenv("DSAKIT_DEVICE", environment)
+    else:
+        monkeypatch.delenv("DSAKIT_DEVICE", raising=False)
+    pytester.makepyfile(test_one="def test_a():\n    pass\n")
+    record = pytester.path / "rec.jsonl"
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-p", "dsakit.node.pr_vs_base_recorder",
+                                  f"--dsakit-record={record}", f"--dsakit-device={option}").assert_outcomes(passed=1)
+    env = json.loads(record.read_text().splitlines()[0])
+    assert env["kind"] == "env" and env["fingerprint"]["device"].endswith(recorded), env

@@ -4,6 +4,7 @@ time per target (file lock), stamps written atomically."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -39,10 +40,10 @@ def test_plain():
 """
 
 
-def _warm(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+def _warm(pytester: pytest.Pytester, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "dsakit", "warm", *args], cwd=pytester.path,
                           capture_output=True, text=True, check=False,
-                          env={**__import__("os").environ, "DSAKIT_CACHE_DIR": str(pytester.path / "cache")})
+                          env={**os.environ, "DSAKIT_CACHE_DIR": str(pytester.path / "cache"), **env})
 
 
 def test_cpu_box_skips_each_needed_target_with_reasons(pytester: pytest.Pytester) -> None:
@@ -85,12 +86,58 @@ def test_triton_target_runs_the_marked_tests_once_in_one_process(pytester: pytes
     ids = [f"test_marked.py::test_kernel[{i}]" for i in range(3)]
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.chdir(pytester.path)
-        assert jit_warmup._run_tests_once(ids) == 3
+        assert jit_warmup._run_tests_once(ids, simulated_model("sm90")) == 3
     lines = [line.split() for line in ran.read_text().splitlines()]
     assert sorted(line[0] for line in lines) == ["0", "1", "2"]
     assert len({line[1] for line in lines}) == 1 and {line[2] for line in lines} == {"None"}, "one plain process"
     with pytest.raises(RuntimeError, match="exited 4"):  # a usage error (no such file) fails the build
-        jit_warmup._run_tests_once(["does_not_exist.py"])
+        jit_warmup._run_tests_once(["does_not_exist.py"], simulated_model("sm90"))
+
+
+def test_the_marked_tests_run_on_the_warms_device_not_on_dsakit_device(pytester: pytest.Pytester) -> None:
+    # `dsakit warm --device sm90` gates its targets on sm90: the tests it runs once must see sm90
+    # too, not $DSAKIT_DEVICE (sm103) and not this machine (a CPU box, where --device alone is given)
+    seen = pytester.path / "seen.txt"
+    pytester.makepyfile(test_marked=f"""
+        import pytest
+        @pytest.mark.dsakit_jit("triton-kernels")
+        def test_kernel():
+            from dsakit.gates.marks import active_session
+            with open({str(seen)!r}, "a") as f:
+                f.write(active_session().device.key + "\\n")
+    """)
+    for cache, env in (("one", {"DSAKIT_DEVICE": "sm103"}), ("two", {})):  # a cache each: no stamp holds
+        done = _warm(pytester, "--device", "sm90", "test_marked.py", DSAKIT_CACHE_DIR=str(pytester.path / cache), **env)
+        assert done.returncode == 0 and "triton-kernels     built" in done.stdout, done.stdout + done.stderr
+    assert seen.read_text().split() == ["sm90", "sm90"]
+
+
+def test_the_topk_launches_are_gated_on_the_warms_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from dsakit.gates import table
+    from dsakit.topk import cases, launch
+
+    monkeypatch.setenv("DSAKIT_DEVICE", "sm103")  # what the launches read before: not the warm's device
+    asked: list[str] = []
+    ran: list[str] = []
+
+    class FakePath:
+        device = "cpu"
+
+        def unsupported(self, _case: object) -> None:
+            return None
+
+        def run(self, case: str, _device: str, _monkeypatch: pytest.MonkeyPatch) -> None:
+            ran.append(case)
+
+    monkeypatch.setattr(launch, "TOPK_PATHS", {"fake": FakePath()})
+    monkeypatch.setattr(launch, "path_gates", lambda _path, _case: ("cuda",))
+    monkeypatch.setattr(cases, "select_topk_cases", lambda: ["case"])
+    monkeypatch.setattr(table, "closed_reasons", lambda _gates, device: asked.append(device.key) or [])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert jit_warmup._launch_paths(["fake"], simulated_model("sm90")) == 1
+    assert asked == ["sm90"] and ran == ["case"]
 
 
 def test_unknown_marker_target_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -107,7 +154,7 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path))
     spans: list[tuple[float, float]] = []
 
-    def build(_tests) -> int:
+    def build(_tests, _device) -> int:
         start = time.perf_counter()
         time.sleep(0.3)
         spans.append((start, time.perf_counter()))
@@ -135,7 +182,7 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
 def test_failed_build_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSAKIT_CACHE_DIR", str(tmp_path))
 
-    def build(_tests) -> int:
+    def build(_tests, _device) -> int:
         raise RuntimeError("nvcc exploded")
 
     result = jit_warmup.warm_target(jit_warmup.JitTarget("bad", "", (), (), build), simulated_model("sm90"))
@@ -169,7 +216,7 @@ def stamp_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _kernel_target(calls: list[list[str]], out: Path) -> jit_warmup.JitTarget:
-    def build(tests) -> int:
+    def build(tests, _device) -> int:
         calls.append(list(tests))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(b"cubin")
@@ -254,7 +301,7 @@ def test_files_a_build_writes_outside_its_declared_caches_are_evidence(stamp_nod
     calls: list[list[str]] = []
     leaf = stamp_node / "home" / ".cache/sglang/jit/sm90a/topk_v2/build-1/deps-2/topk_v2.so"
 
-    def build(tests) -> int:
+    def build(tests, _device) -> int:
         calls.append(list(tests))
         for out in (stamp_node / "triton" / "K" / "k.cubin", leaf):
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -278,7 +325,7 @@ def test_a_cache_that_records_its_own_path_holds_only_at_that_path(stamp_node: P
     TRITON_CACHE_DIR are a cache miss for Triton, so the stamp does not hold there."""
     calls: list[list[str]] = []
 
-    def build(tests) -> int:
+    def build(tests, _device) -> int:
         calls.append(list(tests))
         root = Path(jit_warmup_roots()["triton"])
         (root / "K").mkdir(parents=True, exist_ok=True)
@@ -311,7 +358,7 @@ def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
     source.write_text("X = 1\n")
     calls: list[int] = []
 
-    def build(_tests) -> jit_warmup.Built:
+    def build(_tests, _device) -> jit_warmup.Built:
         calls.append(1)
         py_compile.compile(str(source), doraise=True)
         return jit_warmup.Built(1, {"sources": [str(source)]})

@@ -172,7 +172,7 @@ def test_a_fresh_node_after_import_finds_the_warm_targets_built(fake_node: Path,
     """The stamps travel with the caches: `dsakit warm` on the fresh node runs no build."""
     calls: list[str] = []
 
-    def build(_tests: object) -> int:
+    def build(_tests: object, _device: object) -> int:
         calls.append("build")
         out = Path(jit_caches.cache_roots()["triton"].path, "NEWKEY", "kernel.cubin")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ def test_export_lists_the_bytecode_from_the_warm_stamp_without_importing_the_cha
 
     site = fake_node / "site" / "fakepkg"
     sources = [str(site / "__init__.py"), str(site / "sub.py")]
-    target = warm.JitTarget("sglang-bytecode", "", (), (), lambda _t: warm.Built(0, {"sources": sources}),
+    target = warm.JitTarget("sglang-bytecode", "", (), (), lambda _t, _d: warm.Built(0, {"sources": sources}),
                             inputs=lambda _t: bytecode.stamp_inputs(["fakepkg"]))
     assert warm.warm_target(target, resolve_device(None)).status == "built"
 

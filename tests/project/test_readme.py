@@ -16,16 +16,29 @@ ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def _between(name: str) -> str:
-    match = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", README, re.S)
-    assert match, f"README has no {name} block"
+REFERENCE = ROOT / "docs" / "reference"  # the generated pages the README links
+
+
+def _between(name: str, text: str = README, where: str = "README") -> str:
+    match = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", text, re.S)
+    assert match, f"{where} has no {name} block"
     return match.group(1)
 
 
 def test_contract_table_is_the_contract() -> None:
-    assert _between("contract-table") == markdown_table(MODEL_RUNNER_CONTRACT), (
-        "the README's contract table drifted: replace it with the output of `dsakit contract table` "
+    page = (REFERENCE / "contract.md").read_text(encoding="utf-8")
+    assert _between("contract-table", page, "docs/reference/contract.md") == markdown_table(MODEL_RUNNER_CONTRACT), (
+        "docs/reference/contract.md's table drifted: replace it with the output of `dsakit contract table` "
         "(run outside a project that extends the contract)")
+
+
+def test_the_readme_links_the_generated_reference_pages_and_carries_none_of_their_tables() -> None:
+    pages = sorted(path.name for path in REFERENCE.glob("*.md"))
+    assert pages == ["contract.md", "simulated-probes.md"], pages
+    for name in pages:
+        assert f"](docs/reference/{name})" in README, f"the README does not link docs/reference/{name}"
+    assert "<!-- contract-table:" not in README, "the contract table lives in docs/reference/contract.md"
+    assert not re.search(r"^\| probe \| kind \|", README, re.M), "the probe tables live in docs/reference/"
 
 
 def test_downstream_example_runs(pytester: pytest.Pytester, no_kernel_modules: None) -> None:

@@ -29,6 +29,7 @@ SDIST_MUST_HAVE = (
     "dsakit/recipes/cpu-torch.txt", f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt",
     "dsakit/plugin.py", "mocks/model_runner.py", "contracts/model_runner_contract.py",
     ".github/workflows/release.yml", "scripts/env.sh",
+    "docs/reference/contract.md", "docs/reference/simulated-probes.md",  # the README's tests read them
 )
 
 

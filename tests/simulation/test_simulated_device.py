@@ -52,11 +52,11 @@ def test_a_probe_missing_from_the_table_fails_loudly(monkeypatch: pytest.MonkeyP
     assert "dsa_backend.py:" in missing[0].site
 
 
-def test_readme_probe_tables_match_the_code() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_reference_probe_tables_match_the_code() -> None:
+    page = (ROOT / "docs" / "reference" / "simulated-probes.md").read_text(encoding="utf-8")
     for version in ("0.5.17", "0.5.23"):
-        assert device_probes.probe_table_markdown(version) in readme, (
-            f"README's {version} probe table drifted: regenerate it with "
+        assert device_probes.probe_table_markdown(version) in page, (
+            f"docs/reference/simulated-probes.md's {version} probe table drifted: regenerate it with "
             f"`python -c 'from dsakit.simulation.probes import probe_table_markdown as t; print(t(\"{version}\"))'`")
 
 

@@ -1,7 +1,7 @@
 """Gaps in the audit's tests found by mutation testing: `dsakit/audit/findings.py`, the verdict of one
 read on the judged devices (a device dsakit does not simulate counts only reads without a device
 guard), a missing entry's devices and a mock's failing rule, called directly; whole mocks are judged
-end to end in test_audit_suites.py and test_mutation_gaps_command.py."""
+end to end in test_audit_suites.py and test_audit_command_in_process.py."""
 
 from __future__ import annotations
 

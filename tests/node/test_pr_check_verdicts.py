@@ -506,7 +506,7 @@ def test_the_comments_summary_when_nothing_ran_and_both_runs_broke() -> None:
 def test_a_not_run_group_with_two_notes_names_both() -> None:
     """Two of SGLang's TileLang messages classify under one code with different notes ("where
     tilelang is installed", "no device: ..."): the group's where-it-runs names both (the last real
-    survivor of the mutation run's pr_check group, bench/README.md 'Round 2')."""
+    survivor of the mutation run's pr_check group, bench/notes/2026-12-02-mutation-testing.md 'Round 2')."""
     unavailable = _out("skipped", reason="tilelang_kernel unavailable: No module named 'tilelang'")
     fixture = _out("skipped", reason="DSA tilelang decode requires topk=2048; the shared sparse fixture uses topk=128.")
     check = _check({}, {"t::a": unavailable, "t::b": fixture}, device="sm90")

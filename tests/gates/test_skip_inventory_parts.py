@@ -533,7 +533,7 @@ def test_a_report_write_that_fails_after_its_path_was_accepted_keeps_the_writers
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The path passed output_file's check (at configure and again now); the write itself then fails
     (a full disk, a permission lost): the summary gets the writer's own sentence (the last real
-    survivor of the mutation run's inventory group, bench/README.md 'Round 2')."""
+    survivor of the mutation run's inventory group, bench/notes/2026-12-02-mutation-testing.md 'Round 2')."""
     import errno
     import os
 
