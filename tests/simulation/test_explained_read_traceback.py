@@ -14,8 +14,10 @@ from dsakit.gates.device_model import real_device
 from dsakit.node.pytest_invocation import plugin_args
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="[module:torch] the simulation patches torch"),
-    pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="[module:sglang] the suite builds SGLang's backend"),
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                       reason="[module:torch] the simulation patches torch"),
+    pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
+                       reason="[module:sglang] the suite builds SGLang's backend"),
     pytest.mark.skipif(real_device().is_gpu, reason="[real-gpu] the suite's runner lives on the CPU placement"),
 ]
 SUITE = (Path(__file__).parents[1] / "suites" / "indexer_shaped.py").read_text(encoding="utf-8")
@@ -29,7 +31,8 @@ def _failure_lines(pytester: pytest.Pytester, *args: str) -> list[str]:
                                            "-k", "HandWrittenRunner and test_backend_builds", *args)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*_ TestBackendFromAHandWrittenRunner.test_backend_builds _*",
-                                 "E   *AttributeError: 'MockModelRunner' object has no attribute 'max_running_requests'",
+                                 "E   *AttributeError: 'MockModelRunner' object has no attribute "
+                                 "'max_running_requests'",
                                  "*dsakit model_runner read*", EXPLANATION])
     lines = result.outlines
     start = next(i for i, line in enumerate(lines) if "TestBackendFromAHandWrittenRunner.test_backend_builds _" in line)
