@@ -563,8 +563,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
                  keep: str | None = None, timeout: float | None = None) -> int:
     from dsakit.gates.table import split_codes, validate_codes
 
-    for src in (base_src, pr_src):
-        package_dir(src)  # a path that is not a tree: exit 2 before anything runs
+    base_package, pr_package = (package_dir(src) for src in (base_src, pr_src))  # not a tree: exit 2 now
     chosen = parse_devices(devices)
     codes = validate_codes(split_codes(must_run, "--must-run")) if must_run else ()
     json_out = output_file(json_path, "--json") if json_path is not None else None
@@ -572,6 +571,10 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
     if keep:
         writable_dir(keep, "--keep")
     check_timeout(timeout)  # inf: leave it out; nan, 0, negative: not a limit
+    if base_package.resolve() == pr_package.resolve():
+        raise UsageError(f"--base {base_src} and --pr {pr_src} are the same tree ({base_package.resolve()}): "
+                         "every test would be compared with itself, so no regression could show; pass the "
+                         "PR's tree to --pr")
     reads = (tree_reads("--base", base_src), tree_reads("--pr", pr_src))  # a file that does not parse: exit 2
     with interruptible():  # Ctrl-C or SIGTERM: every run ends, then the workdir goes (unless --keep)
         return _pr_check_in(Path(keep) if keep else Path(tempfile.mkdtemp(prefix="dsakit-pr-check-")), keep=bool(keep),

@@ -214,10 +214,10 @@ class DsakitSession:
         options, device = self.options, self.device
         try:
             must_run: tuple[str, ...] = ()
-            if options["dsakit_must_run"]:
+            if options["dsakit_must_run"] or "dsakit_must_run" in self.given:  # given empty: refused
                 from dsakit.gates.table import split_codes, validate_codes
 
-                must_run = validate_codes(split_codes(options["dsakit_must_run"], "--dsakit-must-run"))
+                must_run = validate_codes(split_codes(options["dsakit_must_run"], "--dsakit-must-run", given=True))
             report_path = options["dsakit_report"]
             if report_path is not None and not self.is_worker:
                 from dsakit.output_paths import output_file
@@ -255,6 +255,10 @@ class DsakitSession:
         self._register(WRAPPER_START, self.wrapper_start)
         plan = self.device.plan
         if plan is None:
+            if "dsakit_simulation_timeout" in self.given:  # a bad value is refused with or without a device
+                from dsakit.simulation.watchdog import checked_timeout
+
+                checked_timeout(int(self.options["dsakit_simulation_timeout"]))
             return
         from dsakit.simulation import watchdog
         from dsakit.simulation.whole_run import WholeRun

@@ -500,9 +500,10 @@ def validate_codes(codes: Iterable[str]) -> tuple[str, ...]:
     return tuple(result)
 
 
-def split_codes(text: str, what: str) -> list[str]:
+def split_codes(text: str, what: str, *, given: bool = False) -> list[str]:
     """Codes from the comma-separated value of option `what`, keeping 'gfx in gfxA,gfxB' whole.
-    A value of commas only (`,,`) names no code: UsageError (an empty value is no codes)."""
+    A value of commas only (`,,`) names no code: UsageError; so does an empty one the user `given`
+    (`--dsakit-must-run=''`), else an empty value is no codes (the default)."""
     pieces: list[str] = []
     for piece in (p.strip() for p in text.split(",")):
         if not piece:
@@ -511,7 +512,7 @@ def split_codes(text: str, what: str) -> list[str]:
             pieces[-1] = f"{pieces[-1]},{piece}"
         else:
             pieces.append(piece)
-    if not pieces and text.strip():
+    if not pieces and (text.strip() or given):
         raise UsageError(f"{what} {text!r} names no gate code: pass CODE[,CODE...] (for example cuda,fa3; "
                          f"`dsakit capabilities` lists the codes), or leave {what} out")
     return pieces

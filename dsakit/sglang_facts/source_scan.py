@@ -486,9 +486,9 @@ class _Scanner:
                         [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
                     value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
                     for target in targets:
-                        for name in _self_targets(target):
-                            single = isinstance(target, ast.Attribute) and value is not None
-                            values.setdefault(name, set()).add(scan.resolve(value) if single else None)
+                        for single, taken in _paired(target, value):
+                            for name in _self_targets(single):
+                                values.setdefault(name, set()).add(scan.resolve(taken) if taken is not None else None)
             found = {name: "" for name, paths in values.items() if name != RUNNER_NAME and paths == {""}}
             if found == self._self_aliases[key]:
                 break
@@ -548,6 +548,7 @@ class _FunctionScan:
         self.base_guards = guards
         self.via = via
         self.aliases: dict[str, str] = {RUNNER_NAME: ""}
+        self.aliases.update((name, "") for name in _runner_parameters(function, module.classes.get(class_name or "")))
         self.aliases.update(bindings)
         self.self_aliases = scanner.self_aliases(module, class_name)
         self.local_imports: dict[str, str] = {}
@@ -576,10 +577,10 @@ class _FunctionScan:
                     if isinstance(node, (ast.With, ast.AsyncWith))
                     else [node.target]
                 )
-            for target in targets:
+            for target, taken in (pair for whole in targets for pair in _paired(whole, value)):
                 if isinstance(target, ast.Name):
-                    assignments.append((target.id, value))
-                else:  # names a tuple target rebinds; `mr.x = 1` or `mr[0] = 1` rebinds no name
+                    assignments.append((target.id, taken))
+                else:  # names a starred target rebinds; `mr.x = 1` or `mr[0] = 1` rebinds no name
                     assignments.extend((name, None) for name in _bound_names(target))
         # Iterate so that `cfg = model_runner.model_config; hf = cfg.hf_config` chains.
         for _ in range(3):
@@ -770,6 +771,41 @@ class _FunctionScan:
             return
         call_site = f"{SourceSite(self.module.relative, node.lineno)} ({self.qualname})"
         self.scanner.follow(module, function, qualname, class_name, bindings, guards, self.via + (call_site,))
+
+
+def _paired(target: ast.expr, value: ast.expr | None) -> list[tuple[ast.expr, ast.expr | None]]:
+    """Each single target of an assignment with the value it takes: `self.a, self.r = 1, model_runner`
+    pairs element-wise; an unpacked value it cannot pair (`a, b = f()`, a starred side) is None."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        values = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+        if values is None or len(values) != len(target.elts) or any(
+                isinstance(e, ast.Starred) for e in [*target.elts, *values]):
+            return [pair for element in target.elts for pair in _paired(element, None)]
+        return [pair for element, taken in zip(target.elts, values) for pair in _paired(element, taken)]
+    if isinstance(target, ast.Starred):
+        return _paired(target.value, None)
+    return [(target, value)]
+
+
+def _runner_parameters(function: _FunctionNode, cls: ast.ClassDef | None) -> list[str]:
+    """Parameters that take the runner under another name than `model_runner`: one annotated
+    `ModelRunner`, and the first of a backend's constructor named `runner` or `*_runner` (SGLang
+    builds every attention backend as `Backend(model_runner)`; minimax_sparse_backend.py names it
+    `runner`)."""
+    positional = [*function.args.posonlyargs, *function.args.args]
+    found = []
+    for arg in [*positional, *function.args.kwonlyargs]:
+        note = arg.annotation
+        named = note.value if isinstance(note, ast.Constant) and isinstance(note.value, str) else (
+            _dotted_name(note) if note is not None else None)
+        if named is not None and named.rsplit(".", 1)[-1] == "ModelRunner" and arg.arg != RUNNER_NAME:
+            found.append(arg.arg)
+    if cls is not None and function.name == "__init__" and len(positional) >= 2:
+        first = positional[1].arg
+        backend = any((_dotted_name(base) or "").endswith("Backend") for base in cls.bases)
+        if backend and (first == "runner" or first.endswith("_runner")) and first != RUNNER_NAME:
+            found.append(first)
+    return found
 
 
 def _bound_names(target: ast.expr) -> list[str]:

@@ -3,11 +3,13 @@
 Owns splitting the device list, running the same invocation once per device in parallel (each
 with its own `--dsakit-device` and `--dsakit-report`), ending every child on Ctrl-C, and printing
 each run's outcome and the merged fleet table (`dsakit report merge`'s layout). Exit code: pytest's,
-the worst of the runs (2/3/4 before 1, 1 before 5, 5 only when every run collected nothing).
+the worst of the runs (2/3/4 before 1, 1 before 5, 5 only when every run collected nothing);
+`--dsakit-must-run` is judged once, over the fleet (a gate skipped on sm90 that ran on sm103 ran).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,12 +18,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dsakit.gates.device_model import REAL, validate_device_name
+
+if TYPE_CHECKING:
+    from dsakit.node.report_merge import Merged
 
 _SUMMARY_MARK = "short test summary info"
 _OUTCOME = re.compile(r"^=* ?(\d+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected)|no tests ran)")
@@ -171,6 +178,7 @@ def _print_fleet(config: pytest.Config, runs: list[DeviceRun], keep: bool, folde
         write(f"dsakit fleet: {run.device} ({name}): {run.last_line()} (exit {run.code})")
         for line in run.summary():
             write(f"    {line}")
+    codes = [r.code if r.code is not None else 2 for r in runs]
     reports = [str(r.report) for r in runs if r.report.is_file()]
     missing = [r.device for r in runs if not r.report.is_file()]
     if missing:
@@ -185,6 +193,38 @@ def _print_fleet(config: pytest.Config, runs: list[DeviceRun], keep: bool, folde
             write("")
             for line in format_text(merged):
                 write(line)
+            codes = _must_run_over_the_fleet(runs, codes, merged, write)
     if keep:
         write(f"dsakit fleet: reports and logs in {folder}")
-    return worst_code([r.code if r.code is not None else 2 for r in runs])
+    return worst_code(codes)
+
+
+def _must_run_over_the_fleet(runs: list[DeviceRun], codes: list[int], merged: Merged,
+                             write: Callable[[str], None]) -> list[int]:
+    """The runs' exit codes with --dsakit-must-run judged over the merged table: a run that failed
+    only its must-run gates (its tests passed; every run declares the gates) exits 0 here, and the
+    fleet fails once where a gate ran on no device."""
+    from dsakit.node.report_merge import merge
+
+    judged = list(codes)
+    for index, run in enumerate(runs):
+        if codes[index] != 1 or not run.report.is_file():
+            continue
+        try:
+            data = json.loads(run.report.read_text(encoding="utf-8"))
+            failed_gates = data["must_run"]["failed"]
+            own_failures = merge([str(run.report)]).failures()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a report it cannot read keeps the run's own code
+        if failed_gates and not own_failures:
+            judged[index] = 0
+    if merged.must_run:
+        missed = merged.must_run_failures()
+        for code in merged.must_run:
+            if code in missed:
+                write(f"dsakit fleet: --dsakit-must-run {code}: {missed[code]} -> fails the fleet")
+            else:
+                write(f"dsakit fleet: --dsakit-must-run {code}: ran on {', '.join(merged.gate_ran_on(code))}")
+        if missed:
+            judged.append(1)
+    return judged

@@ -2,9 +2,11 @@
 
 Owns stopping a test that outlives `--dsakit-simulation-timeout` (a kernel sized for the simulated
 GPU that hangs on this one, a build that never ends): the test fails with `SimulationTimeout`
-naming the call in flight; where the main thread cannot be interrupted (blocked inside a kernel or
-a driver call) the process is ended after the message, its child processes first (under xdist the
-worker is replaced and the test reported crashed). Must not run where no device is simulated.
+naming the call in flight and the run goes on. A signal to the main thread interrupts a sleep or a
+wait for a subprocess (the subprocess is ended); where the main thread still does not return
+(blocked inside a kernel or a driver call) the process is ended after the message, its child
+processes first (under xdist the worker is replaced and the test reported crashed). Must not run
+where no device is simulated.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ import pytest
 from dsakit.mocks.call_site import shown_path
 
 GRACE_S = 10.0  # after the timeout: how long an interrupted test has to unwind before the process ends
-_MACHINERY = ("/_pytest/", "/pluggy/", "/dsakit/", "/threading.py", "/unittest/")
+_MACHINERY = ("/_pytest/", "/pytest/", "/pluggy/", "/xdist/", "/execnet/", "/dsakit/", "/threading.py", "/unittest/")
+# the signal that interrupts the main thread: Python raises from its handler once a blocking call
+# (a sleep, a wait for a subprocess) returns EINTR; a real-time one where the OS has them (nothing
+# else claims it), else SIGUSR2
+INTERRUPT = getattr(signal, "SIGRTMIN", signal.SIGUSR2) + (7 if hasattr(signal, "SIGRTMIN") else 0)
 
 
 class SimulationTimeout(RuntimeError):
@@ -58,14 +64,31 @@ def in_flight(frame: Any) -> str:
 
 def _waited_command(frame: Any) -> str | None:
     """The argv of the subprocess a frame of the stack waits for (subprocess.Popen's own frames)."""
+    owner = _waited_popen(frame)
+    args = getattr(owner, "args", None)
+    if not args:
+        return None
+    words = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
+
+
+def _waited_popen(frame: Any) -> Any:
+    """The subprocess.Popen a frame of the stack waits for, or None."""
     while frame is not None:
         owner = frame.f_locals.get("self") if frame.f_code.co_filename.endswith("subprocess.py") else None
-        args = getattr(owner, "args", None)
-        if args:
-            words = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
-            return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
+        if getattr(owner, "args", None) and isinstance(getattr(owner, "pid", None), int):
+            return owner
         frame = frame.f_back
     return None
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL to a process and its descendants (children first): nothing outlives a stopped test."""
+    for target in [*reversed(_descendants(pid)), pid]:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def _descendants(pid: int) -> list[int]:
@@ -98,21 +121,48 @@ class Watchdog:
         self._fired: str | None = None
         self._main = threading.main_thread().ident
         self._stop = threading.Event()
+        self._raised = False  # the fired message was raised in the main thread (once per test)
+        self._previous: Any = None  # the interrupt signal's handler before ours (restored at close)
+        self._signalled = self._install_handler()
         self._thread = threading.Thread(target=self._watch, name="dsakit-simulation-watchdog", daemon=True)
         self._thread.start()
 
+    def _install_handler(self) -> bool:
+        """Our handler for INTERRUPT (only the main thread may install one); False: none installed,
+        the watchdog falls back on an asynchronous exception (a sleep then runs to its end)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        try:
+            self._previous = signal.signal(INTERRUPT, self._on_interrupt)
+        except (ValueError, OSError):
+            return False
+        return True
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        __tracebackhide__ = True  # the failure shows the test's line, not this handler
+        with self._lock:
+            message = self._fired if not self._raised else None
+            self._raised = self._raised or message is not None
+        if message is not None:
+            raise SimulationTimeout(message)
+        if callable(self._previous):  # someone else's signal: theirs to handle
+            self._previous(signum, frame)
+
     def close(self) -> None:
         self._stop.set()
+        if self._signalled and threading.current_thread() is threading.main_thread():
+            self._signalled = False
+            signal.signal(INTERRUPT, self._previous if self._previous is not None else signal.SIG_DFL)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         with self._lock:
-            self._test, self._fired = (nodeid, time.monotonic()), None
+            self._test, self._fired, self._raised = (nodeid, time.monotonic()), None, False
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         with self._lock:
-            self._test = None
+            self._test, self._fired = None, None
 
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
@@ -124,8 +174,10 @@ class Watchdog:
 
     def _fire(self, nodeid: str) -> None:
         frame = sys._current_frames().get(self._main or 0)
+        waited = None
         try:
             where = in_flight(frame) if frame is not None else "<unknown>"
+            waited = _waited_popen(frame)
         except Exception as error:  # noqa: BLE001 - the test must still be stopped
             where = f"<the stack could not be read: {error!r}>"
         message = (f"{nodeid} ran longer than --dsakit-simulation-timeout={self.timeout_s:g} s under simulated "
@@ -135,7 +187,12 @@ class Watchdog:
                 return
             self._fired = message
             self._test = (nodeid, float("inf"))  # fired once per test
-        _raise_in_main(self._main, message)
+        if self._signalled:
+            signal.pthread_kill(self._main or 0, INTERRUPT)  # a sleep or a wait returns, the handler raises
+        else:
+            _raise_in_main(self._main, message)
+        if waited is not None:  # the test unwinds without it: it must not outlive the test
+            _kill_tree(waited.pid)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
             time.sleep(0.2)

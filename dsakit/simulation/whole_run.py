@@ -217,14 +217,16 @@ class FailureSections:
         if not report.failed or call.excinfo is None or active.simulated_device() is None:
             return report  # nothing is simulated now
         simulation = sys.modules["dsakit.simulation.probe_patches"]  # what simulates imported it
-        _explain(report, item, call.excinfo.value, simulation, simulation.active_simulation())
+        _explain(report, item, call.excinfo, simulation, simulation.active_simulation())
         return report
 
 
-def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException, simulation: Any,
-             device: Any) -> None:
+def _explain(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException],
+             simulation: Any, device: Any) -> None:
     """A failure under a simulation: a kernel launch becomes its skip; else the device it ran as and,
-    for a model-runner read, the read explained."""
+    for a model-runner read, the read explained (its traceback in pytest's --tb=short style where
+    the run chose no --tb: the long one prints the whole SGLang function, ~300 lines above it)."""
+    raised = excinfo.value
     launch = _in_chain(raised, simulation.SimulatedKernelLaunch)
     if launch is None:
         launch = _no_image(raised, device, simulation)
@@ -243,6 +245,9 @@ def _explain(report: pytest.TestReport, item: pytest.Item, raised: BaseException
     if read is not None:
         devices = {key: d for key, d in SIMULATED.items() if key != "cpu"}
         report.sections.append((EXPLAINED, explain(read, devices)))
+        shorten = getattr(item, "_repr_failure_py", None)  # pytest's own rendering, at another --tb style
+        if item.config.getoption("tbstyle", "auto") == "auto" and callable(shorten):
+            report.longrepr = shorten(excinfo, style="short")
 
 
 KERNEL_LAUNCH = "simulated-kernel-launch"  # dsakit.simulation.probe_patches.KERNEL_LAUNCH, without its import

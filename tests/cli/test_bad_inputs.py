@@ -94,6 +94,14 @@ def pytest_run(*args: str, files: dict[str, str],
     return run
 
 
+def pytest_plain(*args: str, files: dict[str, str]) -> Callable[[Path], Outcome]:
+    """pytest with dsakit but no --dsakit-device (the run's device is the real one)."""
+    def run(tmp: Path) -> Outcome:
+        _write(tmp, files)
+        return _command(tmp, ["-m", "pytest", *plugin_args(), "-p", "no:cacheprovider", *args])
+    return run
+
+
 def api(call: Callable[[], Any]) -> Callable[[Path], Outcome]:
     def run(tmp: Path) -> Outcome:
         try:
@@ -458,6 +466,49 @@ CASES: list[Case] = [
          "exit 4", ("ERROR: --dsakit-must-run ',,' names no gate code: pass CODE[,CODE...] (for example cuda,fa3; "
                     "`dsakit capabilities` lists the codes), or leave --dsakit-must-run out",),
          absent=("Traceback (most recent call last)", "1 passed")),
+    # issue 45 item 5 -- silent before (exit 0, no word)
+    Case("must-run-empty", "45.5", "pytest --dsakit-must-run=''",
+         pytest_run("--dsakit-must-run=", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-must-run '' names no gate code: pass CODE[,CODE...] (for example cuda,fa3; "
+                    "`dsakit capabilities` lists the codes), or leave --dsakit-must-run out",),
+         absent=("Traceback (most recent call last)", "1 passed")),
+    Case("simulation-timeout-negative-no-device", "45.5", "pytest --dsakit-simulation-timeout -5 (no --dsakit-device)",
+         pytest_plain("--dsakit-simulation-timeout", "-5", files=PASSING),
+         "exit 4", ("ERROR: --dsakit-simulation-timeout -5: expected a number of seconds >= 0 (0: never stop a test)",),
+         absent=("Traceback (most recent call last)", "1 passed")),
+    Case("pr-check-same-tree", "45.5", "dsakit pr-check --base 0.0.1 --pr 0.0.1/sglang -- test_ok.py",
+         dsakit("pr-check", "--base", "0.0.1", "--pr", "0.0.1/sglang", "--json", "out.json", "--", "test_ok.py",
+                files=PASSING, setup=_trees()),
+         "exit 2", ("dsakit: error: --base 0.0.1 and --pr 0.0.1/sglang are the same tree (", "0.0.1/sglang): every "
+                    "test would be compared with itself, so no regression could show; pass the PR's tree to --pr"),
+         absent=("Traceback (most recent call last)", "regression(s)"), extra=_no_leftovers_nor_outputs),
+    Case("contract-check-tuple-and-runner-parameter", "45.5",
+         "dsakit contract check --backend-src backend (reads through `self.a, self.r = 1, model_runner` and "
+         "`__init__(self, runner)`)",
+         dsakit("contract", "check", "--backend-src", "backend", files={"backend/my_backend.py": """\
+             class AttentionBackend:
+                 pass
+
+
+             class TupleBackend(AttentionBackend):
+                 def __init__(self, model_runner):
+                     self.a, self.r = 1, model_runner
+
+                 def forward(self):
+                     return self.r.undeclared_via_tuple
+
+
+             class RenamedBackend(AttentionBackend):
+                 def __init__(self, runner):
+                     self.runner = runner
+
+                 def forward(self):
+                     return self.runner.undeclared_via_runner_param
+             """}),
+         "exit 1", ("[read-not-in-contract] model_runner.undeclared_via_tuple is read at backend/my_backend.py:10 "
+                    "(TupleBackend.forward)",
+                    "[read-not-in-contract] model_runner.undeclared_via_runner_param is read at "
+                    "backend/my_backend.py:18 (RenamedBackend.forward)", "2 missing from contract")),
     Case("report-merge-must-run-commas-only", "34.4", "dsakit report merge r.json --must-run ' , '",
          dsakit("report", "merge", "r.json", "--must-run", " , ", files={"r.json": "{}"}),
          "exit 2", ("dsakit: error: --must-run ' , ' names no gate code",)),

@@ -263,16 +263,22 @@ def test_a_failure_section_counts_test_x_device_beside_its_rows() -> None:
 # ---------------------------------------------------------------- interrupted: nothing left behind
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_an_interrupted_pr_check_ends_its_runs_and_removes_its_workdir(sleepers: Any, sig: signal.Signals) -> None:
+def test_an_interrupted_pr_check_ends_its_runs_and_removes_its_workdir(sleepers: Any, sig: signal.Signals,
+                                                                       tmp_path: Path) -> None:
     """The signal goes to the pr-check process alone (a CI cancel, `kill PID`), not to its runs: it
     ends both runs (and what they started), removes its workdir and exits 143 / 130. Before, SIGTERM
     killed it and left the workdir and both runs behind; SIGINT waited for the runs to finish."""
-    base = _installed_package().parent
+    package = _installed_package()
+    base = package.parent
+    pr = tmp_path / "pr" / "sglang"  # the same files under another tree (the same tree is refused)
+    pr.mkdir(parents=True)
+    for entry in package.iterdir():
+        (pr / entry.name).symlink_to(entry)
 
     def workdir_exists() -> None:
         assert list(sleepers.scratch.glob("dsakit-pr-check-*")), "the workdir should exist while the runs go"
 
-    done = sleepers.interrupt([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(base),
+    done = sleepers.interrupt([sys.executable, "-m", "dsakit", "pr-check", "--base", str(base), "--pr", str(pr.parent),
                                "--devices", "sm90", "--", str(sleepers.suite)],
                               cwd=sleepers.suite.parent.parent, sig=sig, while_running=workdir_exists, timeout=60)
     assert done.returncode == (143 if sig == signal.SIGTERM else 130), done.output
