@@ -20,13 +20,11 @@ from dsakit.simulation.triton_interpreter import SGLANG_MODULE, ChildRun, Interp
 
 pytestmark = dsakit.gate("sglang:dsa-metadata-kernels")
 
-# Two live requests (one below a page, one across pages) and two padded rows, 4 draft tokens.
+# Two live requests (one below a page, one across pages) and two padded rows, 4 draft tokens; an
+# index_topk below the longer rows, so the DSA lengths are clamped (SGLang's is 2048).
 LIVE = (37, 130)
-CASES = [
-    MetadataCase("decode", LIVE, padded_rows=2, width=256),
-    MetadataCase("target_verify", LIVE, padded_rows=2, width=256),
-    MetadataCase("draft_extend", LIVE, padded_rows=2, width=256),
-]
+CASES = [MetadataCase(mode, LIVE, padded_rows=2, width=256, index_topk=64)
+         for mode in ("decode", "target_verify", "draft_extend")]
 PADDED_DRAFT_ROWS = list(range(len(LIVE) * 4, (len(LIVE) + 2) * 4))
 
 

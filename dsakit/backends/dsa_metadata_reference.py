@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsakit.backends.dsa_metadata_kernels import OUTPUTS, MetadataCase
+from dsakit.backends.dsa_metadata_kernels import OUTPUTS, POISON, MetadataCase
 from dsakit.reasons import Reason
 
 LENGTHS = ("cache_seqlens", "cu_seqlens_k", "seqlens_expanded", "dsa_cache_seqlens", "dsa_cu_seqlens_k")
@@ -57,6 +57,25 @@ def live_prefix(case: MetadataCase) -> list[int]:
     return [min(int(cache[request]), case.width) for request in _row_requests(case)]
 
 
+def expected_outputs(case: MetadataCase, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The outputs a correct launch on `inputs` leaves: the lengths, and each page-table row over
+    its live prefix (the rest holds POISON, which the kernels may or may not overwrite)."""
+    import torch
+
+    outputs = dict(expected_lengths(case))
+    req_to_token = inputs["req_to_token"].detach().to("cpu").to(torch.int64)
+    pool_rows = inputs["req_pool_indices"].detach().to("cpu").tolist()
+    requests = _row_requests(case)
+    wide = torch.full((case.rows, case.width), POISON, dtype=torch.int64)
+    real = torch.full((case.rows, case.width // case.page_size), POISON, dtype=torch.int64)
+    for row, live in enumerate(live_prefix(case)):
+        wide[row, :live] = req_to_token[pool_rows[requests[row]], :live]
+        pages = wide[row, :live:case.page_size] // case.page_size
+        real[row, : pages.numel()] = pages
+    outputs.update(page_table_1=wide, real_page_table=real)
+    return outputs
+
+
 def mismatches(case: MetadataCase, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[Reason]:
     """Where `outputs` (a launch's, CPU tensors) differ from the reference; empty = the same."""
     import torch
@@ -65,24 +84,22 @@ def mismatches(case: MetadataCase, inputs: dict[str, Any], outputs: dict[str, An
     missing = [name for name in OUTPUTS[case.mode] if name not in outputs]
     if missing:
         return [Reason("output-missing", f"{case.id}: no output {', '.join(missing)}")]
-    for name, want in expected_lengths(case).items():
-        got = outputs[name].to(torch.int64)
+    expected = expected_outputs(case, inputs)
+    for name in (n for n in LENGTHS if n in expected):
+        got, want = outputs[name].to(torch.int64), expected[name]
         if not torch.equal(got, want):
             rows = (got != want).nonzero().flatten()[:8].tolist()
             reasons.append(Reason("reference-lengths", f"{case.id}: {name} differs from the reference at rows {rows}: "
                                   f"got {[int(got[r]) for r in rows]}, want {[int(want[r]) for r in rows]}"))
-    req_to_token = inputs["req_to_token"].detach().to("cpu").to(torch.int64)
-    pool_rows = inputs["req_pool_indices"].detach().to("cpu").tolist()
-    requests = _row_requests(case)
     wide, real = outputs["page_table_1"].to(torch.int64), outputs["real_page_table"].to(torch.int64)
     for row, live in enumerate(live_prefix(case)):
-        slots = req_to_token[pool_rows[requests[row]], :live]
+        slots = expected["page_table_1"][row, :live]
         if not torch.equal(wide[row, :live], slots):
             reasons.append(Reason("reference-page-table-1",
                                   f"{case.id}: page_table_1 row {row} differs from req_to_token over its live prefix [:{live}]"))
-        pages = slots[::case.page_size] // case.page_size
-        if not torch.equal(real[row, : pages.numel()], pages):
+        pages = -(-live // case.page_size)
+        if not torch.equal(real[row, :pages], expected["real_page_table"][row, :pages]):
             reasons.append(Reason("reference-real-page-table",
-                                  f"{case.id}: real_page_table row {row} {real[row, :pages.numel()].tolist()[:8]} "
-                                  f"!= pages {pages.tolist()[:8]} over its live prefix"))
+                                  f"{case.id}: real_page_table row {row} {real[row, :pages].tolist()[:8]} "
+                                  f"!= pages {expected['real_page_table'][row, :pages].tolist()[:8]} over its live prefix"))
     return reasons

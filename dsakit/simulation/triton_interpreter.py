@@ -121,5 +121,6 @@ def _child(request: dict[str, Any], started: float) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    _started = time.perf_counter()
-    json.dump(_child(json.load(sys.stdin), _started), sys.stdout)
+    _started, _answer_to = time.perf_counter(), sys.stdout
+    sys.stdout = sys.stderr  # whatever SGLang or Triton print must not end up inside the answer
+    json.dump(_child(json.load(sys.stdin), _started), _answer_to)
