@@ -199,7 +199,7 @@ def launch(module: types.ModuleType, case: MetadataCase, inputs: dict[str, Any])
     import inspect
 
     wrapper = getattr(module, WRAPPERS[case.mode])
-    # the page-size keyword: physical_page_size (0.5.23), real_page_size (0.5.17-0.5.21)
+    # the page-size keyword: physical_page_size (0.5.23), real_page_size (before)
     page_keyword = "physical_page_size" if "physical_page_size" in inspect.signature(wrapper).parameters \
         else "real_page_size"
     common = {name: inputs[name] for name in ("seq_lens", "req_pool_indices", "req_to_token", "cache_seqlens",

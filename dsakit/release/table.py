@@ -36,7 +36,7 @@ KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 V41_INDEXER_FILE = "srt/layers/attention/dsv4/v41_indexer/__init__.py"
 MLA_BUFFER_FILE = "kernels/ops/kvcache/mla_buffer.py"
 # The fused DSA metadata Triton kernels (decode, target verify, draft extend): 0.5.23's place first,
-# then 0.5.17-0.5.21's.
+# then 0.5.17-0.5.22's.
 DSA_METADATA_KERNEL_FILES = ("kernels/ops/attention/dsa/metadata.py", "kernels/ops/attention/dsa_metadata.py")
 # Where ServerArgs fields are declared: the class body (0.5.17) or its field namespaces (0.5.23).
 SERVER_ARGS_FILES = (SERVER_ARGS_FILE, "srt/arg_groups/fields")
@@ -225,7 +225,7 @@ FEATURES: dict[str, Feature] = {
             "dsa-metadata-kernels",
             "the fused DSA metadata Triton kernels fused_dsa_{decode,target_verify,draft_extend}_metadata "
             "(kernels/ops/attention/dsa/metadata.py; dsa_metadata.py before 0.5.23)",
-            "this SGLang has no fused DSA metadata kernels; SGLang 0.5.17, 0.5.21 and 0.5.23 have them",
+            "this SGLang has no fused DSA metadata kernels; SGLang 0.5.17-0.5.23 have them",
         ),
         Feature(
             "hip-radix-reads-model",
