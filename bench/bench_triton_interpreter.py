@@ -15,7 +15,7 @@ first (JIT) and warm launch times (synchronized), and whether its outputs equal 
 exactly (every element of every output buffer, poisoned tails included) and the reference.
 
     python bench/bench_triton_interpreter.py [--bs 1,4,8] [--ctx 512,2048,4096] [--draft-tokens 4]
-        [--page 64] [--padded-rows 1] [--repeats 3] [--modes decode,target_verify,draft_extend]
+        [--page 64] [--padded-rows 1] [--repeats 3] [--modes decode,target_verify,draft_extend] [--kpool 1,4]
         [--no-revert] [--gpu] [--json FILE]
 """
 
@@ -53,41 +53,46 @@ def _modes(text: str) -> list[str]:
 
 
 def cases(modes: list[str], batch_sizes: list[int], contexts: list[int], *, draft_tokens: int, page: int,
-          padded_rows: int) -> list[MetadataCase]:
+          padded_rows: int, kpools: list[int]) -> list[MetadataCase]:
     """Live lengths spread over (ctx/2, ctx] (the longest is ctx), so rows cross pages differently."""
     built = []
-    for mode in modes:
-        for bs in batch_sizes:
-            for ctx in contexts:
-                kv = tuple(ctx - (i * ctx) // (2 * bs) for i in range(bs))
-                width = -(-(ctx + draft_tokens) // page) * page
-                built.append(MetadataCase(mode, kv, padded_rows=padded_rows, draft_tokens=draft_tokens,  # type: ignore[arg-type]
-                                          page_size=page, width=width))
+    for kpool in kpools:
+        for mode in modes:
+            for bs in batch_sizes:
+                for ctx in contexts:
+                    kv = tuple(ctx - (i * ctx) // (2 * bs) for i in range(bs))
+                    width = -(-(ctx + draft_tokens) // page) * page
+                    built.append(MetadataCase(mode, kv, padded_rows=padded_rows,  # type: ignore[arg-type]
+                                              draft_tokens=draft_tokens, page_size=page, width=width,
+                                              index_kpool=kpool))
     return built
 
 
 def _verdict(run: InterpretedRun) -> tuple[list[str], list[str]]:
-    post = [str(r) for r in metadata_kernel_reasons(run.outputs, width=run.case.width, index_topk=run.case.index_topk)]
+    post = [str(r) for r in metadata_kernel_reasons(run.outputs, width=run.case.width, index_topk=run.case.index_topk,
+                                                    index_kpool=run.case.index_kpool)]
     return post, [str(r) for r in mismatches(run.case, run.inputs, run.outputs)]
 
 
 def _gpu_runs(found: list[MetadataCase], variants: tuple[str, ...], repeats: int, seed: int) -> dict[tuple[str, str], Any]:
     import torch
 
-    from dsakit.backends.dsa_metadata_kernels import PATCHES, build_inputs, launch, load_kernels, outputs_of
+    from dsakit.backends.dsa_metadata_kernels import PATCHES, build_inputs, launch, load_kernel, outputs_of
     from dsakit.release.table import installed_release
 
     release = installed_release()
     runs: dict[tuple[str, str], Any] = {}
+    loaded: dict[tuple[str, str], Any] = {}
     for variant in variants:
-        module = load_kernels(release, None if variant == SGLANG_MODULE else PATCHES[variant])
+        patch = None if variant == SGLANG_MODULE else PATCHES[variant]
         for case in found:
+            wrapper = load_kernel(release, case.mode, kpool=case.kpool, patch=patch, loaded=loaded)
             seconds = []
             for _ in range(repeats):
                 inputs = build_inputs(case, "cuda", seed=seed)
                 torch.cuda.synchronize()
                 begin = time.perf_counter()
-                launch(module, case, inputs)
+                launch(wrapper, case, inputs)
                 torch.cuda.synchronize()
                 seconds.append(time.perf_counter() - begin)
             cpu_inputs = {k: inputs[k].to("cpu") for k in ("req_pool_indices", "req_to_token")}
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--padded-rows", type=int, default=1, help="CUDA-graph padding rows per case (default 1)")
     parser.add_argument("--repeats", type=int, default=3, help="launches per case: the first, then warm ones")
     parser.add_argument("--modes", type=_modes, default=list(MODES))
+    parser.add_argument("--kpool", type=_ints, default=[1], help="index_kpool values: 1 = the plain kernels, "
+                        "4 = the KPool variants (SGLang 0.5.20 on; default 1)")
     parser.add_argument("--no-revert", action="store_true", help="skip the clamp-reverted copy")
     parser.add_argument("--gpu", action="store_true", help="also run the cases compiled on this machine's GPU")
     parser.add_argument("--seed", type=int, default=0)
@@ -114,14 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeats must be >= 2 (the first launch and at least one warm one)")
 
     found = cases(args.modes, args.bs, args.ctx, draft_tokens=args.draft_tokens, page=args.page,
-                  padded_rows=args.padded_rows)
+                  padded_rows=args.padded_rows, kpools=args.kpool)
     variants: tuple[str, ...] = (SGLANG_MODULE,) if args.no_revert else (SGLANG_MODULE, CLAMP_REVERT.name)
     child = run_interpreted(found, variants=variants, repeats=args.repeats, seed=args.seed)
     gpu = _gpu_runs(found, variants, args.repeats, args.seed) if args.gpu else {}
     launches = sum(sum(r.seconds) for r in child.runs)
     print(f"interpreter child: {child.wall_seconds:.1f} s wall, {child.startup_seconds:.1f} s to its first launch, "
           f"{launches:.1f} s launching ({len(child.runs)} case runs x {args.repeats})")
-    head = f"{'case':34} {'variant':15} {'first s':>8} {'warm s':>8}"
+    head = f"{'case':40} {'variant':15} {'first s':>8} {'warm s':>8}"
     if args.gpu:
         head += f" {'gpu 1st s':>9} {'gpu warm s':>10} {'gpu==interp':>11}"
     print(head + "  reference  postconditions")
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in child.runs:
         post, ref = _verdict(run)
         warm = statistics.median(run.seconds[1:])
-        line = f"{run.case.id:34} {run.variant:15} {run.seconds[0]:8.3f} {warm:8.3f}"
+        line = f"{run.case.id:40} {run.variant:15} {run.seconds[0]:8.3f} {warm:8.3f}"
         row: dict[str, Any] = {"case": run.case.as_dict(), "id": run.case.id, "variant": run.variant,
                                "first_s": run.seconds[0], "warm_s": warm, "postconditions": post, "reference": ref}
         if args.gpu:
@@ -138,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds, gpu_inputs, gpu_outputs = gpu[(run.case.id, run.variant)]
             same = all(torch.equal(gpu_outputs[k].to(torch.int64), run.outputs[k]) for k in run.outputs)
             gpu_post = [str(r) for r in metadata_kernel_reasons(gpu_outputs, width=run.case.width,
-                                                                index_topk=run.case.index_topk)]
+                                                                index_topk=run.case.index_topk,
+                                                                index_kpool=run.case.index_kpool)]
             gpu_ref = [str(r) for r in mismatches(run.case, gpu_inputs, gpu_outputs)]
             line += f" {seconds[0]:9.4f} {statistics.median(seconds[1:]):10.5f} {str(same):>11}"
             row.update(gpu_first_s=seconds[0], gpu_warm_s=statistics.median(seconds[1:]), gpu_equals_interpreter=same,

@@ -109,11 +109,12 @@ def _rows_values(values: Any, bad: Any) -> str:
     return f"rows {rows} hold {[int(values[r]) for r in rows]}"
 
 
-def metadata_kernel_reasons(outputs: dict[str, Any], *, width: int, index_topk: int) -> list[Reason]:
+def metadata_kernel_reasons(outputs: dict[str, Any], *, width: int, index_topk: int, index_kpool: int = 1) -> list[Reason]:
     """What any fused DSA metadata kernel's outputs (decode, target verify, draft extend; CPU
     tensors named as the kernels' arguments) must satisfy, whatever the batch: every length
     >= 0 and <= the page-table `width`, each cu_seqlens from 0 by its lengths (so monotone and
-    ending at their total), DSA lengths <= `index_topk`."""
+    ending at their total), DSA lengths <= `index_topk` (KPool: plus the unfinished pool's tail,
+    at most index_kpool - 1 tokens, which stays selectable outside the budget)."""
     import torch
 
     reasons: list[Reason] = []
@@ -127,9 +128,11 @@ def metadata_kernel_reasons(outputs: dict[str, Any], *, width: int, index_topk: 
             reasons.append(Reason("length-over-width",
                                   f"{name} exceeds the page-table width {width}: {_rows_values(values, values > width)}"))
     dsa = _cpu(outputs["dsa_cache_seqlens"]).to(torch.int64)
-    if bool((dsa > index_topk).any()):
+    budget = index_topk + max(index_kpool, 1) - 1
+    if bool((dsa > budget).any()):
+        within = f"index_topk {index_topk}" + (f" + a pool tail of < {index_kpool}" if index_kpool > 1 else "")
         reasons.append(Reason("dsa-length-over-topk",
-                              f"dsa_cache_seqlens exceeds index_topk {index_topk}: {_rows_values(dsa, dsa > index_topk)}"))
+                              f"dsa_cache_seqlens exceeds {within}: {_rows_values(dsa, dsa > budget)}"))
     reasons += _indptr_reasons("cu_seqlens_k", outputs["cu_seqlens_k"], outputs["cache_seqlens"])
     reasons += _indptr_reasons("dsa_cu_seqlens_k", outputs["dsa_cu_seqlens_k"], dsa)
     return reasons

@@ -1,10 +1,10 @@
 """SGLang's fused DSA metadata kernels (decode, target verify, draft extend) driven as its backend drives them.
 
 Owns a metadata case (`MetadataCase`: live lengths plus the rows SGLang's CUDA-graph runners pad
-with), its inputs as those runners leave them, the one launch of each real wrapper with the
-arguments `DeepseekSparseAttnBackend._apply_cuda_graph_metadata` passes, and the module to launch:
-the release's own, or a copy of its source with a `SourcePatch` (a reverted upstream fix) that is
-never written anywhere. Must not compute what the kernels compute (`dsa_metadata_reference` does)
+with; `index_kpool` > 1 picks the KPool variants), its inputs as those runners leave them, the one
+launch of each real wrapper with the arguments `DeepseekSparseAttnBackend._apply_cuda_graph_metadata`
+passes, and the wrapper to launch: the release's own, or from a copy of its module's source with a
+`SourcePatch` (a reverted upstream fix) that is never written anywhere. Must not compute what the kernels compute (`dsa_metadata_reference` does)
 nor judge their outputs (`dsa_invariants`). Imports torch lazily.
 """
 
@@ -14,6 +14,7 @@ import importlib
 import itertools
 import linecache
 import types
+from collections.abc import Callable
 from typing import Any, Literal
 
 from dsakit.errors import UsageError
@@ -42,10 +43,11 @@ class MetadataCase(FrozenRecord):
     the drafted tokens) for the live requests, then `padded_rows` CUDA-graph padding rows.
     `width` is the page-table width (the captured buffers' `max_len` / `max_seqlen_k`)."""
 
-    __match_args__ = ("mode", "kv_lens", "padded_rows", "draft_tokens", "page_size", "width", "index_topk")
+    __match_args__ = ("mode", "kv_lens", "padded_rows", "draft_tokens", "page_size", "width", "index_topk",
+                      "index_kpool")
 
     def __init__(self, mode: Mode, kv_lens: tuple[int, ...], *, padded_rows: int = 0, draft_tokens: int = 4,
-                 page_size: int = 64, width: int = 4096, index_topk: int = 2048) -> None:
+                 page_size: int = 64, width: int = 4096, index_topk: int = 2048, index_kpool: int = 1) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown metadata mode {mode!r}; known: {', '.join(MODES)}")
         if not kv_lens or min(kv_lens) < 1:
@@ -55,8 +57,12 @@ class MetadataCase(FrozenRecord):
         longest = max(kv_lens) + (draft_tokens if mode == "target_verify" else 0)
         if longest > width:
             raise UsageError(f"the longest row attends {longest} tokens, more than the page-table width {width}")
+        if index_kpool > 1 and not (page_size == 64 and index_topk % index_kpool == 0):
+            # dsa_metadata_manager.kpool_metadata_fusion_supported: otherwise SGLang keeps the plain kernels
+            raise UsageError(f"index_kpool {index_kpool} needs page_size 64 and index_topk a multiple of it; got "
+                             f"page_size {page_size}, index_topk {index_topk}")
         self.__dict__.update(mode=mode, kv_lens=tuple(kv_lens), padded_rows=padded_rows, draft_tokens=draft_tokens,
-                             page_size=page_size, width=width, index_topk=index_topk)
+                             page_size=page_size, width=width, index_topk=index_topk, index_kpool=index_kpool)
 
     mode: Mode
     kv_lens: tuple[int, ...]
@@ -65,6 +71,11 @@ class MetadataCase(FrozenRecord):
     page_size: int
     width: int
     index_topk: int
+    index_kpool: int
+
+    @property
+    def kpool(self) -> bool:
+        return self.index_kpool > 1
 
     @property
     def bs(self) -> int:
@@ -83,7 +94,8 @@ class MetadataCase(FrozenRecord):
     def id(self) -> str:
         live = len(self.kv_lens)
         pad = f"+{self.padded_rows}pad" if self.padded_rows else ""
-        return f"{self.mode}-bs{live}{pad}-ctx{max(self.kv_lens)}"
+        kpool = f"-kpool{self.index_kpool}" if self.kpool else ""
+        return f"{self.mode}{kpool}-bs{live}{pad}-ctx{max(self.kv_lens)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__match_args__}
@@ -95,14 +107,15 @@ class MetadataCase(FrozenRecord):
 
 
 class SourcePatch(FrozenRecord):
-    """One textual edit of a kernel module's source, applied to a copy only."""
+    """One textual edit of the source of one mode's kernel, applied to a copy of its module only."""
 
-    __match_args__ = ("name", "old", "new")
+    __match_args__ = ("name", "mode", "old", "new")
 
-    def __init__(self, name: str, old: str, new: str) -> None:
-        self.__dict__.update(name=name, old=old, new=new)
+    def __init__(self, name: str, mode: Mode, old: str, new: str) -> None:
+        self.__dict__.update(name=name, mode=mode, old=old, new=new)
 
     name: str
+    mode: Mode
     old: str
     new: str
 
@@ -114,35 +127,58 @@ class SourcePatch(FrozenRecord):
         return source.replace(self.old, self.new)
 
 
-# The MTP crash fix ("clamp padded-row seq_lens to >= 0") in _fused_dsa_draft_extend_metadata_kernel.
-CLAMP_REVERT = SourcePatch("clamp-reverted", "        expanded_seq = tl.maximum(expanded_seq, 0)\n", "")
+# The MTP crash fix ("clamp padded-row seq_lens to >= 0") in the draft-extend kernels (plain and KPool).
+CLAMP_REVERT = SourcePatch("clamp-reverted", "draft_extend", "        expanded_seq = tl.maximum(expanded_seq, 0)\n", "")
 PATCHES = {CLAMP_REVERT.name: CLAMP_REVERT}
 _copies = itertools.count()
 
 
-def kernel_file(release: SGLangRelease) -> str:
-    relative = release.dsa_metadata_kernel_file
+_KPOOL_FILES: dict[Mode, str] = {"decode": "decode.py", "target_verify": "verify.py", "draft_extend": "draft_extend.py"}
+
+
+def kernel_file(release: SGLangRelease, mode: Mode, *, kpool: bool = False) -> str:
+    """The file (relative to the package) holding `mode`'s kernel: one for the three plain ones,
+    one per mode for the KPool variants."""
+    relative = release.dsa_kpool_metadata_dir if kpool else release.dsa_metadata_kernel_file
     if relative is None:
-        raise UsageError(f"SGLang {release.version} at {release.package_dir} has no fused DSA metadata kernels")
-    return relative
+        what = "KPool metadata kernels" if kpool else "fused DSA metadata kernels"
+        raise UsageError(f"SGLang {release.version} at {release.package_dir} has no {what}")
+    return f"{relative}/{_KPOOL_FILES[mode]}" if kpool else relative
 
 
-def load_kernels(release: SGLangRelease, patch: SourcePatch | None = None) -> types.ModuleType:
-    """The release's metadata kernel module (imported by its name), or with `patch` a copy of its
-    source exec'd into a module of its own: not in sys.modules, its text only in linecache (Triton
-    reads a kernel's source through `inspect`), so nothing of SGLang's changes."""
-    relative = kernel_file(release)
+def _module(release: SGLangRelease, relative: str, patch: SourcePatch | None) -> types.ModuleType:
     name = "sglang." + relative.removesuffix(".py").replace("/", ".")
     if patch is None:
         return importlib.import_module(name)
     path = release.file(relative)
     source = patch.apply(path.read_text(), str(path))
     filename = f"<dsakit {patch.name} copy {next(_copies)} of {path}>"
+    # Triton reads a kernel's source through `inspect`: the copy's text lives in linecache only
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     module = types.ModuleType(f"_dsakit_{patch.name.replace('-', '_')}_{name.replace('.', '_')}")
     module.__file__ = filename
     exec(compile(source, filename, "exec"), module.__dict__)
     return module
+
+
+def load_kernel(release: SGLangRelease, mode: Mode, *, kpool: bool = False, patch: SourcePatch | None = None,
+                loaded: dict[tuple[str, str], types.ModuleType] | None = None) -> Callable[..., None]:
+    """`mode`'s wrapper from the release's module (imported by its name), or where `patch` edits
+    this mode from a copy of that module's source exec'd into a module of its own (not in
+    sys.modules; nothing of SGLang's changes). `loaded` keeps modules between calls."""
+    relative = kernel_file(release, mode, kpool=kpool)
+    applied = patch if patch is not None and patch.mode == mode else None
+    key = (relative, applied.name if applied else "")
+    cache = {} if loaded is None else loaded
+    if key not in cache:
+        cache[key] = _module(release, relative, applied)
+    module = cache[key]
+    # 0.5.23 names the KPool wrappers fused_dsa_<mode>_metadata_kpool, 0.5.20-0.5.22 as the plain ones
+    for name in (f"{WRAPPERS[mode]}_kpool", WRAPPERS[mode]) if kpool else (WRAPPERS[mode],):
+        if hasattr(module, name):
+            wrapper: Callable[..., None] = getattr(module, name)
+            return wrapper
+    raise UsageError(f"{relative} of SGLang {release.version} defines no {WRAPPERS[mode]}")
 
 
 def build_inputs(case: MetadataCase, device: str, *, seed: int = 0) -> dict[str, Any]:
@@ -193,12 +229,12 @@ OUTPUTS: dict[Mode, tuple[str, ...]] = {
 }
 
 
-def launch(module: types.ModuleType, case: MetadataCase, inputs: dict[str, Any]) -> None:
+def launch(wrapper: Callable[..., None], case: MetadataCase, inputs: dict[str, Any]) -> None:
     """One call of the real wrapper, with the arguments SGLang's replay passes (dsa_backend.py,
-    `_apply_cuda_graph_metadata`; draft extend: a static extend length of draft_tokens per request)."""
+    `_apply_cuda_graph_metadata`; draft extend: a static extend length of draft_tokens per request;
+    KPool: the partial(..., index_kpool=) of dsa_metadata_manager)."""
     import inspect
 
-    wrapper = getattr(module, WRAPPERS[case.mode])
     # the page-size keyword: physical_page_size (0.5.23), real_page_size (before)
     page_keyword = "physical_page_size" if "physical_page_size" in inspect.signature(wrapper).parameters \
         else "real_page_size"
@@ -206,6 +242,8 @@ def launch(module: types.ModuleType, case: MetadataCase, inputs: dict[str, Any])
                                               "cu_seqlens_k", "page_table_1", "dsa_cache_seqlens",
                                               "dsa_cu_seqlens_k", "real_page_table")}
     common.update(bs=case.bs, dsa_index_topk=case.index_topk, **{page_keyword: case.page_size})
+    if case.kpool:
+        common["index_kpool"] = case.index_kpool
     if case.mode == "decode":
         wrapper(**common, max_len=case.width)
     elif case.mode == "target_verify":

@@ -24,7 +24,8 @@ def _row_requests(case: MetadataCase) -> list[int]:
 def expected_lengths(case: MetadataCase) -> dict[str, Any]:
     """Per request: cache_seqlens (the KV length each attends) and its cu_seqlens_k; per output
     row: seqlens_expanded (causal within the step; draft extend clamps padded rows at 0),
-    dsa_cache_seqlens = min(expanded, index_topk) and its dsa_cu_seqlens_k."""
+    dsa_cache_seqlens = min(expanded, index_topk) (KPool: over whole pools, plus the last pool's
+    tail) and its dsa_cu_seqlens_k."""
     import torch
 
     seq = torch.tensor(case.seq_lens, dtype=torch.int64)
@@ -38,7 +39,11 @@ def expected_lengths(case: MetadataCase) -> dict[str, Any]:
     else:
         cache = seq
         expanded = (seq[:, None] - n + torch.arange(1, n + 1)[None, :]).clamp(min=0).reshape(-1)
-    dsa = expanded.clamp(max=case.index_topk)
+    if case.kpool:  # whole pools are clamped, the unfinished pool's tail stays (dsa/utils.py compute_dsa_seqlens)
+        pooled = torch.div(expanded, case.index_kpool, rounding_mode="floor") * case.index_kpool
+        dsa = pooled.clamp(max=case.index_topk) + (expanded - pooled)
+    else:
+        dsa = expanded.clamp(max=case.index_topk)
     zero = torch.zeros(1, dtype=torch.int64)
     expected = {
         "cache_seqlens": cache,

@@ -27,8 +27,9 @@ INTERPRET = {"TRITON_INTERPRET": "1"}
 
 
 class InterpretedRun(FrozenRecord):
-    """One case under one variant (`sglang` or a `SourcePatch` name): its inputs and outputs as
-    CPU tensors and the seconds of each launch (the first builds the interpreter's AST rewrite)."""
+    """One case under one variant (`sglang` or a `SourcePatch` name, which changes its mode's kernel
+    only): its inputs and outputs as CPU tensors and the seconds of each launch (the first builds
+    the interpreter's AST rewrite)."""
 
     __match_args__ = ("case", "variant", "seconds", "inputs", "outputs")
 
@@ -92,7 +93,7 @@ def _child(request: dict[str, Any], started: float) -> dict[str, Any]:
     """In the child (TRITON_INTERPRET=1 before anything imports Triton): launch and time each case."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise UsageError("the Triton-interpreter child needs TRITON_INTERPRET=1 in its environment (run_interpreted sets it)")
-    from dsakit.backends.dsa_metadata_kernels import build_inputs, launch, load_kernels, outputs_of
+    from dsakit.backends.dsa_metadata_kernels import build_inputs, launch, load_kernel, outputs_of
     from dsakit.gates.device_model import simulated_model
     from dsakit.release.table import installed_release
     from dsakit.simulation.runtime import cuda_view_on_cpu
@@ -100,17 +101,19 @@ def _child(request: dict[str, Any], started: float) -> dict[str, Any]:
     release = installed_release()
     runs = []
     startup = None
+    loaded: dict[tuple[str, str], Any] = {}
     with cuda_view_on_cpu(simulated_model("sm90")):
         for variant in request["variants"]:
-            module = load_kernels(release, None if variant == SGLANG_MODULE else PATCHES[variant])
+            patch = None if variant == SGLANG_MODULE else PATCHES[variant]
             for data in request["cases"]:
                 case = MetadataCase.from_dict(data)
+                wrapper = load_kernel(release, case.mode, kpool=case.kpool, patch=patch, loaded=loaded)
                 seconds = []
                 for _ in range(request["repeats"]):
                     inputs = build_inputs(case, "cuda", seed=request["seed"])
                     startup = time.perf_counter() - started if startup is None else startup
                     begin = time.perf_counter()
-                    launch(module, case, inputs)
+                    launch(wrapper, case, inputs)
                     seconds.append(time.perf_counter() - begin)
                 runs.append({
                     "case": case.as_dict(), "variant": variant, "seconds": seconds,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SGLang's fused DSA metadata kernels: compiled on this node's GPU vs Triton's interpreter on its CPU
-# (issue 43, item 3). The same cases (decode / target verify / draft extend, bs 1,4,8, context up to
-# 4096, 4 draft tokens, page 64, one padded CUDA-graph row each) run compiled in this process and
+# (issue 43, item 3). The same cases (decode / target verify / draft extend, plain and KPool 4, bs 1,4,8,
+# context up to 4096, 4 draft tokens, page 64, one padded CUDA-graph row each) run compiled here and
 # interpreted in a TRITON_INTERPRET=1 child; the table says per case whether the GPU's outputs equal
 # the interpreter's exactly (every element of every buffer), both match the torch reference and meet
 # the postconditions, and the GPU / interpreter launch times side by side. The clamp-reverted copy
@@ -16,4 +16,4 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" || {
   echo "triton_interpreter_vs_gpu: no CUDA device here" >&2; exit 2; }
-exec python bench/bench_triton_interpreter.py --gpu --json triton-interpreter-vs-gpu.json "$@"
+exec python bench/bench_triton_interpreter.py --gpu --kpool 1,4 --json triton-interpreter-vs-gpu.json "$@"

@@ -90,3 +90,22 @@ def test_a_case_that_cannot_exist_is_refused_with_what_is_wrong(kwargs: dict[str
     arguments: dict[str, Any] = {"kv_lens": (37,), "width": 256, **kwargs}
     with pytest.raises(UsageError, match=says):
         MetadataCase("target_verify", arguments.pop("kv_lens"), **arguments)
+
+
+def test_kpool_dsa_lengths_clamp_whole_pools_and_keep_the_tail() -> None:
+    case = MetadataCase("draft_extend", (37, 130), padded_rows=2, width=256, index_topk=64, index_kpool=4)
+    inputs, outputs = _correct(case)
+    # expanded 127..130: whole pools 124..128 clamped at 64, tails 3, 0, 1, 2 kept
+    assert outputs["dsa_cache_seqlens"].tolist()[4:8] == [67, 64, 65, 66]
+    assert metadata_kernel_reasons(outputs, width=case.width, index_topk=64, index_kpool=4) == []
+    assert [r.code for r in metadata_kernel_reasons(outputs, width=case.width, index_topk=64)] == ["dsa-length-over-topk"]
+    outputs["dsa_cache_seqlens"][4] = 68
+    found = [r for r in metadata_kernel_reasons(outputs, width=case.width, index_topk=64, index_kpool=4)
+             if r.code == "dsa-length-over-topk"]
+    assert len(found) == 1 and "index_topk 64 + a pool tail of < 4" in found[0].message
+    assert "rows [4] hold [68]" in found[0].message
+
+
+def test_a_kpool_geometry_sglang_would_not_fuse_is_refused() -> None:
+    with pytest.raises(UsageError, match="index_kpool 4 needs page_size 64 and index_topk a multiple of it"):
+        MetadataCase("decode", (37,), width=256, index_topk=66, index_kpool=4)
