@@ -35,6 +35,11 @@ SERVER_ARGS_FILE = "srt/server_args.py"
 KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 V41_INDEXER_FILE = "srt/layers/attention/dsv4/v41_indexer/__init__.py"
 MLA_BUFFER_FILE = "kernels/ops/kvcache/mla_buffer.py"
+# The fused DSA metadata Triton kernels (decode, target verify, draft extend): 0.5.23's place first,
+# then 0.5.17-0.5.22's.
+DSA_METADATA_KERNEL_FILES = ("kernels/ops/attention/dsa/metadata.py", "kernels/ops/attention/dsa_metadata.py")
+# Their KPool variants (SGLANG_EXPERIMENTAL_DSA_KPOOL_METADATA_FUSION), one file per mode, from 0.5.20 on.
+DSA_KPOOL_METADATA_DIRS = ("kernels/ops/attention/dsa/kpool_metadata", "kernels/ops/attention/dsa_kpool_metadata")
 # Where ServerArgs fields are declared: the class body (0.5.17) or its field namespaces (0.5.23).
 SERVER_ARGS_FILES = (SERVER_ARGS_FILE, "srt/arg_groups/fields")
 # What the runner-read scan reads directly: the DSA and DeepSeek-V4 backends and the dsa/, nsa/ helpers.
@@ -219,6 +224,18 @@ FEATURES: dict[str, Feature] = {
             "0.5.22 and 0.5.23 fall back to a torch scatter on CPU",
         ),
         Feature(
+            "dsa-metadata-kernels",
+            "the fused DSA metadata Triton kernels fused_dsa_{decode,target_verify,draft_extend}_metadata "
+            "(kernels/ops/attention/dsa/metadata.py; dsa_metadata.py before 0.5.23)",
+            "this SGLang has no fused DSA metadata kernels; SGLang 0.5.17-0.5.23 have them",
+        ),
+        Feature(
+            "dsa-kpool-metadata-kernels",
+            "the KPool variants of the fused DSA metadata kernels (kernels/ops/attention/dsa/kpool_metadata/; "
+            "dsa_kpool_metadata/ before 0.5.23)",
+            "this SGLang has no KPool metadata kernels; SGLang 0.5.20-0.5.23 have them, 0.5.17-0.5.19 do not",
+        ),
+        Feature(
             "hip-radix-reads-model",
             "DeepseekV4HipRadixBackend.__init__ reading model_runner.model (the AMD DeepSeek-V4 backend)",
             "this SGLang's AMD DeepSeek-V4 backend does not read model_runner.model (0.5.17 does not, "
@@ -342,6 +359,22 @@ class SGLangRelease(FrozenRecord):
         return found
 
     @property
+    def dsa_metadata_kernel_file(self) -> str | None:
+        """Where this tree's fused DSA metadata kernels live (relative to the package), None where it has none."""
+        for relative in DSA_METADATA_KERNEL_FILES:
+            if self.defines(relative, "fused_dsa_draft_extend_metadata"):
+                return relative
+        return None
+
+    @property
+    def dsa_kpool_metadata_dir(self) -> str | None:
+        """Where this tree's KPool metadata kernels live (a folder: decode.py, verify.py, draft_extend.py)."""
+        for relative in DSA_KPOOL_METADATA_DIRS:
+            if self.file(f"{relative}/draft_extend.py").is_file():
+                return relative
+        return None
+
+    @property
     def topk_v2_kernel_name(self) -> str | None:
         for name in TOPK_V2_KERNEL_NAMES:
             if self.defines(TOPK_V2_FILE, name):
@@ -366,6 +399,8 @@ class SGLangRelease(FrozenRecord):
                 RUNTIME_CONTEXT_FILE, "RuntimeContext.override_server_args"
             ),
             "topk-v2-fold": lambda: self.topk_v2_kernel_name is not None,
+            "dsa-metadata-kernels": lambda: self.dsa_metadata_kernel_file is not None,
+            "dsa-kpool-metadata-kernels": lambda: self.dsa_kpool_metadata_dir is not None,
             "dsv4-verify-without-prep": lambda: self.defines(
                 DEEPSEEK_V4_BACKEND_FILE, "DeepseekV4AttnBackend.init_forward_metadata_target_verify_old"
             ),

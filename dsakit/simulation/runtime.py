@@ -232,6 +232,16 @@ def _placement_mode(device: DeviceModel, on_cpu: bool) -> Any:
     return SimulatedPlacement()
 
 
+@contextlib.contextmanager
+def cuda_view_on_cpu(device: DeviceModel) -> Iterator[None]:
+    """The placement mode alone, without a simulation's other patches: "cuda" tensors made inside
+    live on the CPU and answer as on `device`. For code that runs a GPU kernel's Python on the CPU
+    behind SGLang's `is_cuda` asserts (Triton's interpreter: dsakit/simulation/triton_interpreter.py)."""
+    mode = _placement_mode(device, on_cpu=True)
+    with mode:
+        yield
+
+
 # ---------------------------------------------------------------- torch.cuda on a CPU-placed run
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, kernel_file
 from dsakit.errors import UsageError
 from dsakit.simulation import probes as device_probes
 from dsakit.release.table import SUPPORTED_RELEASES, SGLangRelease, installed_release, release_from_tree
@@ -71,6 +72,13 @@ def test_each_release_has_its_probe_rows_and_its_cpu_feature_probes(
     # feature probes that differ on CPU, read from the release's own source
     for feature, lacking in _CPU_FEATURES.items():
         assert release.has(feature) is (version not in lacking), (feature, version)
+    # the fused DSA metadata kernels, with the draft-extend clamp the interpreter suite reverts once
+    # (contracts/test_dsa_metadata_kernels_interpreted.py): a release that moved or changed it fails here
+    # (the KPool variants from 0.5.20 on, their draft-extend kernel with the clamp too)
+    assert release.has("dsa-kpool-metadata-kernels") is (version not in ("0.5.17", "0.5.18", "0.5.19")), version
+    for kpool in (False, True) if release.has("dsa-kpool-metadata-kernels") else (False,):
+        relative = kernel_file(release, "draft_extend", kpool=kpool)
+        CLAMP_REVERT.apply(release.file(relative).read_text(), relative)
     # a row with `version` taken out of the probe it declares: missing_probes names that probe
     found = next(p for p in device_probes.scan_probes(release) if p.kind == "constant")
     table = []
