@@ -1,0 +1,254 @@
+"""Per-arch argument rules of the kernel entry points whose builds differ per arch.
+
+Owns `ARCH_RULES` (one record per entry point: where it is defined, where SGLang 0.5.21 calls it, and
+each arch's rules, each citing the kernel's own check) and `breaches(entry, arguments, simulated,
+real)`: what a call breaks of the simulated arch's rules, with the real arch's rule beside it. Must
+not import torch, SGLang or a kernel library, nor launch anything; the guards that evaluate the
+rules at each launch are `dsakit.simulation.kernels`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsakit.devices import DEVICES
+
+SM10X = ("sm100", "sm103")
+SM90 = ("sm90",)
+
+
+@dataclass(frozen=True)
+class ArchRule:
+    """One argument rule of one entry point on the archs `archs` (device-table keys).
+
+    argument  what the rule reads, as a message names it ("q.shape[1] (h_q)")
+    kind      a key of `_EVALUATORS`; `args` the call's arguments it reads, `param` its parameter
+    says      the rule in words
+    source    the kernel's own check it comes from (file: check)
+    """
+
+    archs: tuple[str, ...]
+    argument: str
+    kind: str
+    args: tuple[str, ...]
+    says: str
+    source: str
+    param: Any = None
+
+
+@dataclass(frozen=True)
+class ArchEntry:
+    """One kernel entry point whose builds differ per arch.
+
+    targets  "module:function" where it is defined (one per library that ships it)
+    params   the positional parameter names where the function has no Python signature (C++)
+    callers  where SGLang 0.5.21 calls it (what the message names as SGLang's call site)
+    """
+
+    kernel: str
+    targets: tuple[str, ...]
+    rules: tuple[ArchRule, ...]
+    callers: str
+    params: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One simulated-arch rule a call breaks; `here` is the real arch's rule for the same argument
+    (None: the real arch has no such rule, e.g. its build lacks the kernel)."""
+
+    rule: ArchRule
+    value: Any
+    here: ArchRule | None
+
+    def describe(self, simulated: str, real: str | None) -> str:
+        here = (f"{real}'s rule: {self.here.says} ({self.here.source})" if self.here is not None
+                else f"{real or 'this GPU'} has no such rule")
+        return (f"{self.rule.argument} = {self.value}: simulated {simulated}'s rule: {self.rule.says} "
+                f"({self.rule.source}); {here}")
+
+
+# ---------------------------------------------------------------- evaluators: the offending value, or None
+
+
+def _arg(arguments: Mapping[str, Any], name: str) -> Any:
+    return arguments.get(name)
+
+
+def _tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _dim_in(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    """args[0].shape[dim] is one of the allowed sizes (param: (dim, allowed))."""
+    value = _arg(a, rule.args[0])
+    dim, allowed = rule.param
+    if not _tensor(value) or len(value.shape) <= dim:
+        return None
+    size = int(value.shape[dim])
+    return None if size in allowed else size
+
+
+def _int_in(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    value = _arg(a, rule.args[0])
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return None if value in rule.param else value
+
+
+def _present(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    """A tensor is passed (None reaches the kernel as a null pointer, or `None.numel()`)."""
+    value = _arg(a, rule.args[0])
+    return None if _tensor(value) else ("None" if value is None else type(value).__name__)
+
+
+def _head_dims(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    """(q, k, v) last dimensions are one of the allowed triples."""
+    values = [_arg(a, name) for name in rule.args]
+    if not all(_tensor(v) and len(v.shape) == 3 for v in values):
+        return None
+    dims = tuple(int(v.shape[2]) for v in values)
+    return None if dims in rule.param else dims
+
+
+def _cumulative(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    """args[0] has batch_size + 1 entries (args[1] names the batch size)."""
+    value, batch = _arg(a, rule.args[0]), _arg(a, rule.args[1])
+    if not _tensor(value) or not isinstance(batch, int) or len(value.shape) != 1:
+        return None
+    return None if int(value.shape[0]) == batch + 1 else f"{int(value.shape[0])} entries for batch_size {batch}"
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def trtllm_ragged_workspace_bytes(num_qo_heads: int, sum_seq_q: int) -> int:
+    """What trtllm_ragged_attention_launcher carves from the workspace before any scratch: the
+    multi-CTA counters (8192 x 256 int32, "max 8MB") and the softmax stats (a float2 per head and
+    query token), each 16-byte aligned (flashinfer csrc/trtllm_fmha_kernel_launcher.cu)."""
+    return _round16(8192 * 256 * 4) + _round16(8 * num_qo_heads * sum_seq_q)
+
+
+def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+    workspace, query = (_arg(a, name) for name in rule.args)
+    if not (_tensor(workspace) and _tensor(query)) or len(query.shape) != 3:
+        return None
+    size = int(workspace.numel()) * int(workspace.element_size())
+    need = trtllm_ragged_workspace_bytes(int(query.shape[1]), int(query.shape[0]))
+    return None if size >= need else f"{size} bytes < {need} needed"
+
+
+_EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any]], Any]] = {
+    "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
+    "cumulative": _cumulative, "ragged_workspace": _ragged_workspace,
+}
+
+
+# ---------------------------------------------------------------- the table
+
+_FLASHMLA_SPARSE = "FlashMLA csrc/api/sparse_fwd.h sparse_attn_prefill_interface"
+_RAGGED_PY = "flashinfer/prefill.py trtllm_ragged_attention_deepseek"
+_RAGGED_CU = "flashinfer csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
+
+
+def _ragged_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
+                 param: Any = None) -> ArchRule:
+    return ArchRule(SM10X, argument, kind, args, says, source, param)
+
+
+ARCH_RULES: tuple[ArchEntry, ...] = (
+    ArchEntry(
+        "FlashMLA sparse prefill (flash_mla_sparse_fwd)",
+        ("sgl_kernel.flash_mla:flash_mla_sparse_fwd", "flash_mla:flash_mla_sparse_fwd"),
+        (
+            ArchRule(SM90, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 64 or 128 (Fwd_Sm90_Impl has "
+                     "HEAD_64 and HEAD_128)", f"{_FLASHMLA_SPARSE}: TORCH_CHECK(false, \"Unsupported h_q\")",
+                     (1, (64, 128))),
+            ArchRule(SM10X, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 128: the heads padded to 128 on "
+                     "Blackwell", "the SM100 build sgl-kernel ships dispatches h_q == 128 "
+                     "(Fwd_Sm100_Head128_Impl; SGLang's own check: 'requires num_heads to be a multiple of 64 "
+                     "(Hopper) or 128 (Blackwell)', dsa_backend.py _forward_flashmla_sparse)", (1, (128,))),
+        ),
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_flashmla_sparse "
+                "(required_padding = 128 if self.device_sm_major >= 10 else 64)",
+    ),
+    ArchEntry(
+        "DeepGEMM paged MQA logits schedule (get_paged_mqa_logits_metadata)",
+        ("deep_gemm:get_paged_mqa_logits_metadata",),
+        (
+            ArchRule(SM90, "block_kv", "int_in", ("block_kv",), "block_kv must be 64",
+                     "DeepGEMM csrc/apis/attention.hpp get_paged_mqa_logits_metadata: DG_HOST_ASSERT(block_kv "
+                     "== 64 or (arch_major == 10 and block_kv == 32))", (64,)),
+            ArchRule(SM10X, "block_kv", "int_in", ("block_kv",), "block_kv must be 32 or 64",
+                     "DeepGEMM csrc/apis/attention.hpp get_paged_mqa_logits_metadata: DG_HOST_ASSERT(block_kv "
+                     "== 64 or (arch_major == 10 and block_kv == 32))", (32, 64)),
+        ),
+        callers="sglang/srt/layers/attention/dsa/dsa_indexer.py (the paged MQA logits schedule)",
+        params=("context_lens", "block_kv", "num_sms"),
+    ),
+    ArchEntry(
+        "TensorRT-LLM ragged attention (trtllm_ragged_attention_deepseek)",
+        ("flashinfer.prefill:trtllm_ragged_attention_deepseek",),
+        (
+            _ragged_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
+                         f"{_RAGGED_PY}: workspace_size = workspace_buffer.numel() * workspace_buffer.element_size()"),
+            _ragged_rule("workspace_buffer (bytes)", "ragged_workspace", ("workspace_buffer", "query"),
+                         "at least the multi-CTA counters (8 MiB) + 8 bytes per query head and token",
+                         f"{_RAGGED_CU}: float_allocator.aligned_alloc(trtllm_gen_counter_workspace, "
+                         "trtllm_gen_softmax_workspace)"),
+            _ragged_rule("(query, key, value) head dims", "head_dims", ("query", "key", "value"),
+                         "must be (192, 192, 128) (DeepSeek R1) or (128, 128, 128)",
+                         f"{_RAGGED_PY}: assert is_dsr1 or is_smaller_dimensions", ((192, 192, 128), (128, 128, 128))),
+            _ragged_rule("cum_seq_lens_q", "cumulative", ("cum_seq_lens_q", "batch_size"),
+                         "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensQPtr, read per batch row"),
+            _ragged_rule("cum_seq_lens_kv", "cumulative", ("cum_seq_lens_kv", "batch_size"),
+                         "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensKvPtr, read per batch row"),
+            _ragged_rule("seq_lens", "present", ("seq_lens",), "a tensor of kv lengths is required",
+                         f"{_RAGGED_CU}: static_cast<int*>(seq_lens.data_ptr())"),
+        ),
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_standard_mha "
+                "(if self.device_sm_major >= 10); trtllm_mla_backend.py (ragged prefill)",
+    ),
+)
+
+
+def entries_by_module() -> dict[str, list[tuple[ArchEntry, str]]]:
+    """module -> (entry, function name) for every target of the table."""
+    modules: dict[str, list[tuple[ArchEntry, str]]] = {}
+    for entry in ARCH_RULES:
+        for target in entry.targets:
+            module, _, function = target.partition(":")
+            modules.setdefault(module, []).append((entry, function))
+    return modules
+
+
+def entry_of(target: str) -> ArchEntry | None:
+    return next((entry for entry in ARCH_RULES if target in entry.targets), None)
+
+
+def breaches(entry: ArchEntry, arguments: Mapping[str, Any], simulated: str, real: str | None) -> list[Breach]:
+    """The simulated arch's rules this call breaks (each with the real arch's rule for the argument)."""
+    found: list[Breach] = []
+    for rule in entry.rules:
+        if simulated not in rule.archs:
+            continue
+        value = _EVALUATORS[rule.kind](rule, arguments)
+        if value is not None:
+            here = next((r for r in entry.rules if real in r.archs and r.argument == rule.argument), None)
+            found.append(Breach(rule, value, here))
+    return found
+
+
+def _check_table() -> None:
+    for entry in ARCH_RULES:
+        for rule in entry.rules:
+            if rule.kind not in _EVALUATORS:
+                raise AssertionError(f"{entry.kernel}: unknown rule kind {rule.kind!r}")
+            if not set(rule.archs) <= set(DEVICES):
+                raise AssertionError(f"{entry.kernel}: {rule.archs} are not all device-table keys")
+
+
+_check_table()
