@@ -125,19 +125,22 @@ def _round16(n: int) -> int:
     return -(-n // 16) * 16
 
 
-def trtllm_ragged_workspace_bytes(num_qo_heads: int, sum_seq_q: int) -> int:
-    """What trtllm_ragged_attention_launcher carves from the workspace before any scratch: the
-    multi-CTA counters (8192 x 256 int32, "max 8MB") and the softmax stats (a float2 per head and
-    query token), each 16-byte aligned (flashinfer csrc/trtllm_fmha_kernel_launcher.cu)."""
-    return _round16(8192 * 256 * 4) + _round16(8 * num_qo_heads * sum_seq_q)
+def trtllm_ragged_workspace_bytes(num_qo_heads: int, batch_size: int, max_q_len: int, lse: bool) -> int:
+    """What trtllm_ragged_attention_launcher carves from the workspace (flashinfer 0.6.18, the release
+    SGLang 0.5.21 pins; csrc/trtllm_fmha_kernel_launcher.cu): multi-CTA KV mode is off, so no
+    counters; where the lse is requested, the softmax-stats slab (a float2 per head, request and
+    query row rounded up to 256) and its 1 MiB guard; then the scratch, 16-byte aligned."""
+    return _round16(8 * num_qo_heads * batch_size * -(-max_q_len // 256) * 256 + (1 << 20)) if lse else 0
 
 
 def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any]) -> Any:
-    workspace, query = (_arg(a, name) for name in rule.args)
+    workspace, query, batch, max_q_len, lse = (_arg(a, name) for name in rule.args)
     if not (_tensor(workspace) and _tensor(query)) or len(query.shape) != 3:
         return None
+    if not (isinstance(batch, int) and isinstance(max_q_len, int)):
+        return None
     size = int(workspace.numel()) * int(workspace.element_size())
-    need = trtllm_ragged_workspace_bytes(int(query.shape[1]), int(query.shape[0]))
+    need = trtllm_ragged_workspace_bytes(int(query.shape[1]), batch, max_q_len, bool(lse))
     return None if size >= need else f"{size} bytes < {need} needed"
 
 
@@ -150,8 +153,8 @@ _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any]], Any]] = {
 # ---------------------------------------------------------------- the table
 
 _FLASHMLA_SPARSE = "FlashMLA csrc/api/sparse_fwd.h sparse_attn_prefill_interface"
-_RAGGED_PY = "flashinfer/prefill.py trtllm_ragged_attention_deepseek"
-_RAGGED_CU = "flashinfer csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
+_RAGGED_PY = "flashinfer 0.6.18 flashinfer/prefill.py trtllm_ragged_attention_deepseek"
+_RAGGED_CU = "flashinfer 0.6.18 csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
 
 
 def _ragged_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
@@ -195,13 +198,15 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
         (
             _ragged_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
                          f"{_RAGGED_PY}: workspace_size = workspace_buffer.numel() * workspace_buffer.element_size()"),
-            _ragged_rule("workspace_buffer (bytes)", "ragged_workspace", ("workspace_buffer", "query"),
-                         "at least the multi-CTA counters (8 MiB) + 8 bytes per query head and token",
-                         f"{_RAGGED_CU}: float_allocator.aligned_alloc(trtllm_gen_counter_workspace, "
-                         "trtllm_gen_softmax_workspace)"),
+            _ragged_rule("workspace_buffer (bytes)", "ragged_workspace",
+                         ("workspace_buffer", "query", "batch_size", "max_q_len", "return_lse"),
+                         "with return_lse, at least the softmax-stats slab (8 bytes per head, request and query "
+                         "row rounded up to 256) + its 1 MiB guard",
+                         f"{_RAGGED_CU}: float_allocator.aligned_alloc(trtllm_gen_softmax_workspace) if lse"),
             _ragged_rule("(query, key, value) head dims", "head_dims", ("query", "key", "value"),
-                         "must be (192, 192, 128) (DeepSeek R1) or (128, 128, 128)",
-                         f"{_RAGGED_PY}: assert is_dsr1 or is_smaller_dimensions", ((192, 192, 128), (128, 128, 128))),
+                         "must be (192, 192, 128) (DeepSeek R1), (128, 128, 128) or (256, 256, 256) (GLM-5)",
+                         f"{_RAGGED_PY}: assert is_dsr1 or is_smaller_dimensions or is_glm5",
+                         ((192, 192, 128), (128, 128, 128), (256, 256, 256))),
             _ragged_rule("cum_seq_lens_q", "cumulative", ("cum_seq_lens_q", "batch_size"),
                          "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensQPtr, read per batch row"),
             _ragged_rule("cum_seq_lens_kv", "cumulative", ("cum_seq_lens_kv", "batch_size"),

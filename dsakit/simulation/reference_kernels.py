@@ -76,6 +76,8 @@ def _ragged_unmodeled(a: Mapping[str, Any]) -> str | None:
         return "return_lse=True: the stand-in does not produce TRT-LLM's lse"
     if a.get("backend", "trtllm-gen") != "trtllm-gen":
         return f"backend={a.get('backend')!r}: the stand-in models the trtllm-gen backend"
+    if a.get("uses_spcompress"):
+        return "uses_spcompress=True: the stand-in does not model it"
     if any(n for n in a.get("num_elts_per_sage_attn_blk") or ()):
         return "sage attention scale factors: the stand-in does not model them"
     return None

@@ -5,14 +5,15 @@
 # UPSTREAM_DIR: a folder holding SGLang's test/registered/... files (as upstream_suites_on_the_node.sh);
 # its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
-# line of SGLang 0.5.21's dsa_backend.py in its own copy of the installed sglang package (the copy goes
+# line of SGLang 0.5.21's dsa_backend.py (four classes: head padding, workspace, cumulative lengths,
+# numerics) in its own copy of the installed sglang package (the copy goes
 # first on PYTHONPATH), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device sm103`, all at once. Prints one outcome line per plant and mode, and
 # for sm103 the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
 set -u
 SUITE=${1:?usage: arch_rules_plants.sh UPSTREAM_DIR|contracts [PLANTS]}
 shift
-PLANTS=${*:-none pad64 ws_none ws_small cum_q scale}
+PLANTS=${*:-none pad64 ws_none cum_q scale}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}
@@ -43,11 +44,6 @@ plant_edit() {
                 key=k,
                 value=v,
                 workspace_buffer=None,|the SM 10.x MHA prefill hands TRT-LLM ragged attention no workspace" ;;
-    ws_small) echo '                "dsa_trtllm_workspace",
-                lambda: torch.empty(
-                    envs.SGLANG_FLASHINFER_WORKSPACE_SIZE.get(),|                "dsa_trtllm_workspace",
-                lambda: torch.empty(
-                    1024 * 1024,|the SM 10.x TRT-LLM workspace is 1 MiB, under the 8 MiB of multi-CTA counters' ;;
     cum_q) echo "cum_seq_lens_q=cu_seqlens_q,|cum_seq_lens_q=cu_seqlens_q[1:],|the SM 10.x ragged prefill passes batch_size cumulative q lengths, not batch_size + 1" ;;
     scale) echo "                bmm1_scale=layer.scaling,|                bmm1_scale=1.0,|the SM 10.x ragged prefill drops the softmax scale (numerics: judged on the stand-in's output)" ;;
     none) echo "||no plant: the baseline" ;;
