@@ -81,30 +81,30 @@ def _tensor(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
 
-def _dim_in(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """args[0].shape[dim] is one of the allowed sizes (param: (dim, allowed))."""
     value = _arg(a, rule.args[0])
     dim, allowed = rule.param
-    if not _tensor(value) or len(value.shape) <= dim:
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
         return None
     size = int(value.shape[dim])
     return None if size in allowed else size
 
 
-def _int_in(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _int_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     value = _arg(a, rule.args[0])
     if not isinstance(value, int) or isinstance(value, bool):
         return None
     return None if value in rule.param else value
 
 
-def _present(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _present(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """A tensor is passed (None reaches the kernel as a null pointer, or `None.numel()`)."""
     value = _arg(a, rule.args[0])
     return None if _tensor(value) else ("None" if value is None else type(value).__name__)
 
 
-def _head_dims(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _head_dims(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """(q, k, v) last dimensions are one of the allowed triples."""
     values = [_arg(a, name) for name in rule.args]
     if not all(_tensor(v) and len(v.shape) == 3 for v in values):
@@ -113,7 +113,7 @@ def _head_dims(rule: ArchRule, a: Mapping[str, Any]) -> Any:
     return None if dims in rule.param else dims
 
 
-def _cumulative(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _cumulative(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """args[0] has batch_size + 1 entries (args[1] names the batch size)."""
     value, batch = _arg(a, rule.args[0]), _arg(a, rule.args[1])
     if not _tensor(value) or not isinstance(batch, int) or len(value.shape) != 1:
@@ -133,7 +133,7 @@ def trtllm_ragged_workspace_bytes(num_qo_heads: int, batch_size: int, max_q_len:
     return _round16(8 * num_qo_heads * batch_size * -(-max_q_len // 256) * 256 + (1 << 20)) if lse else 0
 
 
-def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any]) -> Any:
+def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     workspace, query, batch, max_q_len, lse = (_arg(a, name) for name in rule.args)
     if not (_tensor(workspace) and _tensor(query)) or len(query.shape) != 3:
         return None
@@ -144,9 +144,37 @@ def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any]) -> Any:
     return None if size >= need else f"{size} bytes < {need} needed"
 
 
-_EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any]], Any]] = {
+def _dim_not_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0].shape[dim] is none of the refused sizes (param: (dim, refused))."""
+    value = _arg(a, rule.args[0])
+    dim, refused = rule.param
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+        return None
+    size = int(value.shape[dim])
+    return size if size in refused else None
+
+
+def trtllm_counter_bytes(batch_size: int, num_qo_heads: int, sm_count: int) -> int:
+    """flashinfer 0.6.18 utils.get_trtllm_gen_multi_ctas_kv_counter_bytes: an int32 semaphore per
+    request and head, at least one per SM, rounded up to 8."""
+    return -(-max(batch_size * num_qo_heads, sm_count) // 8) * 8 * 4
+
+
+def _counter_bytes(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """A caller-owned counter buffer holds the semaphores for this batch on the arch's SM count."""
+    counters, query = (_arg(a, name) for name in rule.args)
+    if not (_tensor(counters) and _tensor(query)) or len(query.shape) != 4:
+        return None
+    size = int(counters.numel()) * int(counters.element_size())
+    sms = DEVICES[arch].multiprocessors or 0
+    need = trtllm_counter_bytes(int(query.shape[0]), int(query.shape[-2]), sms)
+    return None if size >= need else f"{size} bytes < {need} needed on {sms} SMs"
+
+
+_EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
-    "cumulative": _cumulative, "ragged_workspace": _ragged_workspace,
+    "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
+    "counter_bytes": _counter_bytes,
 }
 
 
@@ -157,9 +185,25 @@ _RAGGED_PY = "flashinfer 0.6.18 flashinfer/prefill.py trtllm_ragged_attention_de
 _RAGGED_CU = "flashinfer 0.6.18 csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
 
 
-def _ragged_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
+def _sm10x_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
                  param: Any = None) -> ArchRule:
     return ArchRule(SM10X, argument, kind, args, says, source, param)
+
+
+_MLA_PY = "flashinfer 0.6.18 flashinfer/mla/_core.py trtllm_batch_decode_with_kv_cache_mla"
+_ARCH_RULES_MLA = (
+    _sm10x_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
+                 f"{_MLA_PY}: workspace_buffer.numel() * workspace_buffer.element_size()"),
+    _sm10x_rule("kv_cache.shape[-2] (block_size)", "dim_in", ("kv_cache",), "the page size must be 32 or 64",
+                 f"{_MLA_PY}: 'trtllm-gen requires block_size in (32, 64)'", (-2, (32, 64))),
+    _sm10x_rule("query.shape[-2] (num_heads_q)", "dim_not_in", ("query",), "must not lie in 65..127",
+                 f"{_MLA_PY}: 'trtllm-gen MLA decode does not support 64 < num_heads_q < 128'",
+                 (-2, tuple(range(65, 128)))),
+    _sm10x_rule("multi_ctas_kv_counter_buffer (bytes)", "counter_bytes", ("multi_ctas_kv_counter_buffer", "query"),
+                 "at least round_up(max(batch x heads, the device's SM count), 8) int32 semaphores",
+                 "flashinfer 0.6.18 utils._resolve_trtllm_gen_multi_ctas_kv_counter_buffer: "
+                 "'multi_ctas_kv_counter_buffer is too small'"),
+)
 
 
 ARCH_RULES: tuple[ArchEntry, ...] = (
@@ -196,26 +240,33 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
         "TensorRT-LLM ragged attention (trtllm_ragged_attention_deepseek)",
         ("flashinfer.prefill:trtllm_ragged_attention_deepseek",),
         (
-            _ragged_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
+            _sm10x_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
                          f"{_RAGGED_PY}: workspace_size = workspace_buffer.numel() * workspace_buffer.element_size()"),
-            _ragged_rule("workspace_buffer (bytes)", "ragged_workspace",
+            _sm10x_rule("workspace_buffer (bytes)", "ragged_workspace",
                          ("workspace_buffer", "query", "batch_size", "max_q_len", "return_lse"),
                          "with return_lse, at least the softmax-stats slab (8 bytes per head, request and query "
                          "row rounded up to 256) + its 1 MiB guard",
                          f"{_RAGGED_CU}: float_allocator.aligned_alloc(trtllm_gen_softmax_workspace) if lse"),
-            _ragged_rule("(query, key, value) head dims", "head_dims", ("query", "key", "value"),
+            _sm10x_rule("(query, key, value) head dims", "head_dims", ("query", "key", "value"),
                          "must be (192, 192, 128) (DeepSeek R1), (128, 128, 128) or (256, 256, 256) (GLM-5)",
                          f"{_RAGGED_PY}: assert is_dsr1 or is_smaller_dimensions or is_glm5",
                          ((192, 192, 128), (128, 128, 128), (256, 256, 256))),
-            _ragged_rule("cum_seq_lens_q", "cumulative", ("cum_seq_lens_q", "batch_size"),
+            _sm10x_rule("cum_seq_lens_q", "cumulative", ("cum_seq_lens_q", "batch_size"),
                          "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensQPtr, read per batch row"),
-            _ragged_rule("cum_seq_lens_kv", "cumulative", ("cum_seq_lens_kv", "batch_size"),
+            _sm10x_rule("cum_seq_lens_kv", "cumulative", ("cum_seq_lens_kv", "batch_size"),
                          "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensKvPtr, read per batch row"),
-            _ragged_rule("seq_lens", "present", ("seq_lens",), "a tensor of kv lengths is required",
+            _sm10x_rule("seq_lens", "present", ("seq_lens",), "a tensor of kv lengths is required",
                          f"{_RAGGED_CU}: static_cast<int*>(seq_lens.data_ptr())"),
         ),
         callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_standard_mha "
                 "(if self.device_sm_major >= 10); trtllm_mla_backend.py (ragged prefill)",
+    ),
+    ArchEntry(
+        "TensorRT-LLM MLA decode (trtllm_batch_decode_with_kv_cache_mla)",
+        ("flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla",),
+        _ARCH_RULES_MLA,
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend (dsa_decode_impl 'trtllm': "
+                "flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla); trtllm_mla_backend.py (decode)",
     ),
 )
 
@@ -240,7 +291,7 @@ def breaches(entry: ArchEntry, arguments: Mapping[str, Any], simulated: str, rea
     for rule in entry.rules:
         if simulated not in rule.archs:
             continue
-        value = _EVALUATORS[rule.kind](rule, arguments)
+        value = _EVALUATORS[rule.kind](rule, arguments, simulated)
         if value is not None:
             here = next((r for r in entry.rules if real in r.archs and r.argument == rule.argument), None)
             found.append(Breach(rule, value, here))

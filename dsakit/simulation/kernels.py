@@ -293,11 +293,20 @@ def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequ
         verdict = family.verdict(device.key, real)
         if verdict == "run":
             continue
-        reference = REFERENCES.get(f"{module.__name__}:{function}") if verdict == "refuse" else None
+        target = f"{module.__name__}:{function}"
+        reference = REFERENCES.get(target) if verdict == "refuse" else None
         if reference is not None:
             launch = _through_reference(kernel, original, reference, family, device, real)
         else:
-            def launch(*args: Any, _family: KernelFamily = family, _kernel: str = kernel, **kwargs: Any) -> Any:
+            def launch(*args: Any, _family: KernelFamily = family, _kernel: str = kernel, _original: Any = original,
+                       _entry: ArchEntry | None = entry_of(target) if verdict == "refuse" else None,
+                       **kwargs: Any) -> Any:
+                # no stand-in: the simulated arch's rules still judge the call (a breach fails, as on
+                # the simulated device), then the launch is refused
+                if _entry is not None:
+                    breach = arch_rule_breach(_kernel, _entry, _bind(_original, _entry, args, kwargs), device, real)
+                    if breach is not None:
+                        raise breach
                 error = family_error(_family, _kernel, device, real)
                 raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
 

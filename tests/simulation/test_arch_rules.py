@@ -312,3 +312,70 @@ def test_the_summary_counts_ran_stood_in_and_refused_with_their_kernels_and_the_
     record = next_outcome(None, reports[0])  # type: ignore[arg-type]
     assert record is not None and record["through_stand_in"] == stood_in[1]
     assert "through_stand_in" not in (next_outcome(None, reports[1]) or {})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- an arch-only kernel without a stand-in
+
+
+def trtllm_batch_decode_with_kv_cache_mla(query: Any, kv_cache: Any, workspace_buffer: Any, qk_nope_head_dim: int,
+                                          kv_lora_rank: int, qk_rope_head_dim: int, block_tables: Any,
+                                          seq_lens: Any, max_seq_len: int, sparse_mla_top_k: int = 0,
+                                          out: Any = None, bmm1_scale: Any = 1.0, bmm2_scale: Any = 1.0,
+                                          multi_ctas_kv_counter_buffer: Any = None, **rest: Any) -> Any:
+    raise AssertionError("the TRT-LLM-Gen kernel launched on a GPU without it")
+
+
+def _mla_call(**overrides: Any) -> dict[str, Any]:
+    """SGLang 0.5.21's DSA trtllm decode: q (batch, 1, heads, 576), kv (pages, 1, page_size, 576)."""
+    import torch
+
+    call: dict[str, Any] = dict(
+        query=torch.zeros(2, 1, 16, 576), kv_cache=torch.zeros(4, 1, 64, 576),
+        workspace_buffer=torch.zeros(1 << 10, dtype=torch.uint8), qk_nope_head_dim=128, kv_lora_rank=512,
+        qk_rope_head_dim=64, block_tables=torch.zeros(2, 1, 8, dtype=torch.int32),
+        seq_lens=torch.tensor([5, 9], dtype=torch.int32), max_seq_len=9, sparse_mla_top_k=8,
+        multi_ctas_kv_counter_buffer=torch.zeros(4 * 152, dtype=torch.uint8))
+    return {**call, **overrides}
+
+
+@pytest.fixture
+def mla_decode(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from dsakit.simulation import kernels
+
+    target = "flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla"
+    family = family_of_entry(target)
+    assert family is not None
+    library = _library(monkeypatch, "flashinfer.mla._core",
+                       trtllm_batch_decode_with_kv_cache_mla=trtllm_batch_decode_with_kv_cache_mla)
+    patches = Patches()
+    kernels.guard_entry_points(patches, library, [(family, "trtllm_batch_decode_with_kv_cache_mla")],
+                               simulated_model("sm103"), "sm90")
+    yield library.trtllm_batch_decode_with_kv_cache_mla
+    patches.restore()
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"workspace_buffer": None}, "workspace_buffer = None: simulated sm103's rule: a workspace tensor is required"),
+    ({"kv_cache": "page 16"}, "kv_cache.shape[-2] (block_size) = 16: simulated sm103's rule: the page size must "
+                              "be 32 or 64"),
+    ({"query": "96 heads"}, "query.shape[-2] (num_heads_q) = 96: simulated sm103's rule: must not lie in 65..127"),
+    # sized for the H200's 132 SMs: 2 x 16 = 32 semaphores < the B300's 148 SMs
+    ({"multi_ctas_kv_counter_buffer": "132 SMs"}, "multi_ctas_kv_counter_buffer (bytes) = 528 bytes < 608 needed "
+                                                  "on 148 SMs"),
+])
+def test_an_arch_only_kernel_without_a_stand_in_is_judged_by_the_rules_before_it_is_refused(
+        mla_decode: Any, overrides: dict[str, Any], expected: str) -> None:
+    import torch
+
+    shaped = {"page 16": torch.zeros(16, 1, 16, 576), "96 heads": torch.zeros(2, 1, 96, 576),
+              "132 SMs": torch.zeros(4 * 132, dtype=torch.uint8)}
+    call = _mla_call(**{k: shaped.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()})
+    with pytest.raises(ArchRuleBreach) as caught:
+        mla_decode(**call)
+    assert expected in str(caught.value)
+    assert "TensorRT-LLM MLA decode (trtllm_batch_decode_with_kv_cache_mla)" in str(caught.value)
+
+
+def test_a_call_within_the_rules_of_a_kernel_without_a_stand_in_is_refused_as_before(mla_decode: Any) -> None:
+    with pytest.raises(SimulatedKernelLaunch, match=r"exists for sm100, sm103 only and this GPU is sm90"):
+        mla_decode(**_mla_call())
