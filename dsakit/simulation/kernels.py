@@ -315,12 +315,22 @@ def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequ
         rebind_everywhere(patches, original, launch)
 
 
+def _signature(original: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(original)
+    except (TypeError, ValueError):  # a C++ function: no Python signature
+        return None
+
+
+_SIGNATURES: dict[int, tuple[Any, inspect.Signature | None]] = {}  # id -> (the function, kept alive; its signature)
+
+
 def _bind(original: Any, entry: ArchEntry | None, args: Any, kwargs: Any) -> dict[str, Any]:
     """The call's arguments by name (a C++ function without a signature: the entry's `params`)."""
-    try:
-        signature: inspect.Signature | None = inspect.signature(original)
-    except (TypeError, ValueError):
-        signature = None
+    known = _SIGNATURES.get(id(original))
+    if known is None or known[0] is not original:
+        known = _SIGNATURES[id(original)] = (original, _signature(original))
+    signature = known[1]
     if signature is None:
         return {**dict(zip(entry.params if entry is not None else (), args, strict=False)), **kwargs}
     bound = signature.bind_partial(*args, **kwargs)
