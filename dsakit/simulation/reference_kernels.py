@@ -100,10 +100,73 @@ def _ragged_run(a: Mapping[str, Any]) -> Any:
     return out
 
 
+def sparse_mla_decode(query: Any, kv_cache: Any, indices: Any, *, kv_lora_rank: int, scale: float,
+                      v_scale: float = 1.0, top_k_lens: Any = None) -> Any:
+    """Absorbed MLA over each query token's selected cache tokens, in float32: `indices` (batch,
+    q_len, top_k) are token slots of the flattened paged cache (page * page_size + offset, as
+    SGLang's page_table_1 and FlashMLA's sparse indices are), -1 or past `top_k_lens` unused;
+    keys are the whole cache row, values its first `kv_lora_rank` columns."""
+    import torch
+
+    batch, q_len, heads, dim = query.shape
+    flat = kv_cache.reshape(-1, kv_cache.shape[-1])
+    slots = indices.reshape(batch * q_len, -1).long()
+    valid = slots >= 0
+    if top_k_lens is not None:
+        valid &= torch.arange(slots.shape[1], device=slots.device)[None, :] < top_k_lens.reshape(-1, 1).long()
+    out = torch.zeros(batch * q_len, heads, kv_lora_rank, dtype=torch.float32, device=query.device)
+    q_rows = query.reshape(batch * q_len, heads, dim)
+    for start in range(0, batch * q_len, 16):  # 16 query tokens at a time: the gathered rows stay small
+        rows = slice(start, start + 16)
+        kv = flat[slots[rows].clamp(min=0)].float()  # tokens, top_k, dim
+        logits = scale * torch.einsum("nhd,nkd->nhk", q_rows[rows].float(), kv)
+        logits = logits.masked_fill(~valid[rows][:, None, :], -math.inf)
+        weights = torch.nan_to_num(torch.softmax(logits, dim=-1))  # a row with no index outputs zeros
+        out[rows] = torch.einsum("nhk,nkc->nhc", weights, kv[..., :kv_lora_rank]) * v_scale
+    return out.view(batch, q_len, heads, kv_lora_rank)
+
+
+def _mla_unmodeled(a: Mapping[str, Any]) -> str | None:
+    import torch
+
+    if not a.get("sparse_mla_top_k"):
+        return "dense MLA decode (sparse_mla_top_k=0): the stand-in models the sparse path"
+    if a.get("return_lse") or a.get("lse") is not None:
+        return "the lse: the stand-in does not produce TRT-LLM's lse"
+    for name in ("sinks", "cum_seq_lens_q", "causal_seqlens_kv_global"):
+        if a.get(name) is not None:
+            return f"{name}: the stand-in does not model it"
+    if a.get("enable_dcp"):
+        return "decode context parallelism: the stand-in does not model it"
+    if a.get("backend", "auto") not in ("auto", "trtllm-gen"):
+        return f"backend={a.get('backend')!r}: the stand-in models trtllm-gen"
+    dtypes = {a["query"].dtype, a["kv_cache"].dtype}
+    if not dtypes <= {torch.bfloat16, torch.float16, torch.float32}:
+        return f"dtypes {sorted(map(str, dtypes))}: the stand-in models unquantized caches"
+    if a.get("block_tables") is None or a["block_tables"].dim() != 3:
+        return "block_tables must be the (batch, q_len, top_k) sparse indices"
+    return None
+
+
+def _mla_run(a: Mapping[str, Any]) -> Any:
+    import torch
+
+    result = sparse_mla_decode(a["query"], a["kv_cache"], a["block_tables"], kv_lora_rank=int(a["kv_lora_rank"]),
+                               scale=_scalar(a.get("bmm1_scale", 1.0)), v_scale=_scalar(a.get("bmm2_scale", 1.0)),
+                               top_k_lens=a.get("sparse_mla_top_k_lens"))
+    out = a.get("out")
+    if out is None:  # flashinfer allocates the output in bfloat16
+        out = torch.empty(result.shape, dtype=torch.bfloat16, device=result.device)
+    out.copy_(result.to(out.dtype))
+    return out
+
+
 REFERENCES: dict[str, ReferenceKernel] = {
     reference.target: reference for reference in (
         ReferenceKernel("flashinfer.prefill:trtllm_ragged_attention_deepseek",
                         "causal varlen attention in torch (dsakit.simulation.reference_kernels)",
                         _ragged_run, _ragged_unmodeled),
+        ReferenceKernel("flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla",
+                        "sparse MLA decode in torch (dsakit.simulation.reference_kernels)", _mla_run, _mla_unmodeled),
     )
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import sys
 import types
 from typing import Any
@@ -314,26 +315,34 @@ def test_the_summary_counts_ran_stood_in_and_refused_with_their_kernels_and_the_
     assert "through_stand_in" not in (next_outcome(None, reports[1]) or {})  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------- an arch-only kernel without a stand-in
+# ---------------------------------------------------------------- TRT-LLM MLA decode: its rules, its stand-in
 
 
 def trtllm_batch_decode_with_kv_cache_mla(query: Any, kv_cache: Any, workspace_buffer: Any, qk_nope_head_dim: int,
                                           kv_lora_rank: int, qk_rope_head_dim: int, block_tables: Any,
                                           seq_lens: Any, max_seq_len: int, sparse_mla_top_k: int = 0,
                                           out: Any = None, bmm1_scale: Any = 1.0, bmm2_scale: Any = 1.0,
-                                          multi_ctas_kv_counter_buffer: Any = None, **rest: Any) -> Any:
+                                          sinks: Any = None, return_lse: bool = False, backend: str = "auto",
+                                          multi_ctas_kv_counter_buffer: Any = None,
+                                          sparse_mla_top_k_lens: Any = None, **rest: Any) -> Any:
     raise AssertionError("the TRT-LLM-Gen kernel launched on a GPU without it")
 
 
+MLA = "flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla"
+
+
 def _mla_call(**overrides: Any) -> dict[str, Any]:
-    """SGLang 0.5.21's DSA trtllm decode: q (batch, 1, heads, 576), kv (pages, 1, page_size, 576)."""
+    """SGLang 0.5.21's DSA trtllm decode: q (batch, 1, heads, 576), kv (pages, 1, page_size, 576), the
+    selected token slots (batch, 1, top_k) padded with -1."""
     import torch
 
+    generator = torch.Generator().manual_seed(2)
+    slots = torch.tensor([[[3, 70, 5, -1]], [[130, 1, 64, 200]]], dtype=torch.int32)
     call: dict[str, Any] = dict(
-        query=torch.zeros(2, 1, 16, 576), kv_cache=torch.zeros(4, 1, 64, 576),
+        query=torch.randn(2, 1, 16, 576, generator=generator), kv_cache=torch.randn(4, 1, 64, 576, generator=generator),
         workspace_buffer=torch.zeros(1 << 10, dtype=torch.uint8), qk_nope_head_dim=128, kv_lora_rank=512,
-        qk_rope_head_dim=64, block_tables=torch.zeros(2, 1, 8, dtype=torch.int32),
-        seq_lens=torch.tensor([5, 9], dtype=torch.int32), max_seq_len=9, sparse_mla_top_k=8,
+        qk_rope_head_dim=64, block_tables=slots, seq_lens=torch.tensor([71, 201], dtype=torch.int32),
+        max_seq_len=201, sparse_mla_top_k=4, bmm1_scale=576 ** -0.5, backend="trtllm-gen",
         multi_ctas_kv_counter_buffer=torch.zeros(4 * 152, dtype=torch.uint8))
     return {**call, **overrides}
 
@@ -342,19 +351,20 @@ def _mla_call(**overrides: Any) -> dict[str, Any]:
 def mla_decode(monkeypatch: pytest.MonkeyPatch) -> Any:
     from dsakit.simulation import kernels
 
-    target = "flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla"
-    family = family_of_entry(target)
+    family = family_of_entry(MLA)
     assert family is not None
     library = _library(monkeypatch, "flashinfer.mla._core",
                        trtllm_batch_decode_with_kv_cache_mla=trtllm_batch_decode_with_kv_cache_mla)
     patches = Patches()
     kernels.guard_entry_points(patches, library, [(family, "trtllm_batch_decode_with_kv_cache_mla")],
                                simulated_model("sm103"), "sm90")
+    kernels.STOOD_IN.clear()
     yield library.trtllm_batch_decode_with_kv_cache_mla
     patches.restore()
+    kernels.STOOD_IN.clear()
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
+_BREACHES = [
     ({"workspace_buffer": None}, "workspace_buffer = None: simulated sm103's rule: a workspace tensor is required"),
     ({"kv_cache": "page 16"}, "kv_cache.shape[-2] (block_size) = 16: simulated sm103's rule: the page size must "
                               "be 32 or 64"),
@@ -362,20 +372,81 @@ def mla_decode(monkeypatch: pytest.MonkeyPatch) -> Any:
     # sized for the H200's 132 SMs: 2 x 16 = 32 semaphores < the B300's 148 SMs
     ({"multi_ctas_kv_counter_buffer": "132 SMs"}, "multi_ctas_kv_counter_buffer (bytes) = 528 bytes < 608 needed "
                                                   "on 148 SMs"),
-])
-def test_an_arch_only_kernel_without_a_stand_in_is_judged_by_the_rules_before_it_is_refused(
-        mla_decode: Any, overrides: dict[str, Any], expected: str) -> None:
+]
+
+
+def _breaching(overrides: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     shaped = {"page 16": torch.zeros(16, 1, 16, 576), "96 heads": torch.zeros(2, 1, 96, 576),
               "132 SMs": torch.zeros(4 * 132, dtype=torch.uint8)}
-    call = _mla_call(**{k: shaped.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()})
+    return _mla_call(**{k: shaped.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()})
+
+
+@pytest.mark.parametrize(("overrides", "expected"), _BREACHES)
+def test_the_mla_decode_stand_in_first_judges_the_call_by_the_simulated_archs_rules(
+        mla_decode: Any, overrides: dict[str, Any], expected: str) -> None:
+    from dsakit.simulation import kernels
+
     with pytest.raises(ArchRuleBreach) as caught:
-        mla_decode(**call)
+        mla_decode(**_breaching(overrides))
     assert expected in str(caught.value)
     assert "TensorRT-LLM MLA decode (trtllm_batch_decode_with_kv_cache_mla)" in str(caught.value)
+    assert not kernels.STOOD_IN
 
 
-def test_a_call_within_the_rules_of_a_kernel_without_a_stand_in_is_refused_as_before(mla_decode: Any) -> None:
-    with pytest.raises(SimulatedKernelLaunch, match=r"exists for sm100, sm103 only and this GPU is sm90"):
-        mla_decode(**_mla_call())
+@pytest.mark.parametrize(("overrides", "expected"), _BREACHES[:2])
+def test_without_a_stand_in_the_rules_still_judge_the_call_before_it_is_refused(
+        monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any], expected: str) -> None:
+    from dsakit.simulation import kernels
+    from dsakit.simulation.reference_kernels import REFERENCES
+
+    monkeypatch.delitem(REFERENCES, MLA)
+    library = _library(monkeypatch, "flashinfer.mla._core",
+                       trtllm_batch_decode_with_kv_cache_mla=trtllm_batch_decode_with_kv_cache_mla)
+    patches = Patches()
+    family = family_of_entry(MLA)
+    assert family is not None
+    try:
+        kernels.guard_entry_points(patches, library, [(family, "trtllm_batch_decode_with_kv_cache_mla")],
+                                   simulated_model("sm103"), "sm90")
+        with pytest.raises(ArchRuleBreach, match=re.escape(expected)):
+            library.trtllm_batch_decode_with_kv_cache_mla(**_breaching(overrides))
+        with pytest.raises(SimulatedKernelLaunch, match=r"exists for sm100, sm103 only and this GPU is sm90"):
+            library.trtllm_batch_decode_with_kv_cache_mla(**_mla_call())  # within the rules: refused
+    finally:
+        patches.restore()
+
+
+def test_the_mla_decode_stand_in_writes_the_reference_output_and_leaves_dense_decode_refused(mla_decode: Any) -> None:
+    import torch
+
+    from dsakit.simulation import kernels
+
+    call = _mla_call()
+    out = torch.full((2, 1, 16, 512), float("nan"), dtype=torch.bfloat16)
+    assert mla_decode(**call, out=out) is out and not out.isnan().any()
+    flat = call["kv_cache"].reshape(-1, 576)
+    for b, slots in enumerate(([3, 70, 5], [130, 1, 64, 200])):  # the -1 slot is unused
+        for h in (0, 15):
+            logits = torch.stack([call["query"][b, 0, h] @ flat[s] for s in slots]) * 576 ** -0.5
+            expected = torch.softmax(logits, 0) @ flat[slots][:, :512]
+            torch.testing.assert_close(out[b, 0, h].float(), expected, rtol=2e-2, atol=2e-2)
+    assert list(kernels.STOOD_IN) == ["flashinfer.mla._core.trtllm_batch_decode_with_kv_cache_mla"]
+    with pytest.raises(SimulatedKernelLaunch, match=r"does not model this call \(dense MLA decode"):
+        mla_decode(**_mla_call(sparse_mla_top_k=0, block_tables=torch.zeros(2, 4, dtype=torch.int32)))
+
+
+def test_the_sparse_mla_references_top_k_lengths_limit_the_selected_tokens() -> None:
+    import torch
+
+    from dsakit.simulation.reference_kernels import sparse_mla_decode
+
+    generator = torch.Generator().manual_seed(3)
+    query, cache = torch.randn(1, 2, 2, 8, generator=generator), torch.randn(2, 1, 4, 8, generator=generator)
+    slots = torch.tensor([[[6, 2, 7], [1, 0, 5]]], dtype=torch.int32)
+    got = sparse_mla_decode(query, cache, slots, kv_lora_rank=5, scale=0.5, top_k_lens=torch.tensor([2, 1]))
+    flat = cache.reshape(-1, 8)
+    for t, used in enumerate(([6, 2], [1])):
+        weights = torch.softmax(0.5 * query[0, t] @ flat[used].T, dim=-1)
+        torch.testing.assert_close(got[0, t], weights @ flat[used][:, :5], rtol=1e-5, atol=1e-5)
