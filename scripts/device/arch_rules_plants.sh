@@ -5,15 +5,15 @@
 # UPSTREAM_DIR: a folder holding SGLang's test/registered/... files (as upstream_suites_on_the_node.sh);
 # its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
-# line of SGLang 0.5.21's dsa_backend.py (four classes: head padding, workspace, cumulative lengths,
-# numerics) in its own copy of the installed sglang package (the copy goes
+# line of SGLang 0.5.21's dsa_backend.py (five classes: head padding, workspace, cumulative lengths,
+# multi-CTA counters, numerics through a stand-in) in its own copy of the installed sglang package (the copy goes
 # first on PYTHONPATH), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
-# `-p dsakit.plugin --dsakit-device sm103`, all at once. Prints one outcome line per plant and mode, and
+# `-p dsakit.plugin --dsakit-device sm103`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for sm103 the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
 set -u
 SUITE=${1:?usage: arch_rules_plants.sh UPSTREAM_DIR|contracts [PLANTS]}
 shift
-PLANTS=${*:-none pad64 ws_none cum_q scale}
+PLANTS=${*:-none pad64 ws_none cum_q scale counters mla_scale}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}
@@ -46,6 +46,8 @@ plant_edit() {
                 workspace_buffer=None,|the SM 10.x MHA prefill hands TRT-LLM ragged attention no workspace" ;;
     cum_q) echo "cum_seq_lens_q=cu_seqlens_q,|cum_seq_lens_q=cu_seqlens_q[1:],|the SM 10.x ragged prefill passes batch_size cumulative q lengths, not batch_size + 1" ;;
     scale) echo "                bmm1_scale=layer.scaling,|                bmm1_scale=1.0,|the SM 10.x ragged prefill drops the softmax scale (numerics: judged on the stand-in's output)" ;;
+    counters) echo "        multi_ctas_kv_counter_buffer = self._multi_ctas_kv_counter_for(batch_size)|        multi_ctas_kv_counter_buffer = torch.zeros(4, dtype=torch.uint8, device=q_all.device)|the SM 10.x trtllm MLA decode hands a 4-byte multi-CTA counter buffer (one semaphore)" ;;
+    mla_scale) echo "        bmm1_scale = q_scale * k_scale * layer.scaling|        bmm1_scale = q_scale * k_scale|the trtllm MLA decode drops the softmax scale (numerics: judged on the stand-in's output)" ;;
     none) echo "||no plant: the baseline" ;;
     *) return 1 ;;
   esac
@@ -92,7 +94,10 @@ for name in $PLANTS; do
     PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import importlib.util as u, os, sys; o = u.find_spec('sglang').origin; sys.exit(0 if os.path.realpath(o).startswith(os.path.realpath('$dir')) else o)" \
       || echo "== $name: the copy is not the sglang found first"
     [ -n "${DRY:-}" ] && { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; continue; }
-    for mode in plain sm103; do run "$name" "$mode" "$dir" & done
+    for mode in plain sm103; do
+      while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-8}" ]; do wait -n; done  # JOBS runs at a time (default 8)
+      run "$name" "$mode" "$dir" &
+    done
   else
     echo "== $name: NOT APPLIED"
   fi
