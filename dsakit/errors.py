@@ -50,3 +50,15 @@ class KernelContractViolation(DsakitError, ValueError):
         self.row = row
         self.value = value
         self.site = site
+
+
+class ArchRuleBreach(DsakitError, AssertionError):
+    """Under a simulated device, a kernel entry point was called with arguments the simulated arch's
+    build of the kernel refuses (its rule in `dsakit.simulation.arch_rules`) though this GPU's build
+    accepts them: a real simulated device fails here, so the test fails (raised before the launch)."""
+
+    def __init__(self, message: str, *, kernel: str, argument: str, site: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+        self.argument = argument
+        self.site = site

@@ -86,6 +86,10 @@ def _failure(report: pytest.TestReport) -> dict[str, Any]:
 # A test report's user property under a portable simulation (dsakit.simulation.whole_run): the
 # kernels that ran for real on this GPU, {"arch": "sm90", "kernels": ["Triton x", "JIT y"]}.
 RAN_ON_THIS_GPU = "dsakit_ran_on_this_gpu"
+# ... the arch-only kernels a reference stood in for ({"kernels": [...]}): the result came through a
+# stand-in (the report marks it), and the kernels refused ({"kernels": [...]})
+THROUGH_STAND_IN = "dsakit_through_stand_in"
+REFUSED_HERE = "dsakit_refused"
 
 
 def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> dict[str, Any] | None:
@@ -112,6 +116,8 @@ def next_outcome(current: dict[str, Any] | None, report: pytest.TestReport) -> d
     for name, value in report.user_properties:
         if name == RAN_ON_THIS_GPU:  # a portable simulation: the kernels the test ran for real, and on what
             detail = {**detail, "ran_on_this_gpu": value}
+        elif name == THROUGH_STAND_IN:  # its result came (in part) from a reference stand-in
+            detail = {**detail, "through_stand_in": value}
     return {"nodeid": report.nodeid, "outcome": outcome, "when": report.when,
             "duration": round(report.duration, 4), **detail}
 

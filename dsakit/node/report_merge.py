@@ -292,6 +292,12 @@ class Merged:
                 rows.append(FailureRow(nodeid, text + (f" (passed on {', '.join(passed)})" if passed else ""), sig))
         return rows
 
+    def through_stand_in(self) -> dict[str, list[str]]:
+        """Test id -> the nodes whose result for it came through a reference stand-in of an arch-only
+        kernel (a simulated device; dsakit.simulation.reference_kernels): judged on the reference's output."""
+        return {t: where for t in self.test_ids
+                if (where := [n.label for n in self.nodes if "through_stand_in" in n.entries.get(t, {})])}
+
     def not_run_anywhere(self) -> list[str]:
         return [t for t in self.test_ids if not self.ran_on(t)]
 
@@ -421,6 +427,10 @@ def comment(merged: Merged) -> Comment:
     note = _releases_note(merged)
     if note:
         summary.append(note)
+    stood_in = merged.through_stand_in()
+    if stood_in:
+        summary.append(f"{len(stood_in)} test(s) ran with a stand-in for an arch-only kernel (a reference computed "
+                       f"its output) on {', '.join(sorted({n for w in stood_in.values() for n in w}))}")
     summary += [f"{line}: its tests are counted as not run" for line in merged.missing_shards()]
     nowhere = [code for code in merged.gate_codes() if not merged.gate_ran_on(code)]
     if nowhere:
@@ -460,6 +470,7 @@ def as_json(merged: Merged) -> dict[str, Any]:
                      for t in merged.test_ids if any(t in n.subtests for n in merged.nodes)},
         "failures": [{"test": r.test, "where": r.where, "signature": r.signature} for r in merged.failures()],
         "not_run_anywhere": merged.not_run_anywhere(),
+        "through_stand_in": merged.through_stand_in(),
         "skips": [{"code": g.code, "reason": g.reason, "skipped": g.skipped, "skipped_on": g.skipped_on,
                    "runs_on": g.runs_on, "covered_on": g.covered_on, "uncovered": list(g.uncovered),
                    "messages": [{"message": m, "count": n} for m, n in g.messages]}

@@ -1,4 +1,4 @@
-"""Kernel launches under a simulation: what runs, what is refused, never a faked result.
+"""Kernel launches under a simulation: what runs, what is refused, what a reference stands in for.
 
 Owns the guards on each route to a device kernel. Where this machine's GPU cannot run kernels for
 the simulated device (no GPU, another vendor) every route refuses with `[simulated-kernel-launch]`:
@@ -6,9 +6,11 @@ torch custom ops outside torch's own namespaces (sgl-kernel, FlashMLA, FA3, ...)
 `JITFunction.run`, the JIT loaders (SGLang's `load_jit`, flashinfer's `JitSpec`; not tvm-ffi's
 `load_module`, which also loads non-kernel bindings), DeepGEMM. On a GPU of the simulated vendor
 (a portable plan) only the families of `kernel_archs.ARCH_ONLY` are guarded: refused where this GPU
-lacks them, failed (`SimulatedKernelAbsent`) where the simulated device lacks them. Also the
-stand-in modules for kernel libraries the simulated GPU would have installed but this machine
-lacks. Must not run a kernel it guards.
+lacks them (or, where `reference_kernels` declares one, run by a torch reference after the call
+passed the simulated arch's rules), failed (`SimulatedKernelAbsent`) where the simulated device
+lacks them; the entry points whose builds differ per arch (`arch_rules`) check each launch against
+the simulated arch's rules first (`ArchRuleBreach`). Also the stand-in modules for kernel libraries
+the simulated GPU would have installed but this machine lacks. Must not run a kernel it refuses.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dsakit.errors import ArchRuleBreach
 from dsakit.gates.device_model import DeviceModel
 from dsakit.mocks.call_site import shown_path, site_outside
 from dsakit.sglang_facts.import_hooks import Patches, rebind_everywhere
+from dsakit.simulation.arch_rules import ArchEntry, breaches, entry_of
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
 from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
@@ -63,6 +68,7 @@ def site_of(tb: Any) -> str:
 
 
 def refuse(kernel: str, device: DeviceModel, why: str | None = None) -> SimulatedKernelLaunch:
+    REFUSED.setdefault(kernel)
     return SimulatedKernelLaunch(kernel, launch_site(), device, why)
 
 
@@ -186,9 +192,12 @@ def _jit_error(kernel: str, name: str, device: DeviceModel, real: str | None, po
     return error
 
 
-# The kernels that ran for real in this process's current test under a portable plan ("Triton x",
-# "JIT y"): the whole-run simulation hands them on with the test's report and clears it per test.
+# What this process's current test launched: the kernels that ran for real under a portable plan
+# ("Triton x", "JIT y"), those a reference stood in for, those refused. The whole-run simulation
+# hands them on with the test's report and clears them per test.
 RAN: dict[str, None] = {}
+STOOD_IN: dict[str, None] = {}
+REFUSED: dict[str, None] = {}
 
 
 def record_triton(patches: Patches, jit: types.ModuleType, device: DeviceModel) -> None:
@@ -274,21 +283,135 @@ def guard_entry_points(patches: Patches, module: types.ModuleType, entries: Sequ
                        device: DeviceModel, real: str | None) -> None:
     """Each arch-only entry point of `module` that cannot run here, replaced (everywhere it was bound)
     by a guard that raises before anything launches."""
+    from dsakit.simulation.reference_kernels import REFERENCES
+
     for family, function in entries:
         original = vars(module).get(function)
         if not callable(original):
             continue
         kernel = f"{module.__name__}.{function}"
-        if family.verdict(device.key, real) == "run":
+        verdict = family.verdict(device.key, real)
+        if verdict == "run":
             continue
-
-        def launch(*args: Any, _family: KernelFamily = family, _kernel: str = kernel, **kwargs: Any) -> Any:
-            error = family_error(_family, _kernel, device, real)
-            raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
+        target = f"{module.__name__}:{function}"
+        reference = REFERENCES.get(target) if verdict == "refuse" else None
+        if reference is not None:
+            launch = _through_reference(kernel, original, reference, family, device, real)
+        else:
+            def launch(*args: Any, _family: KernelFamily = family, _kernel: str = kernel, _original: Any = original,
+                       _entry: ArchEntry | None = entry_of(target) if verdict == "refuse" else None,
+                       **kwargs: Any) -> Any:
+                # no stand-in: the simulated arch's rules still judge the call (a breach fails, as on
+                # the simulated device), then the launch is refused
+                if _entry is not None:
+                    breach = arch_rule_breach(_kernel, _entry, _bind(_original, _entry, args, kwargs), device, real)
+                    if breach is not None:
+                        raise breach
+                error = family_error(_family, _kernel, device, real)
+                raise error if error is not None else AssertionError(f"{_kernel}: guarded, yet runnable")
 
         launch.__name__ = function
         launch.__wrapped__ = original  # type: ignore[attr-defined]  # its signature, for what wraps it
         rebind_everywhere(patches, original, launch)
+
+
+def _signature(original: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(original)
+    except (TypeError, ValueError):  # a C++ function: no Python signature
+        return None
+
+
+_SIGNATURES: dict[int, tuple[Any, inspect.Signature | None]] = {}  # id -> (the function, kept alive; its signature)
+
+
+def _bind(original: Any, entry: ArchEntry | None, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The call's arguments by name (a C++ function without a signature: the entry's `params`)."""
+    known = _SIGNATURES.get(id(original))
+    if known is None or known[0] is not original:
+        known = _SIGNATURES[id(original)] = (original, _signature(original))
+    signature = known[1]
+    if signature is None:
+        return {**dict(zip(entry.params if entry is not None else (), args, strict=False)), **kwargs}
+    bound = signature.bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def arch_rule_breach(kernel: str, entry: ArchEntry, arguments: dict[str, Any], device: DeviceModel,
+                     real: str | None) -> ArchRuleBreach | None:
+    """What this call breaks of the simulated arch's rules, as the failure it raises (None: nothing)."""
+    found = breaches(entry, arguments, device.key, real)
+    if not found:
+        return None
+    site = launch_site()
+    lines = "\n".join(f"  {b.describe(device.key, real)}" for b in found)
+    return ArchRuleBreach(
+        f"{entry.kernel} ({kernel}), called at {site}, breaks simulated {device.key}'s rules for it: a real "
+        f"{device.name} refuses this call, which {real or 'this GPU'} accepts:\n{lines}\nSGLang's call site: "
+        f"{entry.callers} (nothing was launched; dsakit/simulation/arch_rules.py)",
+        kernel=kernel, argument=found[0].rule.argument, site=site)
+
+
+def _through_reference(kernel: str, original: Any, reference: Any, family: KernelFamily, device: DeviceModel,
+                       real: str | None) -> Callable[..., Any]:
+    """An arch-only entry point run by its reference: the simulated arch's rules first (a breach
+    fails), then the reference on this GPU; a call the reference does not model is refused."""
+    entry = entry_of(reference.target)
+
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        arguments = _bind(original, entry, args, kwargs)
+        breach = arch_rule_breach(kernel, entry, arguments, device, real) if entry is not None else None
+        if breach is not None:
+            raise breach
+        beyond = reference.unmodeled(arguments)
+        if beyond is not None:
+            here = f"this GPU is {real}" if real else "this machine has no GPU of its vendor"
+            raise refuse(kernel, device, f"{family.name} exists for {family.runs_on()} only and {here}; "
+                         f"its stand-in does not model this call ({beyond})")
+        STOOD_IN.setdefault(kernel)
+        return reference.run(arguments)
+
+    return launch
+
+
+def check_arch_rules(patches: Patches, module: types.ModuleType, entries: Sequence[tuple[ArchEntry, str]],
+                     device: DeviceModel, real: str | None) -> None:
+    """Each entry point of `module` whose builds differ per arch, where it runs for real here (not
+    an arch-only one, which `guard_entry_points` owns): checked against the simulated arch's rules
+    before each launch, everywhere it was bound."""
+    for entry, function in entries:
+        original = vars(module).get(function)
+        kernel = f"{module.__name__}.{function}"
+        if not callable(original) or getattr(original, "_dsakit_arch_checked", False):
+            continue
+
+        def launch(*args: Any, _entry: ArchEntry = entry, _original: Any = original, _kernel: str = kernel,
+                   **kwargs: Any) -> Any:
+            breach = arch_rule_breach(_kernel, _entry, _bind(_original, _entry, args, kwargs), device, real)
+            if breach is not None:
+                raise breach
+            return _original(*args, **kwargs)
+
+        launch.__name__ = function
+        launch.__wrapped__ = original  # type: ignore[attr-defined]
+        launch._dsakit_arch_checked = True  # type: ignore[attr-defined]
+        rebind_everywhere(patches, original, launch)
+
+
+def runnable_arch_rules(device: DeviceModel, real: str | None) -> dict[str, list[tuple[ArchEntry, str]]]:
+    """module -> (entry, function) for the per-arch-rule entry points that run for real here (the
+    arch-only ones this GPU lacks are `guard_entry_points`' and their references')."""
+    from dsakit.simulation.arch_rules import entries_by_module
+    from dsakit.simulation.kernel_archs import family_of_entry
+
+    runnable: dict[str, list[tuple[ArchEntry, str]]] = {}
+    for module, entries in entries_by_module().items():
+        for entry, function in entries:
+            family = family_of_entry(f"{module}:{function}")
+            if family is None or family.verdict(device.key, real) == "run":
+                runnable.setdefault(module, []).append((entry, function))
+    return runnable
 
 
 def jit_guards(real: str | None, portable: bool) -> dict[str, Callable[[Patches, types.ModuleType, DeviceModel], None]]:

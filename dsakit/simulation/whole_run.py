@@ -48,6 +48,8 @@ class WholeRun:
         self._modules_before: set[str] = set()
         self._subtests: dict[str, list[Any]] = {}  # nodeid -> [subtests, refused, first refusal]
         self._ran: dict[str, int] = {}  # kernel -> tests that ran it for real (portable plans)
+        self._stood_in: dict[str, int] = {}  # kernel -> tests a reference stood in for it
+        self._refused: dict[str, int] = {}  # kernel -> tests it was refused in
         self._arch = ""
 
     def on_stop(self, callback: Callable[[], None]) -> None:
@@ -93,12 +95,18 @@ class WholeRun:
             def entries_of(entries: list[Any]) -> Callable[[Any], None]:
                 return lambda module: kernels.guard_entry_points(patches, module, entries, device, real)
 
+            def rules_of(entries: list[Any]) -> Callable[[Any], None]:
+                return lambda module: kernels.check_arch_rules(patches, module, entries, device, real)
+
             hooks.watch("torch", on_torch)
             for name in watched_modules()[1:]:
                 hooks.watch(name, probes_of(name))
             if not simulation.exact:
                 for name, entries in kernels.arch_only_modules().items():
                     hooks.watch(name, entries_of(entries))
+                if simulation.portable:  # kernels run for real here: each checked by the simulated arch's rules
+                    for name, ruled in kernels.runnable_arch_rules(device, real).items():
+                        hooks.watch(name, rules_of(ruled))
                 guards = (kernels.jit_guards(real, portable=True) if simulation.portable
                           else kernels.GUARDED_LIBRARIES)
                 for name, guard in guards.items():
@@ -142,14 +150,8 @@ class WholeRun:
         if not self.in_this_process:  # the controller: what ran for real, per test, from the workers
             self._note_ran(report)
             return
-        if type(report).__name__ != "SubtestReport" and self.plan.portable:
-            from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
-
-            ran = sys.modules.get("dsakit.simulation.kernels")
-            if ran is not None and ran.RAN:
-                report.user_properties.append((RAN_ON_THIS_GPU, {"arch": self.plan.real_key or self.plan.real.sm_text,
-                                                              "kernels": list(ran.RAN)}))
-                ran.RAN.clear()
+        if type(report).__name__ != "SubtestReport":
+            self._hand_on(report)
             self._note_ran(report)
         if type(report).__name__ == "SubtestReport":
             counts = self._subtests.setdefault(report.nodeid, [0, 0, None])
@@ -166,29 +168,55 @@ class WholeRun:
                                f"Skipped: [{KERNEL_LAUNCH}] every subtest ({counts[0]}) was refused under "
                                f"simulated {self.device.key}, so nothing ran; the first: {counts[2]}")
 
+    def _hand_on(self, report: pytest.TestReport) -> None:
+        """The test's launches, as user properties (the report, the fleet and xdist's controller read them)."""
+        from dsakit.gates.outcomes import RAN_ON_THIS_GPU, REFUSED_HERE, THROUGH_STAND_IN  # a simulated run only
+
+        launched = sys.modules.get("dsakit.simulation.kernels")
+        if launched is None:
+            return
+        if launched.RAN and self.plan.portable:
+            report.user_properties.append((RAN_ON_THIS_GPU, {"arch": self.plan.real_key or self.plan.real.sm_text,
+                                                          "kernels": list(launched.RAN)}))
+        if launched.STOOD_IN:
+            report.user_properties.append((THROUGH_STAND_IN, {"kernels": list(launched.STOOD_IN)}))
+        if launched.REFUSED:
+            report.user_properties.append((REFUSED_HERE, {"kernels": list(launched.REFUSED)}))
+        for tally in (launched.RAN, launched.STOOD_IN, launched.REFUSED):
+            tally.clear()
+
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
-        ran = sys.modules.get("dsakit.simulation.kernels")
-        if ran is not None:
-            ran.RAN.clear()  # what the previous test left (a setup that launched, then failed)
+        launched = sys.modules.get("dsakit.simulation.kernels")
+        if launched is not None:  # what the previous test left (a setup that launched, then failed)
+            for tally in (launched.RAN, launched.STOOD_IN, launched.REFUSED):
+                tally.clear()
 
     def _note_ran(self, report: pytest.TestReport) -> None:
-        from dsakit.gates.outcomes import RAN_ON_THIS_GPU  # a simulated run only
+        from dsakit.gates.outcomes import RAN_ON_THIS_GPU, REFUSED_HERE, THROUGH_STAND_IN  # a simulated run only
 
+        counts = {RAN_ON_THIS_GPU: self._ran, THROUGH_STAND_IN: self._stood_in, REFUSED_HERE: self._refused}
         for name, value in report.user_properties:
-            if name == RAN_ON_THIS_GPU and isinstance(value, dict):
-                self._arch = str(value.get("arch"))
+            if name in counts and isinstance(value, dict):
+                if name == RAN_ON_THIS_GPU:
+                    self._arch = str(value.get("arch"))
                 for kernel in value.get("kernels", ()):
-                    self._ran[str(kernel)] = self._ran.get(str(kernel), 0) + 1
+                    counts[name][str(kernel)] = counts[name].get(str(kernel), 0) + 1
 
     def summary(self, terminalreporter: Any) -> None:
-        if not self._ran:
+        if not (self._ran or self._stood_in or self._refused):
             return
         terminalreporter.section("dsakit simulated device")
+        here = f" on this GPU ({self._arch})" if self._arch else ""
         terminalreporter.write_line(
-            f"under simulated {self.device.key}, {len(self._ran)} kernel(s) ran for real on this GPU "
-            f"({self._arch}), built for it (tests that launched each):")
-        for kernel, tests in sorted(self._ran.items()):
-            terminalreporter.write_line(f"  {kernel} ({tests})")
+            f"under simulated {self.device.key}{here}: {len(self._ran)} kernel(s) ran for real, "
+            f"{len(self._stood_in)} ran with a stand-in, {len(self._refused)} refused (tests that launched each):")
+        for title, counts in (("ran for real, built for this GPU", self._ran),
+                              ("ran with a stand-in (a reference computed the result)", self._stood_in),
+                              ("refused (their tests skipped)", self._refused)):
+            if counts:
+                terminalreporter.write_line(f"  {title}:")
+                for kernel, tests in sorted(counts.items()):
+                    terminalreporter.write_line(f"    {kernel} ({tests})")
 
     def close(self) -> None:
         if self.in_this_process:

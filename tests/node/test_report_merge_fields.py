@@ -589,3 +589,20 @@ def test_the_commands_options_are_named_in_their_errors_and_must_run_real_reache
     assert capsys.readouterr().err.endswith("dsakit report merge: FAILED: must-run gate cuda ran on no node (it ran only "
                                             "on simulated devices (ci (sm90 simulated)); --must-run-real needs real "
                                             "hardware)\n")
+
+
+def test_a_result_that_came_through_a_stand_in_is_marked_in_the_fleet(tmp_path: Path) -> None:
+    """Issue 42 item 2: a simulated node's result judged on a reference stand-in's output says so."""
+    stood_in = {"kernels": ["flashinfer.prefill.trtllm_ragged_attention_deepseek"]}
+    paths = [
+        _report(tmp_path, "h.json", "h200", "sm90", {"t.py::test_a": _passed(), "t.py::test_b": _passed()}),
+        _report(tmp_path, "s.json", "h200", "sm103", {"t.py::test_a": {**_passed(), "through_stand_in": stood_in},
+                                                      "t.py::test_b": _passed()}, simulated=True),
+    ]
+    merged = merge(paths)
+    sim = merged.nodes[1].label
+    assert as_json(merged)["through_stand_in"] == {"t.py::test_a": [sim]}
+    assert (f"1 test(s) ran with a stand-in for an arch-only kernel (a reference computed its output) on {sim}"
+            in format_text(merged))
+    assert as_json(merge(paths[:1]))["through_stand_in"] == {}
+    assert not any("stand-in" in line for line in format_text(merge(paths[:1])))

@@ -1,0 +1,310 @@
+"""Per-arch argument rules of the kernel entry points whose builds differ per arch.
+
+Owns `ARCH_RULES` (one record per entry point: where it is defined, where SGLang 0.5.21 calls it, and
+each arch's rules, each citing the kernel's own check) and `breaches(entry, arguments, simulated,
+real)`: what a call breaks of the simulated arch's rules, with the real arch's rule beside it. Must
+not import torch, SGLang or a kernel library, nor launch anything; the guards that evaluate the
+rules at each launch are `dsakit.simulation.kernels`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsakit.devices import DEVICES
+
+SM10X = ("sm100", "sm103")
+SM90 = ("sm90",)
+
+
+@dataclass(frozen=True)
+class ArchRule:
+    """One argument rule of one entry point on the archs `archs` (device-table keys).
+
+    argument  what the rule reads, as a message names it ("q.shape[1] (h_q)")
+    kind      a key of `_EVALUATORS`; `args` the call's arguments it reads, `param` its parameter
+    says      the rule in words
+    source    the kernel's own check it comes from (file: check)
+    """
+
+    archs: tuple[str, ...]
+    argument: str
+    kind: str
+    args: tuple[str, ...]
+    says: str
+    source: str
+    param: Any = None
+
+
+@dataclass(frozen=True)
+class ArchEntry:
+    """One kernel entry point whose builds differ per arch.
+
+    targets  "module:function" where it is defined (one per library that ships it)
+    params   the positional parameter names where the function has no Python signature (C++)
+    callers  where SGLang 0.5.21 calls it (what the message names as SGLang's call site)
+    """
+
+    kernel: str
+    targets: tuple[str, ...]
+    rules: tuple[ArchRule, ...]
+    callers: str
+    params: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One simulated-arch rule a call breaks; `here` is the real arch's rule for the same argument
+    (None: the real arch has no such rule, e.g. its build lacks the kernel)."""
+
+    rule: ArchRule
+    value: Any
+    here: ArchRule | None
+
+    def describe(self, simulated: str, real: str | None) -> str:
+        here = (f"{real}'s rule: {self.here.says} ({self.here.source})" if self.here is not None
+                else f"{real or 'this GPU'} has no such rule")
+        return (f"{self.rule.argument} = {self.value}: simulated {simulated}'s rule: {self.rule.says} "
+                f"({self.rule.source}); {here}")
+
+
+# ---------------------------------------------------------------- evaluators: the offending value, or None
+
+
+def _arg(arguments: Mapping[str, Any], name: str) -> Any:
+    return arguments.get(name)
+
+
+def _tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0].shape[dim] is one of the allowed sizes (param: (dim, allowed))."""
+    value = _arg(a, rule.args[0])
+    dim, allowed = rule.param
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+        return None
+    size = int(value.shape[dim])
+    return None if size in allowed else size
+
+
+def _int_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    value = _arg(a, rule.args[0])
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return None if value in rule.param else value
+
+
+def _present(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """A tensor is passed (None reaches the kernel as a null pointer, or `None.numel()`)."""
+    value = _arg(a, rule.args[0])
+    return None if _tensor(value) else ("None" if value is None else type(value).__name__)
+
+
+def _head_dims(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """(q, k, v) last dimensions are one of the allowed triples."""
+    values = [_arg(a, name) for name in rule.args]
+    if not all(_tensor(v) and len(v.shape) == 3 for v in values):
+        return None
+    dims = tuple(int(v.shape[2]) for v in values)
+    return None if dims in rule.param else dims
+
+
+def _cumulative(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0] has batch_size + 1 entries (args[1] names the batch size)."""
+    value, batch = _arg(a, rule.args[0]), _arg(a, rule.args[1])
+    if not _tensor(value) or not isinstance(batch, int) or len(value.shape) != 1:
+        return None
+    return None if int(value.shape[0]) == batch + 1 else f"{int(value.shape[0])} entries for batch_size {batch}"
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def trtllm_ragged_workspace_bytes(num_qo_heads: int, batch_size: int, max_q_len: int, lse: bool) -> int:
+    """What trtllm_ragged_attention_launcher carves from the workspace (flashinfer 0.6.18, the release
+    SGLang 0.5.21 pins; csrc/trtllm_fmha_kernel_launcher.cu): multi-CTA KV mode is off, so no
+    counters; where the lse is requested, the softmax-stats slab (a float2 per head, request and
+    query row rounded up to 256) and its 1 MiB guard; then the scratch, 16-byte aligned."""
+    return _round16(8 * num_qo_heads * batch_size * -(-max_q_len // 256) * 256 + (1 << 20)) if lse else 0
+
+
+def _ragged_workspace(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    workspace, query, batch, max_q_len, lse = (_arg(a, name) for name in rule.args)
+    if not (_tensor(workspace) and _tensor(query)) or len(query.shape) != 3:
+        return None
+    if not (isinstance(batch, int) and isinstance(max_q_len, int)):
+        return None
+    size = int(workspace.numel()) * int(workspace.element_size())
+    need = trtllm_ragged_workspace_bytes(int(query.shape[1]), batch, max_q_len, bool(lse))
+    return None if size >= need else f"{size} bytes < {need} needed"
+
+
+def _dim_not_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0].shape[dim] is none of the refused sizes (param: (dim, refused))."""
+    value = _arg(a, rule.args[0])
+    dim, refused = rule.param
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+        return None
+    size = int(value.shape[dim])
+    return size if size in refused else None
+
+
+def trtllm_counter_bytes(batch_size: int, num_qo_heads: int, sm_count: int) -> int:
+    """flashinfer 0.6.18 utils.get_trtllm_gen_multi_ctas_kv_counter_bytes: an int32 semaphore per
+    request and head, at least one per SM, rounded up to 8."""
+    return -(-max(batch_size * num_qo_heads, sm_count) // 8) * 8 * 4
+
+
+def _counter_bytes(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """A caller-owned counter buffer holds the semaphores for this batch on the arch's SM count."""
+    counters, query = (_arg(a, name) for name in rule.args)
+    if not (_tensor(counters) and _tensor(query)) or len(query.shape) != 4:
+        return None
+    size = int(counters.numel()) * int(counters.element_size())
+    sms = DEVICES[arch].multiprocessors or 0
+    need = trtllm_counter_bytes(int(query.shape[0]), int(query.shape[-2]), sms)
+    return None if size >= need else f"{size} bytes < {need} needed on {sms} SMs"
+
+
+_EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
+    "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
+    "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
+    "counter_bytes": _counter_bytes,
+}
+
+
+# ---------------------------------------------------------------- the table
+
+_FLASHMLA_SPARSE = "FlashMLA csrc/api/sparse_fwd.h sparse_attn_prefill_interface"
+_RAGGED_PY = "flashinfer 0.6.18 flashinfer/prefill.py trtllm_ragged_attention_deepseek"
+_RAGGED_CU = "flashinfer 0.6.18 csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
+
+
+def _sm10x_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
+                 param: Any = None) -> ArchRule:
+    return ArchRule(SM10X, argument, kind, args, says, source, param)
+
+
+_MLA_PY = "flashinfer 0.6.18 flashinfer/mla/_core.py trtllm_batch_decode_with_kv_cache_mla"
+_ARCH_RULES_MLA = (
+    _sm10x_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
+                 f"{_MLA_PY}: workspace_buffer.numel() * workspace_buffer.element_size()"),
+    _sm10x_rule("kv_cache.shape[-2] (block_size)", "dim_in", ("kv_cache",), "the page size must be 32 or 64",
+                 f"{_MLA_PY}: 'trtllm-gen requires block_size in (32, 64)'", (-2, (32, 64))),
+    _sm10x_rule("query.shape[-2] (num_heads_q)", "dim_not_in", ("query",), "must not lie in 65..127",
+                 f"{_MLA_PY}: 'trtllm-gen MLA decode does not support 64 < num_heads_q < 128'",
+                 (-2, tuple(range(65, 128)))),
+    _sm10x_rule("multi_ctas_kv_counter_buffer (bytes)", "counter_bytes", ("multi_ctas_kv_counter_buffer", "query"),
+                 "at least round_up(max(batch x heads, the device's SM count), 8) int32 semaphores",
+                 "flashinfer 0.6.18 utils._resolve_trtllm_gen_multi_ctas_kv_counter_buffer: "
+                 "'multi_ctas_kv_counter_buffer is too small'"),
+)
+
+
+ARCH_RULES: tuple[ArchEntry, ...] = (
+    ArchEntry(
+        "FlashMLA sparse prefill (flash_mla_sparse_fwd)",
+        ("sgl_kernel.flash_mla:flash_mla_sparse_fwd", "flash_mla:flash_mla_sparse_fwd"),
+        (
+            ArchRule(SM90, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 64 or 128 (Fwd_Sm90_Impl has "
+                     "HEAD_64 and HEAD_128)", f"{_FLASHMLA_SPARSE}: TORCH_CHECK(false, \"Unsupported h_q\")",
+                     (1, (64, 128))),
+            ArchRule(SM10X, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 128: the heads padded to 128 on "
+                     "Blackwell", "the SM100 build sgl-kernel ships dispatches h_q == 128 "
+                     "(Fwd_Sm100_Head128_Impl; SGLang's own check: 'requires num_heads to be a multiple of 64 "
+                     "(Hopper) or 128 (Blackwell)', dsa_backend.py _forward_flashmla_sparse)", (1, (128,))),
+        ),
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_flashmla_sparse "
+                "(required_padding = 128 if self.device_sm_major >= 10 else 64)",
+    ),
+    ArchEntry(
+        "DeepGEMM paged MQA logits schedule (get_paged_mqa_logits_metadata)",
+        ("deep_gemm:get_paged_mqa_logits_metadata",),
+        (
+            ArchRule(SM90, "block_kv", "int_in", ("block_kv",), "block_kv must be 64",
+                     "DeepGEMM csrc/apis/attention.hpp get_paged_mqa_logits_metadata: DG_HOST_ASSERT(block_kv "
+                     "== 64 or (arch_major == 10 and block_kv == 32))", (64,)),
+            ArchRule(SM10X, "block_kv", "int_in", ("block_kv",), "block_kv must be 32 or 64",
+                     "DeepGEMM csrc/apis/attention.hpp get_paged_mqa_logits_metadata: DG_HOST_ASSERT(block_kv "
+                     "== 64 or (arch_major == 10 and block_kv == 32))", (32, 64)),
+        ),
+        callers="sglang/srt/layers/attention/dsa/dsa_indexer.py (the paged MQA logits schedule)",
+        params=("context_lens", "block_kv", "num_sms"),
+    ),
+    ArchEntry(
+        "TensorRT-LLM ragged attention (trtllm_ragged_attention_deepseek)",
+        ("flashinfer.prefill:trtllm_ragged_attention_deepseek",),
+        (
+            _sm10x_rule("workspace_buffer", "present", ("workspace_buffer",), "a workspace tensor is required",
+                         f"{_RAGGED_PY}: workspace_size = workspace_buffer.numel() * workspace_buffer.element_size()"),
+            _sm10x_rule("workspace_buffer (bytes)", "ragged_workspace",
+                         ("workspace_buffer", "query", "batch_size", "max_q_len", "return_lse"),
+                         "with return_lse, at least the softmax-stats slab (8 bytes per head, request and query "
+                         "row rounded up to 256) + its 1 MiB guard",
+                         f"{_RAGGED_CU}: float_allocator.aligned_alloc(trtllm_gen_softmax_workspace) if lse"),
+            _sm10x_rule("(query, key, value) head dims", "head_dims", ("query", "key", "value"),
+                         "must be (192, 192, 128) (DeepSeek R1), (128, 128, 128) or (256, 256, 256) (GLM-5)",
+                         f"{_RAGGED_PY}: assert is_dsr1 or is_smaller_dimensions or is_glm5",
+                         ((192, 192, 128), (128, 128, 128), (256, 256, 256))),
+            _sm10x_rule("cum_seq_lens_q", "cumulative", ("cum_seq_lens_q", "batch_size"),
+                         "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensQPtr, read per batch row"),
+            _sm10x_rule("cum_seq_lens_kv", "cumulative", ("cum_seq_lens_kv", "batch_size"),
+                         "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensKvPtr, read per batch row"),
+            _sm10x_rule("seq_lens", "present", ("seq_lens",), "a tensor of kv lengths is required",
+                         f"{_RAGGED_CU}: static_cast<int*>(seq_lens.data_ptr())"),
+        ),
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_standard_mha "
+                "(if self.device_sm_major >= 10); trtllm_mla_backend.py (ragged prefill)",
+    ),
+    ArchEntry(
+        "TensorRT-LLM MLA decode (trtllm_batch_decode_with_kv_cache_mla)",
+        ("flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla",),
+        _ARCH_RULES_MLA,
+        callers="sglang/srt/layers/attention/dsa_backend.py DSABackend (dsa_decode_impl 'trtllm': "
+                "flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla); trtllm_mla_backend.py (decode)",
+    ),
+)
+
+
+def entries_by_module() -> dict[str, list[tuple[ArchEntry, str]]]:
+    """module -> (entry, function name) for every target of the table."""
+    modules: dict[str, list[tuple[ArchEntry, str]]] = {}
+    for entry in ARCH_RULES:
+        for target in entry.targets:
+            module, _, function = target.partition(":")
+            modules.setdefault(module, []).append((entry, function))
+    return modules
+
+
+def entry_of(target: str) -> ArchEntry | None:
+    return next((entry for entry in ARCH_RULES if target in entry.targets), None)
+
+
+def breaches(entry: ArchEntry, arguments: Mapping[str, Any], simulated: str, real: str | None) -> list[Breach]:
+    """The simulated arch's rules this call breaks (each with the real arch's rule for the argument)."""
+    found: list[Breach] = []
+    for rule in entry.rules:
+        if simulated not in rule.archs:
+            continue
+        value = _EVALUATORS[rule.kind](rule, arguments, simulated)
+        if value is not None:
+            here = next((r for r in entry.rules if real in r.archs and r.argument == rule.argument), None)
+            found.append(Breach(rule, value, here))
+    return found
+
+
+def _check_table() -> None:
+    for entry in ARCH_RULES:
+        for rule in entry.rules:
+            if rule.kind not in _EVALUATORS:
+                raise AssertionError(f"{entry.kernel}: unknown rule kind {rule.kind!r}")
+            if not set(rule.archs) <= set(DEVICES):
+                raise AssertionError(f"{entry.kernel}: {rule.archs} are not all device-table keys")
+
+
+_check_table()

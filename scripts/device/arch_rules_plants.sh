@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# B300-only bugs planted in a copy of the stack's SGLang, each run plain and as simulated sm103 (issue 42,
+# items 1 and 2: the simulated arch's kernel rules and the TRT-LLM ragged stand-in):
+#   source .device/setup.sh; bash scripts/device/arch_rules_plants.sh UPSTREAM_DIR|contracts [PLANTS]
+# UPSTREAM_DIR: a folder holding SGLang's test/registered/... files (as upstream_suites_on_the_node.sh);
+# its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
+# PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
+# line of SGLang 0.5.21's dsa_backend.py (five classes: head padding, workspace, cumulative lengths,
+# multi-CTA counters, numerics through a stand-in) in its own copy of the installed sglang package (the copy goes
+# first on PYTHONPATH), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
+# `-p dsakit.plugin --dsakit-device sm103`, JOBS (8) at once. Prints one outcome line per plant and mode, and
+# for sm103 the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
+set -u
+SUITE=${1:?usage: arch_rules_plants.sh UPSTREAM_DIR|contracts [PLANTS]}
+shift
+PLANTS=${*:-none pad64 ws_none cum_q scale counters mla_scale}
+OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
+LIMIT=${LIMIT:-420}
+SIM_TIMEOUT=${SIM_TIMEOUT:-150}
+# the folder holding the stack's sglang package (SGLANG_SITE overrides); DRY=1: apply and check the plants only
+SITE=${SGLANG_SITE:-$(python -c "import os, sglang; print(os.path.dirname(os.path.dirname(sglang.__file__)))")} || exit 1
+ROOT=$PWD
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dsakit-plants-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+if [ "$SUITE" = contracts ]; then
+  RUN_DIR=$ROOT; FILES=${FILES:-contracts}
+else
+  RUN_DIR=$WORK/upstream; mkdir -p "$RUN_DIR"; cp -r "$SUITE/test" "$RUN_DIR/"  # outside the project's ini
+  R=test/registered
+  FILES=${FILES:-$R/attention/unittests/dsa/test_dsa.py $R/attention/unittests/dsv4/test_deepseek_v4.py}
+fi
+B=sglang/srt/layers/attention/dsa_backend.py
+
+# plant -> "old|new|what": one unique line of dsa_backend.py and its B300-only bug (each a different class)
+plant_edit() {
+  case $1 in
+    pad64) echo "required_padding = 128 if self.device_sm_major >= 10 else 64|required_padding = 64 if self.device_sm_major >= 10 else 64|FlashMLA sparse prefill heads padded to Hopper's 64 on SM 10.x (Blackwell's build takes 128)" ;;
+    ws_none) echo "            return flashinfer.prefill.trtllm_ragged_attention_deepseek(
+                query=q,
+                key=k,
+                value=v,
+                workspace_buffer=self.workspace_buffer,|            return flashinfer.prefill.trtllm_ragged_attention_deepseek(
+                query=q,
+                key=k,
+                value=v,
+                workspace_buffer=None,|the SM 10.x MHA prefill hands TRT-LLM ragged attention no workspace" ;;
+    cum_q) echo "cum_seq_lens_q=cu_seqlens_q,|cum_seq_lens_q=cu_seqlens_q[1:],|the SM 10.x ragged prefill passes batch_size cumulative q lengths, not batch_size + 1" ;;
+    scale) echo "                bmm1_scale=layer.scaling,|                bmm1_scale=1.0,|the SM 10.x ragged prefill drops the softmax scale (numerics: judged on the stand-in's output)" ;;
+    counters) echo "        multi_ctas_kv_counter_buffer = self._multi_ctas_kv_counter_for(batch_size)|        multi_ctas_kv_counter_buffer = torch.zeros(4, dtype=torch.uint8, device=q_all.device)|the SM 10.x trtllm MLA decode hands a 4-byte multi-CTA counter buffer (one semaphore)" ;;
+    mla_scale) echo "        bmm1_scale = q_scale * k_scale * layer.scaling|        bmm1_scale = q_scale * k_scale|the trtllm MLA decode drops the softmax scale (numerics: judged on the stand-in's output)" ;;
+    none) echo "||no plant: the baseline" ;;
+    *) return 1 ;;
+  esac
+}
+
+apply() {  # plant -> a copy of SGLang with the edit, its folder on stdout (rc 1: the edit did not apply)
+  local name=$1 spec dir
+  spec=$(plant_edit "$name") || { echo "unknown plant $name" >&2; return 1; }
+  dir=$WORK/site-$name; mkdir -p "$dir"; cp -rL "$SITE/sglang" "$dir/"  # -L: a real copy, never a link
+  [ "$name" = none ] && { echo "$dir"; return 0; }
+  SPEC=$spec FILE=$dir/$B WORK=$WORK python - <<'EOF' || return 1
+import os, sys
+old, new, _ = os.environ["SPEC"].split("|")
+path = os.environ["FILE"]
+if not os.path.realpath(path).startswith(os.path.realpath(os.environ["WORK"]) + os.sep):
+    sys.exit(f"refusing to plant: {path} resolves outside the copy ({os.path.realpath(path)})")
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"plant not applied: {text.count(old)} matches of {old!r} in {path}")
+open(path, "w").write(text.replace(old, new))
+if new not in open(path).read():
+    sys.exit(f"plant not applied: {new!r} absent after the edit")
+EOF
+  echo "$dir"
+}
+
+run() {  # plant mode dir
+  local name=$1 mode=$2 dir=$3 args=() start log=$OUT/$1-$2.txt
+  case $mode in
+    plain) args=(-p no:dsakit) ;;
+    sm103) args=(-p dsakit.plugin --dsakit-device sm103 --dsakit-simulation-timeout "$SIM_TIMEOUT"
+                 --dsakit-report "$OUT/$name-$mode.json") ;;
+  esac
+  start=$(date +%s)
+  (cd "$RUN_DIR" && PYTHONPATH=$dir:$ROOT:${PYTHONPATH:-} timeout -k 10 "$LIMIT" \
+     python -m pytest -p no:cacheprovider -q -rfs "${args[@]}" $FILES) > "$log" 2>&1
+  echo "rc=$? wall=$(( $(date +%s) - start ))s" >> "$log"
+}
+
+applied=()
+for name in $PLANTS; do
+  if dir=$(apply "$name"); then
+    applied+=("$name")
+    PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import importlib.util as u, os, sys; o = u.find_spec('sglang').origin; sys.exit(0 if os.path.realpath(o).startswith(os.path.realpath('$dir')) else o)" \
+      || echo "== $name: the copy is not the sglang found first"
+    [ -n "${DRY:-}" ] && { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; continue; }
+    for mode in plain sm103; do
+      while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-8}" ]; do wait -n; done  # JOBS runs at a time (default 8)
+      run "$name" "$mode" "$dir" &
+    done
+  else
+    echo "== $name: NOT APPLIED"
+  fi
+done
+wait
+[ -n "${DRY:-}" ] && exit 0
+for name in "${applied[@]}"; do
+  what=$(plant_edit "$name" | awk -F'|' 'END{print $NF}')
+  echo "== $name ($what)"
+  for mode in plain sm103; do
+    log=$OUT/$name-$mode.txt
+    echo "   $mode: $(grep -E '^=*.*[0-9]+ (passed|failed|skipped|error)' "$log" | tail -1) $(tail -1 "$log")"
+  done
+  grep -m1 -E "ArchRuleBreach|breaks simulated sm103's rules|ran with a stand-in" "$OUT/$name-sm103.txt" | cut -c1-400 \
+    | sed 's/^/   sm103 says: /'
+  grep -m1 -A3 "under simulated sm103" "$OUT/$name-sm103.txt" | cut -c1-300 | sed 's/^/   /'
+done
