@@ -133,6 +133,14 @@ NO_IMAGE = (
 )
 
 
+def family_of_entry(entry_point: str) -> KernelFamily | None:
+    """The arch-only family whose entry points hold "module:function" (None: a portable one)."""
+    for family in ARCH_ONLY:
+        if entry_point in family.entry_points:
+            return family
+    return None
+
+
 def family_of_jit(name: str) -> KernelFamily | None:
     """The family a JIT module of this name builds, or None (a portable kernel)."""
     for family in ARCH_ONLY:
