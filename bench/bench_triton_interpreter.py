@@ -6,7 +6,7 @@ SGLang's replay does, in one child process with TRITON_INTERPRET=1
 (dsakit.simulation.triton_interpreter). Per case: the first launch and the median of the warm ones
 (perf_counter around the wrapper call; input building outside), whether the outputs match the torch
 reference (dsakit.backends.dsa_metadata_reference: lengths, cu_seqlens, page tables over each row's
-live prefix) and the metadata postconditions (dsa_invariants.metadata_kernel_reasons), and, with the
+live prefix) and the metadata postconditions (the kernel-launch contracts' `writes`), and, with the
 draft-extend clamp reverted in a copy of the kernel module (`clamp-reverted`), whether the
 postconditions catch it. Also the child's start (torch, Triton, the kernel module) and its wall time.
 
@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from dsakit.backends.dsa_invariants import metadata_kernel_reasons
-from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, MODES, MetadataCase
+from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, MODES, MetadataCase, call_arguments
 from dsakit.backends.dsa_metadata_reference import mismatches
 from dsakit.simulation.triton_interpreter import SGLANG_MODULE, InterpretedRun, run_interpreted
 
@@ -68,9 +68,13 @@ def cases(modes: list[str], batch_sizes: list[int], contexts: list[int], *, draf
     return built
 
 
+def _postconditions(case: MetadataCase, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
+    """The kernel-launch contracts' postconditions on what the call wrote."""
+    return [str(r) for r in metadata_kernel_reasons(case.mode, call_arguments(case, {**inputs, **outputs}))]
+
+
 def _verdict(run: InterpretedRun) -> tuple[list[str], list[str]]:
-    post = [str(r) for r in metadata_kernel_reasons(run.outputs, width=run.case.width, index_topk=run.case.index_topk,
-                                                    index_kpool=run.case.index_kpool)]
+    post = _postconditions(run.case, run.inputs, run.outputs)
     return post, [str(r) for r in mismatches(run.case, run.inputs, run.outputs)]
 
 
@@ -144,9 +148,7 @@ def main(argv: list[str] | None = None) -> int:
 
             seconds, gpu_inputs, gpu_outputs = gpu[(run.case.id, run.variant)]
             same = all(torch.equal(gpu_outputs[k].to(torch.int64), run.outputs[k]) for k in run.outputs)
-            gpu_post = [str(r) for r in metadata_kernel_reasons(gpu_outputs, width=run.case.width,
-                                                                index_topk=run.case.index_topk,
-                                                                index_kpool=run.case.index_kpool)]
+            gpu_post = _postconditions(run.case, gpu_inputs, gpu_outputs)
             gpu_ref = [str(r) for r in mismatches(run.case, gpu_inputs, gpu_outputs)]
             line += f" {seconds[0]:9.4f} {statistics.median(seconds[1:]):10.5f} {str(same):>11}"
             row.update(gpu_first_s=seconds[0], gpu_warm_s=statistics.median(seconds[1:]), gpu_equals_interpreter=same,

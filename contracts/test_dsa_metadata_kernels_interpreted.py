@@ -6,7 +6,7 @@ runners pad one (seq_len fill 1, req_pool_indices 0), in a child process with TR
 (dsakit.simulation.triton_interpreter; this process's Triton is untouched). Their outputs must meet
 the metadata postconditions and the torch reference. The MTP crash fix (the draft-extend clamp of
 padded rows at 0) reverted in a copy of the kernel module is caught: its padded rows go negative.
-Small shapes: bench/notes/triton-interpreter.md has the costs.
+Small shapes: bench/notes/2026-12-03-triton-interpreter.md has the costs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import dsakit
 from dsakit.backends.dsa_invariants import metadata_kernel_reasons
-from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, MODES, MetadataCase
+from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, MODES, MetadataCase, call_arguments
 from dsakit.backends.dsa_metadata_reference import mismatches
 from dsakit.simulation.triton_interpreter import SGLANG_MODULE, ChildRun, InterpretedRun, run_interpreted
 
@@ -49,8 +49,8 @@ def _run(child: ChildRun, mode: str, index_kpool: int, variant: str) -> Interpre
 
 
 def _reasons(run: InterpretedRun) -> list[dsakit.Reason]:
-    return metadata_kernel_reasons(run.outputs, width=run.case.width, index_topk=run.case.index_topk,
-                                   index_kpool=run.case.index_kpool)
+    """The kernel-launch contracts' postconditions on what the interpreted call wrote."""
+    return metadata_kernel_reasons(run.case.mode, call_arguments(run.case, {**run.inputs, **run.outputs}))
 
 
 @pytest.mark.parametrize("index_kpool", LAYOUTS)
@@ -66,8 +66,10 @@ def test_interpreted_kernel_meets_the_postconditions_and_the_reference(
 @pytest.mark.parametrize("index_kpool", LAYOUTS)
 def test_reverted_draft_extend_clamp_is_caught_on_the_padded_rows(interpreted: ChildRun, index_kpool: int) -> None:
     run = _run(interpreted, "draft_extend", index_kpool, CLAMP_REVERT.name)
-    negative = [r for r in _reasons(run) if r.code == "negative-length"]
-    assert [r.message.split(" holds")[0] for r in negative] == ["seqlens_expanded", "dsa_cache_seqlens"], negative
+    said = [r.message for r in _reasons(run)]
+    assert [m.split(":")[0] for m in said[:4]] == [f"seqlens_expanded[{row}] = {value}"
+                                                   for row, value in ((8, -2), (9, -1), (12, -2), (13, -1))], said
+    assert all("the kernel wrote a negative length" in m for m in said[:4]), said
     expanded = run.outputs["seqlens_expanded"]
     assert (expanded < 0).nonzero().flatten().tolist() == [r for r in PADDED_DRAFT_ROWS if r % 4 < 2]
     assert expanded[PADDED_DRAFT_ROWS].tolist() == [-2, -1, 0, 1] * 2  # fill 1 - 4 draft tokens + offset + 1

@@ -2,12 +2,13 @@
 
 Owns what consistent `DSAMetadata` is for a batch whose true shape dsakit knows: monotone indptrs
 from 0, lengths >= 0 (padded CUDA-graph rows included), expanded lengths matching the query/KV
-geometry, page tables naming the slots requests really occupy; and what any fused DSA metadata
-kernel's outputs must satisfy whatever the batch (`metadata_kernel_reasons`). Imports torch lazily.
+geometry, page tables naming the slots requests really occupy; and a fused DSA metadata kernel's
+call judged by its declared postconditions (`metadata_kernel_reasons`). Imports torch lazily.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dsakit.backends.batch_builder import BatchShape, PagedPlacement
@@ -104,35 +105,12 @@ def check_dsa_metadata(
     return reasons
 
 
-def _rows_values(values: Any, bad: Any) -> str:
-    rows = bad.nonzero().flatten()[:8].tolist()
-    return f"rows {rows} hold {[int(values[r]) for r in rows]}"
+def metadata_kernel_reasons(mode: str, arguments: Mapping[str, Any]) -> list[Reason]:
+    """What one call of a fused DSA metadata kernel (`mode`: decode, target_verify, draft_extend)
+    wrote that breaks its postconditions: the declared `writes` of `dsakit.topk.kernel_contracts`,
+    the rules --dsakit-kernel-contracts holds SGLang's calls to on the GPU. `arguments`: the call's
+    keyword arguments after it ran (its outputs written)."""
+    from dsakit.topk.kernel_contracts import metadata_entry, violations
 
-
-def metadata_kernel_reasons(outputs: dict[str, Any], *, width: int, index_topk: int, index_kpool: int = 1) -> list[Reason]:
-    """What any fused DSA metadata kernel's outputs (decode, target verify, draft extend; CPU
-    tensors named as the kernels' arguments) must satisfy, whatever the batch: every length
-    >= 0 and <= the page-table `width`, each cu_seqlens from 0 by its lengths (so monotone and
-    ending at their total), DSA lengths <= `index_topk` (KPool: plus the unfinished pool's tail,
-    at most index_kpool - 1 tokens, which stays selectable outside the budget)."""
-    import torch
-
-    reasons: list[Reason] = []
-    for name in ("cache_seqlens", "seqlens_expanded", "dsa_cache_seqlens"):
-        if name not in outputs:
-            continue
-        values = _cpu(outputs[name]).to(torch.int64)
-        if bool((values < 0).any()):
-            reasons.append(Reason("negative-length", f"{name} holds negative lengths: {_rows_values(values, values < 0)}"))
-        if bool((values > width).any()):
-            reasons.append(Reason("length-over-width",
-                                  f"{name} exceeds the page-table width {width}: {_rows_values(values, values > width)}"))
-    dsa = _cpu(outputs["dsa_cache_seqlens"]).to(torch.int64)
-    budget = index_topk + max(index_kpool, 1) - 1
-    if bool((dsa > budget).any()):
-        within = f"index_topk {index_topk}" + (f" + a pool tail of < {index_kpool}" if index_kpool > 1 else "")
-        reasons.append(Reason("dsa-length-over-topk",
-                              f"dsa_cache_seqlens exceeds {within}: {_rows_values(dsa, dsa > budget)}"))
-    reasons += _indptr_reasons("cu_seqlens_k", outputs["cu_seqlens_k"], outputs["cache_seqlens"])
-    reasons += _indptr_reasons("dsa_cu_seqlens_k", outputs["dsa_cu_seqlens_k"], dsa)
-    return reasons
+    return [Reason("kernel-postcondition", v.describe())
+            for v in violations(metadata_entry(mode), arguments, written=True)]

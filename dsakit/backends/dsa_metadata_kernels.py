@@ -229,30 +229,36 @@ OUTPUTS: dict[Mode, tuple[str, ...]] = {
 }
 
 
-def launch(wrapper: Callable[..., None], case: MetadataCase, inputs: dict[str, Any]) -> None:
-    """One call of the real wrapper, with the arguments SGLang's replay passes (dsa_backend.py,
+def call_arguments(case: MetadataCase, inputs: dict[str, Any], page_keyword: str = "physical_page_size") -> dict[str, Any]:
+    """The keyword arguments SGLang's replay passes the wrapper (dsa_backend.py,
     `_apply_cuda_graph_metadata`; draft extend: a static extend length of draft_tokens per request;
-    KPool: the partial(..., index_kpool=) of dsa_metadata_manager)."""
+    KPool: the partial(..., index_kpool=) of dsa_metadata_manager). `page_keyword`: physical_page_size
+    (0.5.23), real_page_size (before)."""
+    args = {name: inputs[name] for name in ("seq_lens", "req_pool_indices", "req_to_token", "cache_seqlens",
+                                            "cu_seqlens_k", "page_table_1", "dsa_cache_seqlens",
+                                            "dsa_cu_seqlens_k", "real_page_table")}
+    args.update(bs=case.bs, dsa_index_topk=case.index_topk, **{page_keyword: case.page_size})
+    if case.kpool:
+        args["index_kpool"] = case.index_kpool
+    if case.mode == "decode":
+        args.update(max_len=case.width)
+    elif case.mode == "target_verify":
+        args.update(seqlens_expanded=inputs["seqlens_expanded"], max_seqlen_k=case.width, next_n=case.draft_tokens,
+                    paged_mqa_ctx_lens_2d=None)
+    else:
+        args.update(extend_seq_lens=inputs["extend_seq_lens"], seqlens_expanded=inputs["seqlens_expanded"],
+                    total_len=case.rows, max_seqlen_k=case.width, max_extend_len=case.draft_tokens,
+                    max_total_len=case.rows, static_extend_len=True)
+    return args
+
+
+def launch(wrapper: Callable[..., None], case: MetadataCase, inputs: dict[str, Any]) -> None:
+    """One call of the real wrapper, with the arguments SGLang's replay passes (`call_arguments`)."""
     import inspect
 
-    # the page-size keyword: physical_page_size (0.5.23), real_page_size (before)
     page_keyword = "physical_page_size" if "physical_page_size" in inspect.signature(wrapper).parameters \
         else "real_page_size"
-    common = {name: inputs[name] for name in ("seq_lens", "req_pool_indices", "req_to_token", "cache_seqlens",
-                                              "cu_seqlens_k", "page_table_1", "dsa_cache_seqlens",
-                                              "dsa_cu_seqlens_k", "real_page_table")}
-    common.update(bs=case.bs, dsa_index_topk=case.index_topk, **{page_keyword: case.page_size})
-    if case.kpool:
-        common["index_kpool"] = case.index_kpool
-    if case.mode == "decode":
-        wrapper(**common, max_len=case.width)
-    elif case.mode == "target_verify":
-        wrapper(**common, seqlens_expanded=inputs["seqlens_expanded"], max_seqlen_k=case.width,
-                next_n=case.draft_tokens, paged_mqa_ctx_lens_2d=None)
-    else:
-        wrapper(**common, extend_seq_lens=inputs["extend_seq_lens"], seqlens_expanded=inputs["seqlens_expanded"],
-                total_len=case.rows, max_seqlen_k=case.width, max_extend_len=case.draft_tokens,
-                max_total_len=case.rows, static_extend_len=True)
+    wrapper(**call_arguments(case, inputs, page_keyword))
 
 
 def outputs_of(case: MetadataCase, inputs: dict[str, Any]) -> dict[str, Any]:

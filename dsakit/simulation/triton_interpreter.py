@@ -117,7 +117,8 @@ def _child(request: dict[str, Any], started: float) -> dict[str, Any]:
                     seconds.append(time.perf_counter() - begin)
                 runs.append({
                     "case": case.as_dict(), "variant": variant, "seconds": seconds,
-                    "inputs": {k: inputs[k].to("cpu").tolist() for k in ("req_pool_indices", "req_to_token")},
+                    "inputs": {k: inputs[k].to("cpu").tolist()
+                               for k in ("seq_lens", "extend_seq_lens", "req_pool_indices", "req_to_token")},
                     "outputs": {k: v.tolist() for k, v in outputs_of(case, inputs).items()},
                 })
     return {"runs": runs, "startup_seconds": startup or 0.0}

@@ -575,6 +575,14 @@ KERNEL_ENTRIES: tuple[KernelEntry, ...] = (
 )
 
 
+def metadata_entry(mode: str) -> KernelEntry:
+    """The DSA metadata kernel of one mode (decode, target_verify, draft_extend): every layout
+    declares the same checks, so the first."""
+    if mode not in _METADATA_ROWS:
+        raise ValueError(f"no DSA metadata kernel for mode {mode!r}; expected one of {', '.join(_METADATA_ROWS)}")
+    return next(e for e in KERNEL_ENTRIES if e.target.endswith(f":fused_dsa_{mode}_metadata"))
+
+
 def entries_by_module() -> dict[str, list[tuple[KernelEntry, str]]]:
     """module -> (entry, function name) for every entry point of the table."""
     modules: dict[str, list[tuple[KernelEntry, str]]] = {}

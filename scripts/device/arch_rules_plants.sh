@@ -6,8 +6,8 @@
 # its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
 # line of SGLang 0.5.21's dsa_backend.py (five classes: head padding, workspace, cumulative lengths,
-# multi-CTA counters, numerics through a stand-in) in its own copy of the installed sglang package (the copy goes
-# first on PYTHONPATH), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
+# multi-CTA counters, numerics through a stand-in) in its own copy of that module (loaded in its place at
+# import), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device sm103`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for sm103 the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
 set -u
@@ -53,11 +53,23 @@ plant_edit() {
   esac
 }
 
-apply() {  # plant -> a copy of SGLang with the edit, its folder on stdout (rc 1: the edit did not apply)
+apply() {  # plant -> a folder shadowing dsa_backend.py with the edit, on stdout (rc 1: the edit did not apply)
+  # Only the planted module is copied, to sglang/<its path> under the folder, and loaded in its place by the
+  # folder's sitecustomize.py (a copy of the whole package would move SGLang's JIT kernels' cache keys).
   local name=$1 spec dir
   spec=$(plant_edit "$name") || { echo "unknown plant $name" >&2; return 1; }
-  dir=$WORK/site-$name; mkdir -p "$dir"; cp -rL "$SITE/sglang" "$dir/"  # -L: a real copy, never a link
+  dir=$WORK/site-$name; mkdir -p "$dir"
   [ "$name" = none ] && { echo "$dir"; return 0; }
+  mkdir -p "$dir/$(dirname "$B")"; cp -L "$SITE/$B" "$dir/$B"
+  cat > "$dir/sitecustomize.py" <<PY
+import importlib.abc, importlib.util, sys
+class _Planted(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "sglang.srt.layers.attention.dsa_backend":
+            return importlib.util.spec_from_file_location(name, "$dir/$B")
+        return None
+sys.meta_path.insert(0, _Planted())
+PY
   SPEC=$spec FILE=$dir/$B WORK=$WORK python - <<'EOF' || return 1
 import os, sys
 old, new, _ = os.environ["SPEC"].split("|")
@@ -91,8 +103,8 @@ applied=()
 for name in $PLANTS; do
   if dir=$(apply "$name"); then
     applied+=("$name")
-    PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import importlib.util as u, os, sys; o = u.find_spec('sglang').origin; sys.exit(0 if os.path.realpath(o).startswith(os.path.realpath('$dir')) else o)" \
-      || echo "== $name: the copy is not the sglang found first"
+    [ "$name" = none ] || PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import sitecustomize, sys; sys.exit(0 if sitecustomize.__file__.startswith('$dir') else sitecustomize.__file__)" \
+      || echo "== $name: another sitecustomize loads first: the plant would not load"
     [ -n "${DRY:-}" ] && { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; continue; }
     for mode in plain sm103; do
       while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-8}" ]; do wait -n; done  # JOBS runs at a time (default 8)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The DSA metadata kernels' postconditions on a GPU node (issue 43), kept for reproducibility:
 #   source .device/setup.sh; bash scripts/device/metadata_postconditions_on_the_node.sh [UPSTREAM_DIR]
-# 1. dsakit's contracts, plain and with --dsakit-kernel-contracts (0 false violations);
-# 2. SGLang's MTP clamp reverted in a copy of its metadata module (the `tl.maximum(expanded_seq, 0)`
-#    line of fused_dsa_draft_extend_metadata removed, nothing else; loaded in its place at import):
-#    the speculative CUDA-graph suite plain and with the contracts;
+# 1. dsakit's contracts (the main job), plain and with --dsakit-kernel-contracts (0 false violations);
+# 2. the same with SGLang's MTP clamp reverted in a copy of its metadata module (the
+#    `tl.maximum(expanded_seq, 0)` line of fused_dsa_draft_extend_metadata removed, nothing else;
+#    loaded in its place at import);
 # 3. with UPSTREAM_DIR (SGLang's own suites for the stack's release, never committed here): its
-#    attention and kernel-op suites with the contracts on, the clamp in and reverted.
+#    attention and kernel-op suites plain and with the contracts (REVERT_UPSTREAM=1: reverted too).
 # Every run in its own process, in parallel; logs in $OUT, one outcome line per run.
 set -u
 OUT=${OUT:-/tmp/dsakit-node}; mkdir -p "$OUT"
@@ -47,13 +47,11 @@ run() {  # name, pythonpath-prefix, dir, args...
   echo "rc=$? wall=$(( $(date +%s) - start ))s" >> "$OUT/$name.txt"
 }
 ROOT=$PWD
-SPEC=contracts/test_dsa_speculative_graphs.py
 python -m dsakit warm contracts > "$OUT/warm.txt" 2>&1
 run contracts-plain "" "$ROOT" $P contracts -n 4 &
 run contracts-kc "" "$ROOT" $P contracts -n 4 --dsakit-kernel-contracts &
-run spec-revert-plain "$REVERT" "$ROOT" $P "$SPEC" &
-run spec-revert-kc "$REVERT" "$ROOT" $P "$SPEC" --dsakit-kernel-contracts &
-run mtp-revert-kc "$REVERT" "$ROOT" $P contracts/test_dsa_backend_metadata.py --dsakit-kernel-contracts &
+run contracts-revert-plain "$REVERT" "$ROOT" $P contracts -n 4 &
+run contracts-revert-kc "$REVERT" "$ROOT" $P contracts -n 4 --dsakit-kernel-contracts &
 if [ -n "${1:-}" ]; then
   cp -r "$1/test" "$UP/"
   R=test/registered
@@ -65,8 +63,10 @@ if [ -n "${1:-}" ]; then
     [ -n "$files" ] || continue
     run "$what-plain" "" "$UP" python -m pytest -p no:dsakit -p no:cacheprovider -q $files &
     run "$what-kc" "" "$UP" $P --dsakit-kernel-contracts $files &
-    run "$what-revert-plain" "$REVERT" "$UP" python -m pytest -p no:dsakit -p no:cacheprovider -q $files &
-    run "$what-revert-kc" "$REVERT" "$UP" $P --dsakit-kernel-contracts $files &
+    if [ -n "${REVERT_UPSTREAM:-}" ]; then  # SGLang's own suites with the clamp reverted (they miss it)
+      run "$what-revert-plain" "$REVERT" "$UP" python -m pytest -p no:dsakit -p no:cacheprovider -q $files &
+      run "$what-revert-kc" "$REVERT" "$UP" $P --dsakit-kernel-contracts $files &
+    fi
   done
 fi
 wait
