@@ -76,6 +76,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                "tests/audit/test_audit_backend_usage.py", "tests/audit/test_audit_mock_finder.py",
                "tests/audit/test_audit_findings.py", "tests/audit/test_audit_device_guards.py",
                "tests/audit/test_audit_suites.py", "tests/audit/test_audit_precision.py"]),
+    # the kernel-launch contracts: the table's pre- and postconditions and the guard (issues 43, 45)
+    "kernel_contracts": (["dsakit/topk/kernel_contracts.py", "dsakit/topk/launch_guard.py"],
+                         ["tests/topk/test_kernel_contracts.py", "tests/topk/test_contract_boundaries.py",
+                          "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
     "report_merge": (["dsakit/node/report_merge.py"],
                      ["tests/node/test_report_merge.py", "tests/node/test_report_merge_fields.py"]),
