@@ -19,7 +19,7 @@ from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, MODES, MetadataCa
 from dsakit.backends.dsa_metadata_reference import mismatches
 from dsakit.simulation.triton_interpreter import SGLANG_MODULE, ChildRun, InterpretedRun, run_interpreted
 
-pytestmark = dsakit.gate("sglang:dsa-metadata-kernels")
+pytestmark = [dsakit.gate("sglang:dsa-metadata-kernels"), dsakit.gate("jit:triton-interpreter")]
 
 # Two live requests (one below a page, one across pages) and two padded rows, 4 draft tokens; an
 # index_topk below the longer rows, so the DSA lengths are clamped (SGLang's is 2048).

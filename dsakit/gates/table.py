@@ -352,6 +352,15 @@ def _sglang_import_chain() -> Check:
     return check
 
 
+def _triton_interpreter() -> Check:
+    def check(device: DeviceModel) -> str | None:
+        from dsakit.simulation.triton_interpreter import loop_probe_clause
+
+        return loop_probe_clause()
+
+    return check
+
+
 def _import_chain_covered_by() -> str:
     from dsakit.release.import_chain import COVERED_BY
 
@@ -413,6 +422,10 @@ def _build_table() -> dict[str, Gate]:
         Gate("sglang:import-chain", "sglang", "SGLang's own import chain (configs, pools, backends) "
              "loading in this environment (checked inside tests only: it imports SGLang)",
              _import_chain_covered_by(), (), (_sglang_import_chain(),)),
+        Gate("jit:triton-interpreter", "jit", "Triton's interpreter (TRITON_INTERPRET=1) running SGLang's fused "
+             "DSA metadata kernels: a loop over a count read from memory (Triton 3.8's does; 3.6's does not)",
+             "on a GPU node the compiled kernels are judged by the same postconditions "
+             "(contracts/test_dsa_speculative_graphs.py, --dsakit-kernel-contracts)", (), (_triton_interpreter(),)),
         Gate("jit:tvm-ffi-nvcc", "jit", "the JIT toolchain (tvm_ffi importable and nvcc on PATH or $CUDA_HOME)",
              "the ahead-of-time sgl_kernel ops cover the kernels without JIT", (), (_jit_toolchain(),)),
     ]

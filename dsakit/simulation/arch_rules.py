@@ -9,8 +9,14 @@ rules at each launch are `dsakit.simulation.kernels`'.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import mmap
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dsakit.devices import DEVICES
@@ -171,10 +177,61 @@ def _counter_bytes(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     return None if size >= need else f"{size} bytes < {need} needed on {sms} SMs"
 
 
+def _package_folder(package: str) -> str | None:
+    """Where an installed (or already imported) package lives, without importing it."""
+    module = sys.modules.get(package)
+    if getattr(module, "__file__", None):
+        return os.path.dirname(module.__file__)  # type: ignore[union-attr, arg-type]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return next(iter(spec.submodule_search_locations), None)
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
+@functools.lru_cache(maxsize=None)
+def _file_carries(path: str, size: int, mtime_ns: int, marker: bytes) -> bool:
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return data.find(marker) >= 0
+
+
+def build_carries(marker: bytes, binaries: tuple[tuple[str, str], ...]) -> tuple[str, bool] | None:
+    """(the first installed binary of `binaries` ((package, file glob) pairs), whether it carries
+    `marker`: a kernel implementation's class name, which its RTTI keeps), or None: none installed."""
+    for package, pattern in binaries:
+        folder = _package_folder(package)
+        for path in sorted(Path(folder).glob(pattern)) if folder else ():
+            if path.is_file() and path.stat().st_size:
+                stat = path.stat()
+                return str(path), _file_carries(str(path), stat.st_size, stat.st_mtime_ns, marker)
+    return None
+
+
+def _build_dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0].shape[dim] is one of the sizes the installed build takes (param: (dim, allowed,
+    allowed where the build carries marker, marker, binaries)): a kernel library's newer builds add
+    shapes, so the rule reads the binary the GPU would load."""
+    dim, allowed, allowed_built, marker, binaries = rule.param
+    value = _arg(a, rule.args[0])
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+        return None
+    size = int(value.shape[dim])
+    build = build_carries(marker, binaries)
+    if size in (allowed_built if build is not None and build[1] else allowed):
+        return None
+    name = marker.decode()
+    return (f"{size} (the installed build {build[0]} has no {name})" if build is not None
+            else f"{size} (no installed build to read; taken as one without {name})")
+
+
 _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
     "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
-    "counter_bytes": _counter_bytes,
+    "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in,
 }
 
 
@@ -214,13 +271,17 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
             ArchRule(SM90, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 64 or 128 (Fwd_Sm90_Impl has "
                      "HEAD_64 and HEAD_128)", f"{_FLASHMLA_SPARSE}: TORCH_CHECK(false, \"Unsupported h_q\")",
                      (1, (64, 128))),
-            ArchRule(SM10X, "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 128: the heads padded to 128 on "
-                     "Blackwell", "the SM100 build sgl-kernel ships dispatches h_q == 128 "
-                     "(Fwd_Sm100_Head128_Impl; SGLang's own check: 'requires num_heads to be a multiple of 64 "
-                     "(Hopper) or 128 (Blackwell)', dsa_backend.py _forward_flashmla_sparse)", (1, (128,))),
+            ArchRule(SM10X, "q.shape[1] (h_q)", "build_dim_in", ("q",), "h_q must be 128, or 64 where the SM100 "
+                     "build has the head64 kernel", f"{_FLASHMLA_SPARSE}: on SM100 h_q == 64 runs "
+                     "Fwd_Sm100_Head64_Impl and h_q == 128 Fwd_Sm100_Head128_Impl; a build without the head64 "
+                     "kernel takes 128 only (so SGLang's dsa_backend pads to 128 on Blackwell: 'requires num_heads "
+                     "to be a multiple of 64 (Hopper) or 128 (Blackwell)')",
+                     (1, (128,), (64, 128), b"Fwd_Sm100_Head64_Impl",
+                      (("sgl_kernel", "flashmla_ops*"), ("flash_mla", "*.so")))),
         ),
         callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_flashmla_sparse "
-                "(required_padding = 128 if self.device_sm_major >= 10 else 64)",
+                "(required_padding = 128 if self.device_sm_major >= 10 else 64); deepseek_v4_backend.py "
+                "_forward_prefill_sparse (the heads as the layer has them)",
     ),
     ArchEntry(
         "DeepGEMM paged MQA logits schedule (get_paged_mqa_logits_metadata)",

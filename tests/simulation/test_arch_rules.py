@@ -59,10 +59,56 @@ def test_only_the_simulated_archs_rules_are_evaluated_with_the_real_archs_rule_b
     sparse = arch_rules.entry_of(SPARSE)
     assert sparse is not None
     q64 = {"q": torch.zeros(2, 64, 576)}
-    (breach,) = arch_rules.breaches(sparse, q64, "sm103", "sm90")
-    assert breach.value == 64 and breach.here is not None and "64 or 128" in breach.here.says
+    (breach,) = arch_rules.breaches(sparse, q64, "sm103", "sm90")  # no build installed here: 128 only
+    assert str(breach.value).startswith("64 (no installed build to read")
+    assert breach.here is not None and "64 or 128" in breach.here.says
     assert arch_rules.breaches(sparse, q64, "sm90", "sm103") == []  # Hopper's build takes 64 heads
     assert arch_rules.breaches(sparse, {"q": torch.zeros(2, 128, 576)}, "sm103", "sm90") == []
+
+
+def _build(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, name: str, carries: bytes) -> None:
+    """An installed sgl_kernel whose FlashMLA binary carries `carries` among its other bytes."""
+    package = tmp_path / name / "sgl_kernel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "flashmla_ops.abi3.so").write_bytes(b"\x7fELF" + b"\0" * 4096 + carries + b"\0" * 64)
+    module = types.ModuleType("sgl_kernel")
+    module.__file__ = str(package / "__init__.py")
+    monkeypatch.setitem(sys.modules, "sgl_kernel", module)
+
+
+@pytest.mark.parametrize(("carries", "refused"), [
+    (b"21Fwd_Sm100_Head64_Impl\0" b"22Fwd_Sm100_Head128_Impl", False),  # sglang-kernel 0.4.5, the H200 pack's
+    (b"22Fwd_Sm100_Head128_Impl", True),  # a build before FlashMLA's SM100 head64 sparse prefill
+])
+def test_the_sm100_head_rule_reads_the_build_the_gpu_would_load(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, carries: bytes, refused: bool) -> None:
+    import torch
+
+    _build(monkeypatch, tmp_path, "site", carries)
+    sparse = arch_rules.entry_of(SPARSE)
+    assert sparse is not None
+    found = arch_rules.breaches(sparse, {"q": torch.zeros(2, 64, 576)}, "sm103", "sm90")
+    assert bool(found) is refused
+    if refused:
+        assert found[0].value == f"64 (the installed build {tmp_path}/site/sgl_kernel/flashmla_ops.abi3.so has no " \
+                                 "Fwd_Sm100_Head64_Impl)"
+    # 128 heads run on either build; 96 on neither
+    assert arch_rules.breaches(sparse, {"q": torch.zeros(2, 128, 576)}, "sm100", "sm90") == []
+    assert str(arch_rules.breaches(sparse, {"q": torch.zeros(2, 96, 576)}, "sm100", "sm90")[0].value).startswith("96")
+
+
+def test_a_rebuilt_binary_is_read_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import torch
+
+    _build(monkeypatch, tmp_path, "site", b"22Fwd_Sm100_Head128_Impl")
+    sparse = arch_rules.entry_of(SPARSE)
+    assert sparse is not None
+    q64 = {"q": torch.zeros(2, 64, 576)}
+    assert arch_rules.breaches(sparse, q64, "sm103", "sm90")
+    binary = tmp_path / "site" / "sgl_kernel" / "flashmla_ops.abi3.so"
+    binary.write_bytes(binary.read_bytes() + b"21Fwd_Sm100_Head64_Impl")  # a new build in place
+    assert arch_rules.breaches(sparse, q64, "sm103", "sm90") == []
 
 
 # ---------------------------------------------------------------- a portable kernel: the simulated arch's rules
@@ -100,9 +146,11 @@ def test_a_portable_kernel_breaking_the_simulated_archs_rule_fails_before_it_lau
     assert message.startswith("FlashMLA sparse prefill (flash_mla_sparse_fwd) (sgl_kernel.flash_mla."
                               "flash_mla_sparse_fwd), called at ")
     assert "a real NVIDIA B300 refuses this call, which sm90 accepts" in message
-    assert "q.shape[1] (h_q) = 64: simulated sm103's rule: h_q must be 128" in message
+    assert "q.shape[1] (h_q) = 64 (no installed build to read; taken as one without Fwd_Sm100_Head64_Impl): " \
+           "simulated sm103's rule: h_q must be 128, or 64 where the SM100 build has the head64 kernel" in message
     assert "sm90's rule: h_q must be 64 or 128" in message and "sparse_fwd.h" in message
     assert "SGLang's call site: sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_flashmla_sparse" in message
+    assert "deepseek_v4_backend.py _forward_prefill_sparse" in message
     assert caught.value.argument == "q.shape[1] (h_q)"
 
 
