@@ -104,6 +104,41 @@ def _gpu_runs(found: list[MetadataCase], variants: tuple[str, ...], repeats: int
     return runs
 
 
+def _release() -> str:
+    from dsakit.release.table import installed_release
+
+    return str(installed_release().version)
+
+
+def _export_gpu(path: str, runs: dict[tuple[str, str], Any]) -> int:
+    rows = [{"id": case_id, "variant": variant, "seconds": seconds,
+             "inputs": {k: v.tolist() for k, v in inputs.items()},
+             "outputs": {k: v.to("cpu").tolist() for k, v in outputs.items()}}
+            for (case_id, variant), (seconds, inputs, outputs) in runs.items()]
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump({"sglang": _release(), "rows": rows}, out)
+    print(f"GPU: {len(rows)} case runs of SGLang {_release()} written to {path}")
+    return 0
+
+
+def _import_gpu(path: str, found: list[MetadataCase], variants: tuple[str, ...]) -> dict[tuple[str, str], Any]:
+    import torch
+
+    with open(path, encoding="utf-8") as file:
+        exported = json.load(file)
+    if exported["sglang"] != _release():
+        raise SystemExit(f"{path} holds SGLang {exported['sglang']}'s GPU outputs; this is SGLang {_release()}: "
+                         f"put that release's tree on PYTHONPATH")
+    runs = {(r["id"], r["variant"]): (r["seconds"], {k: torch.tensor(v) for k, v in r["inputs"].items()},
+                                      {k: torch.tensor(v) for k, v in r["outputs"].items()})
+            for r in exported["rows"]}
+    missing = [f"{c.id} {v}" for c in found for v in variants if (c.id, v) not in runs]
+    if missing:
+        raise SystemExit(f"{path} lacks {len(missing)} case run(s) of these arguments, e.g. {missing[0]}: "
+                         "export with the same --bs/--ctx/--modes/--kpool/--padded-rows")
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -118,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                         "4 = the KPool variants (SGLang 0.5.20 on; default 1)")
     parser.add_argument("--no-revert", action="store_true", help="skip the clamp-reverted copy")
     parser.add_argument("--gpu", action="store_true", help="also run the cases compiled on this machine's GPU")
+    parser.add_argument("--gpu-export", metavar="FILE", help="run the cases compiled on this machine's GPU only and "
+                        "write their outputs to FILE (where this Triton's interpreter cannot run them: 3.6's)")
+    parser.add_argument("--gpu-from", metavar="FILE", help="compare the interpreter with the GPU outputs a "
+                        "--gpu-export wrote (the same SGLang release and cases, on another machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="write every row as JSON")
     args = parser.parse_args(argv)
@@ -127,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     found = cases(args.modes, args.bs, args.ctx, draft_tokens=args.draft_tokens, page=args.page,
                   padded_rows=args.padded_rows, kpools=args.kpool)
     variants: tuple[str, ...] = (SGLANG_MODULE,) if args.no_revert else (SGLANG_MODULE, CLAMP_REVERT.name)
+    if args.gpu_export:
+        return _export_gpu(args.gpu_export, _gpu_runs(found, variants, args.repeats, args.seed))
     child = run_interpreted(found, variants=variants, repeats=args.repeats, seed=args.seed)
     gpu = _gpu_runs(found, variants, args.repeats, args.seed) if args.gpu else {}
+    if args.gpu_from:
+        gpu, args.gpu = _import_gpu(args.gpu_from, found, variants), True
     launches = sum(sum(r.seconds) for r in child.runs)
     print(f"interpreter child: {child.wall_seconds:.1f} s wall, {child.startup_seconds:.1f} s to its first launch, "
           f"{launches:.1f} s launching ({len(child.runs)} case runs x {args.repeats})")

@@ -214,12 +214,30 @@ class Watchdog:
                 capture.suspend_global_capture(in_=False)
             except Exception:  # noqa: BLE001 - the process ends either way
                 pass
+        for written in (sys.stdout, sys.__stdout__):  # what the terminal reporter wrote so far
+            try:
+                if written is not None:
+                    written.flush()
+            except Exception:  # noqa: BLE001 - the process ends either way
+                pass
         stream = sys.__stderr__
         if stream is not None:
             stream.write(f"\ndsakit: {message}; the main thread did not return within {GRACE_S:g} s, so this "
                          "process ends (under xdist the worker is replaced and the test reported crashed)\n")
+            so_far = self._outcomes_so_far()
+            if so_far:
+                stream.write(f"dsakit: before the stop: {so_far}, then 1 stopped\n")
             stream.flush()
         os._exit(1)
+
+    def _outcomes_so_far(self) -> str:
+        """The terminal reporter's counts of the tests that ended before the stop ("3 passed, 1 failed")."""
+        reporter = self.config.pluginmanager.getplugin("terminalreporter") if self.config is not None else None
+        stats = getattr(reporter, "stats", None) or {}
+        counts = [(key, sum(1 for r in reports if getattr(r, "when", "call") in ("call", "setup", "teardown")
+                            and (key != "passed" or getattr(r, "when", "call") == "call")))
+                  for key, reports in stats.items() if key]
+        return ", ".join(f"{n} {key}" for key, n in counts if n)
 
 
 def _raise_in_main(ident: int | None, message: str) -> None:

@@ -191,7 +191,16 @@ BLOCKED = '''
 import signal
 import time
 
+import pytest
 import torch
+
+
+def test_first():
+    pass
+
+
+def test_second():
+    pytest.skip("nothing to do")
 
 
 def test_blocked_in_c():
@@ -210,9 +219,11 @@ def test_a_test_blocked_in_c_ends_the_process_with_the_message_and_leaves_no_chi
     assert result.ret == 1
     result.stderr.fnmatch_lines([
         "dsakit: test_blocked.py::test_blocked_in_c ran longer than --dsakit-simulation-timeout=2 s under "
-        "simulated sm103; stopped. In flight: *test_blocked.py:10 in test_blocked_in_c*; the main thread did not "
+        "simulated sm103; stopped. In flight: *test_blocked.py:19 in test_blocked_in_c*; the main thread did not "
         "return within 10 s, so this process ends*",
+        "dsakit: before the stop: 1 passed, 1 skipped, then 1 stopped",
     ])
+    result.stdout.fnmatch_lines(["test_blocked.py .s*"])  # what the reporter wrote before the stop is kept
 
 
 @pytest.mark.parametrize("value", ["-5", "soon"])
