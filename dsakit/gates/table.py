@@ -354,7 +354,7 @@ def _sglang_import_chain() -> Check:
 
 def _triton_interpreter() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.simulation.triton_interpreter import loop_probe_clause
+        from dsakit.gates.interpreter_probe import loop_probe_clause
 
         return loop_probe_clause()
 

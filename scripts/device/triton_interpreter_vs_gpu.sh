@@ -18,7 +18,7 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" |
   echo "triton_interpreter_vs_gpu: no CUDA device here" >&2; exit 2; }
 # where this Triton's interpreter cannot run the kernels (3.6: the jit:triton-interpreter gate), export the
 # GPU side and compare on a machine whose Triton can (--gpu-from FILE, the same SGLang release on PYTHONPATH)
-if python -c "import sys; from dsakit.simulation.triton_interpreter import loop_probe_clause as c; sys.exit(c() is not None)"; then
+if python -c "import sys; from dsakit.gates.interpreter_probe import loop_probe_clause as c; sys.exit(c() is not None)"; then
   exec python bench/bench_triton_interpreter.py --gpu --kpool 1,4 --json triton-interpreter-vs-gpu.json "$@"
 fi
 exec python bench/bench_triton_interpreter.py --gpu-export triton-gpu-outputs.json --kpool 1,4 "$@"

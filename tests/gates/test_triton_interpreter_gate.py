@@ -11,7 +11,7 @@ import pytest
 
 from dsakit.gates.device_model import simulated_model
 from dsakit.gates.table import gate_table
-from dsakit.simulation import triton_interpreter
+from dsakit.gates import interpreter_probe as triton_interpreter
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
                                   reason="needs torch and Triton (CPU is enough)")
