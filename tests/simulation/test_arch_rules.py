@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import sys
 import types
@@ -28,6 +29,17 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reaso
 
 SPARSE = "sgl_kernel.flash_mla:flash_mla_sparse_fwd"
 RAGGED = "flashinfer.prefill:trtllm_ragged_attention_deepseek"
+
+
+@pytest.fixture(autouse=True)
+def no_installed_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build-dependent rules read only the builds a test installs, not this machine's (a GPU node
+    has sgl_kernel's FlashMLA)."""
+    def folder(package: str) -> str | None:
+        module = sys.modules.get(package)
+        return os.path.dirname(module.__file__) if getattr(module, "__file__", None) else None  # type: ignore[union-attr, arg-type]
+
+    monkeypatch.setattr(arch_rules, "_package_folder", folder)
 
 
 def _library(monkeypatch: pytest.MonkeyPatch, name: str, **functions: Any) -> types.ModuleType:
@@ -96,6 +108,17 @@ def test_the_sm100_head_rule_reads_the_build_the_gpu_would_load(
     # 128 heads run on either build; 96 on neither
     assert arch_rules.breaches(sparse, {"q": torch.zeros(2, 128, 576)}, "sm100", "sm90") == []
     assert str(arch_rules.breaches(sparse, {"q": torch.zeros(2, 96, 576)}, "sm100", "sm90")[0].value).startswith("96")
+
+
+def test_an_installed_package_is_found_without_importing_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    monkeypatch.undo()  # the real lookup
+    package = tmp_path / "a_kernel_library"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('importing it is not allowed')")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert arch_rules._package_folder("a_kernel_library") == str(package)
+    assert "a_kernel_library" not in sys.modules
+    assert arch_rules._package_folder("no_such_library_here") is None
 
 
 def test_a_rebuilt_binary_is_read_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
