@@ -290,3 +290,47 @@ def test_a_test_waiting_for_a_subprocess_is_stopped_naming_its_command(pytester:
     except FileNotFoundError:
         state = "gone"
     assert state in ("gone", "Z", "X"), state
+
+
+JIT_BUILD = '''
+import time
+
+
+class Module:
+    name = "a_module_the_plain_run_never_built"
+
+    def build(self, seconds):
+        deadline = time.monotonic() + seconds  # nvcc, as Python sees it: busy, then done
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "built"
+'''
+
+BUILDS = '''
+import time
+
+from tvm_ffi.cpp.build import Module
+
+
+def test_builds_past_the_timeout():
+    assert Module().build(5) == "built"
+
+
+def test_then_sleeps_past_it():
+    time.sleep(30)
+'''
+
+
+@torch_needed
+def test_a_jit_build_does_not_count_toward_the_simulation_timeout(pytester: pytest.Pytester) -> None:
+    # on the H200 contracts/ under sm103 spent > 150 s in flashinfer's JitSpec.build_and_load (modules
+    # the plain run never built): a build is progress; the time around it still counts. tvm-ffi's C++
+    # builds (SGLang's JIT kernels) stand for every build here: the CPU plan stubs flashinfer's
+    pytester.mkpydir("tvm_ffi")
+    (pytester.path / "tvm_ffi" / "cpp").mkdir()
+    (pytester.path / "tvm_ffi" / "cpp" / "__init__.py").write_text("")
+    (pytester.path / "tvm_ffi" / "cpp" / "build.py").write_text(JIT_BUILD)
+    pytester.makepyfile(test_builds=BUILDS)
+    result = _run(pytester, "--dsakit-device", "sm103", "--dsakit-simulation-timeout", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*SimulationTimeout: test_builds.py::test_then_sleeps_past_it ran longer than*"])
