@@ -179,9 +179,9 @@ def _counter_bytes(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
 
 def _package_folder(package: str) -> str | None:
     """Where an installed (or already imported) package lives, without importing it."""
-    module = sys.modules.get(package)
-    if getattr(module, "__file__", None):
-        return os.path.dirname(module.__file__)  # type: ignore[union-attr, arg-type]
+    file = getattr(sys.modules.get(package), "__file__", None)
+    if isinstance(file, str) and file:
+        return os.path.dirname(file)
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
