@@ -179,9 +179,9 @@ def _counter_bytes(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
 
 def _package_folder(package: str) -> str | None:
     """Where an installed (or already imported) package lives, without importing it."""
-    module = sys.modules.get(package)
-    if getattr(module, "__file__", None):
-        return os.path.dirname(module.__file__)  # type: ignore[union-attr, arg-type]
+    file = getattr(sys.modules.get(package), "__file__", None)
+    if isinstance(file, str) and file:
+        return os.path.dirname(file)
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -228,10 +228,48 @@ def _build_dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
             else f"{size} (no installed build to read; taken as one without {name})")
 
 
+def _dtype_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0] is a tensor of one of the allowed dtypes (param: their names, "torch.int32")."""
+    value = _arg(a, rule.args[0])
+    if not _tensor(value):
+        return None
+    return None if str(value.dtype) in rule.param else str(value.dtype)
+
+
+def _same_device(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0] lives where args[1] (the query) does: the kernel dereferences it there."""
+    value, query = _arg(a, rule.args[0]), _arg(a, rule.args[1])
+    if not (_tensor(value) and _tensor(query)):
+        return None
+    return None if value.device == query.device else f"a tensor on {value.device} (query on {query.device})"
+
+
+def _capturing() -> bool:
+    torch = sys.modules.get("torch")  # never imported here: a call with tensors has imported it
+    try:
+        return bool(torch is not None and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - no CUDA runtime: nothing is captured
+        return False
+
+
+def _bounds_lengths(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """The int args[0] is at least every request's length in the cumulative args[1] (read from the
+    device, so not while a CUDA graph is captured)."""
+    bound, cumulative = _arg(a, rule.args[0]), _arg(a, rule.args[1])
+    if not isinstance(bound, int) or isinstance(bound, bool) or not _tensor(cumulative):
+        return None
+    if len(cumulative.shape) != 1 or int(cumulative.shape[0]) < 2 or _capturing():
+        return None
+    starts = [int(n) for n in cumulative.tolist()]
+    longest = max(b - s for s, b in zip(starts, starts[1:]))
+    return None if bound >= longest else f"{bound} < the longest request's {longest}"
+
+
 _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
     "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
-    "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in,
+    "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in, "dtype_in": _dtype_in,
+    "same_device": _same_device, "bounds_lengths": _bounds_lengths,
 }
 
 
@@ -240,6 +278,8 @@ _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
 _FLASHMLA_SPARSE = "FlashMLA csrc/api/sparse_fwd.h sparse_attn_prefill_interface"
 _RAGGED_PY = "flashinfer 0.6.18 flashinfer/prefill.py trtllm_ragged_attention_deepseek"
 _RAGGED_CU = "flashinfer 0.6.18 csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention_launcher"
+_RAGGED_ENTRY = "flashinfer 0.6.18 csrc/trtllm_fmha_kernel_launcher.cu trtllm_ragged_attention"
+_RAGGED_LENGTHS = ("seq_lens", "cum_seq_lens_q", "cum_seq_lens_kv")
 
 
 def _sm10x_rule(argument: str, kind: str, args: tuple[str, ...], says: str, source: str,
@@ -318,6 +358,19 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
                          "must have batch_size + 1 entries", f"{_RAGGED_CU}: cumSeqLensKvPtr, read per batch row"),
             _sm10x_rule("seq_lens", "present", ("seq_lens",), "a tensor of kv lengths is required",
                          f"{_RAGGED_CU}: static_cast<int*>(seq_lens.data_ptr())"),
+            *(_sm10x_rule(f"{name}.dtype", "dtype_in", (name,), "must be int32: the kernel reads it as int*",
+                          f"{_RAGGED_ENTRY}: static_cast<int*>({name}.data_ptr())", ("torch.int32",))
+              for name in _RAGGED_LENGTHS),
+            *(_sm10x_rule(f"{name}.device", "same_device", (name, "query"),
+                          "must live on the query's GPU: the kernel dereferences it there",
+                          f"{_RAGGED_ENTRY}: static_cast<int*>({name}.data_ptr()) handed to the launch on "
+                          "query's stream")
+              for name in _RAGGED_LENGTHS),
+            _sm10x_rule("max_q_len", "bounds_lengths", ("max_q_len", "cum_seq_lens_q"),
+                         "must be at least every request's q length: the grid has ceil(max_q_len / stepQ) "
+                         "CTAs per request, rows past it are never computed",
+                         "flashinfer 0.6.18 include/flashinfer/trtllm/fmha/fmhaKernels.cuh: numCtasPerSeqQ = "
+                         "(params.mMaxSeqLenQ + kernelMeta.mStepQ - 1) / kernelMeta.mStepQ"),
         ),
         callers="sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_standard_mha "
                 "(if self.device_sm_major >= 10); trtllm_mla_backend.py (ragged prefill)",

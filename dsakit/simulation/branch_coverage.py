@@ -30,15 +30,18 @@ WORKER_KEY = "dsakit_device_branches"  # xdist workeroutput: the lines a worker 
 
 @dataclass(frozen=True)
 class DeviceBranch:
-    """One `if` whose guard reads a device probe.
+    """One `if` whose guard reads a device probe, or a device decision made as a value.
 
     file       release-relative (srt/layers/attention/dsa_backend.py)
-    line       the `if` (or `elif`) line
+    line       the `if` (or `elif`) line; for a value, the line that computes it
     guard      its test, as source
     function   the enclosing function's qualified name ("" at module level)
     entry      the enclosing function's first body line (module level: the `if` line)
-    body       the first line of the arm the guard's truth takes
+    body       the first line of the arm the guard's truth takes (a value: `line`, both arms are on it)
     orelse     the first line of the other arm (None: no else, the code after the `if` runs)
+    value      "" for an `if`; else how the decision is handed on: "fuse_index_store=" (a keyword
+               argument), "return " (a function's result), "if-else " (a conditional expression).
+               The line ran under the simulation: the simulated device's value was passed.
     """
 
     file: str
@@ -48,10 +51,15 @@ class DeviceBranch:
     entry: int
     body: int
     orelse: int | None
+    value: str = ""
 
     @property
     def site(self) -> str:
         return f"sglang/{self.file}:{self.line}"
+
+    @property
+    def text(self) -> str:
+        return f"{self.value}{self.guard}" if self.value else f"if {self.guard}"
 
 
 def _reads_device(test: ast.expr) -> bool:
@@ -76,13 +84,43 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
         self.scope.pop()
 
+    def _entry(self, line: int) -> int:
+        functions = [(n, first) for n, first in self.scope if first]
+        return functions[-1][1] if functions else line
+
     def visit_If(self, node: ast.If) -> None:
         if _reads_device(node.test):
-            functions = [(n, line) for n, line in self.scope if line]
             self.found.append(DeviceBranch(
                 self.file, node.lineno, ast.unparse(node.test), ".".join(n for n, _ in self.scope),
-                functions[-1][1] if functions else node.lineno, node.body[0].lineno,
-                node.orelse[0].lineno if node.orelse else None))
+                self._entry(node.lineno), node.body[0].lineno, node.orelse[0].lineno if node.orelse else None))
+        self.generic_visit(node)
+
+    def _value(self, expr: ast.expr, how: str) -> None:
+        """A device decision handed on as a value (`fuse_index_store=is_sm100_or_newer()`, `return
+        ... and get_platform().is_blackwell`): no arm has a line of its own, the line that computes
+        it is both (a conditional expression's arms are found as its own)."""
+        if isinstance(expr, ast.IfExp) or not _reads_device(expr):
+            return
+        line = expr.lineno
+        self.found.append(DeviceBranch(self.file, line, ast.unparse(expr), ".".join(n for n, _ in self.scope),
+                                       self._entry(line), line, line, how))
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg is not None:
+            self._value(node.value, f"{node.arg}=")
+        self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if node.value is not None:
+            self._value(node.value, "return ")
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        if _reads_device(node.test):
+            line = node.test.lineno
+            self.found.append(DeviceBranch(self.file, line, ast.unparse(node.test),
+                                           ".".join(n for n, _ in self.scope), self._entry(line), line, line,
+                                           "if-else "))
         self.generic_visit(node)
 
 
@@ -222,7 +260,7 @@ class BranchVerdict:
     def as_dict(self) -> dict[str, Any]:
         b = self.branch
         return {"site": b.site, "guard": b.guard, "function": b.function, "takes": self.takes,
-                "status": self.status, "why": self.why}
+                "status": self.status, "why": self.why, **({"value": b.value.strip()} if b.value else {})}
 
 
 def divergent(branches: Iterable[DeviceBranch], simulated: DeviceModel,
@@ -254,12 +292,13 @@ def verdicts(branches: Iterable[tuple[DeviceBranch, bool, str]], ran: Mapping[st
     for branch, holds, needs in branches:
         lines = seen.get(branch.file, set())
         arm = branch.body if holds else branch.orelse
-        takes = ("body" if holds else "else") + (f" where {needs}" if needs else "")
+        takes = (("body" if holds else "else") if not branch.value else "True" if holds else "False") + (
+            f" where {needs}" if needs else "")
         # a guard without an else that the simulated device answers False falls through: it ran
         # its arm where the `if` ran and the body never did
         if arm in lines if arm is not None else branch.line in lines and branch.body not in lines:
             out.append(BranchVerdict(branch, takes, "ran"))
-        elif branch.line in lines and needs:
+        elif branch.line in lines and needs and not branch.value:
             out.append(BranchVerdict(branch, takes, "other-arm",
                                      f"the guard was reached; {device_key}'s arm also needs {needs}, which no "
                                      "test set"))
@@ -342,7 +381,7 @@ class BranchCoverage:
             line += f"; {len(found) - len(ran)} never did" + ("" if verbose else " (-v lists them)")
         lines = [line]
         if verbose:
-            lines += [f"  {v.branch.site}: if {v.branch.guard} -> {v.takes}: "
+            lines += [f"  {v.branch.site}: {v.branch.text} -> {v.takes}: "
                       + ("ran" if v.status == "ran" else v.why) for v in found]
         return lines
 

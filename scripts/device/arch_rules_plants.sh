@@ -5,8 +5,9 @@
 # UPSTREAM_DIR: a folder holding SGLang's test/registered/... files (as upstream_suites_on_the_node.sh);
 # its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
-# line of SGLang 0.5.21's dsa_backend.py (four classes: workspace, cumulative lengths,
-# multi-CTA counters, numerics through a stand-in) in its own copy of that module (loaded in its place at
+# line of SGLang 0.5.21's dsa_backend.py (seven classes: workspace, cumulative lengths,
+# multi-CTA counters, numerics through a stand-in, a length tensor's dtype, a length tensor on the host,
+# the q-length bound of the grid) in its own copy of that module (loaded in its place at
 # import), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device DEVICE`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for the simulated run the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
@@ -16,7 +17,7 @@ shift
 # pad64 is kept as a check of the build-dependent head rule, not among the plants: the H200 pack's
 # sglang-kernel 0.4.5 FlashMLA has Fwd_Sm100_Head64_Impl (its flashmla_ops carries the class), so a B300
 # runs 64 heads and padding to 64 there is no bug (SGLang's "128 (Blackwell)" predates that kernel).
-PLANTS=${*:-none ws_none cum_q scale counters mla_scale}
+PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}
@@ -51,6 +52,11 @@ plant_edit() {
     scale) echo "                bmm1_scale=layer.scaling,|                bmm1_scale=1.0,|the SM 10.x ragged prefill drops the softmax scale (numerics: judged on the stand-in's output)" ;;
     counters) echo "        multi_ctas_kv_counter_buffer = self._multi_ctas_kv_counter_for(batch_size)|        multi_ctas_kv_counter_buffer = torch.zeros(4, dtype=torch.uint8, device=q_all.device)|the SM 10.x trtllm MLA decode hands a 4-byte multi-CTA counter buffer (one semaphore)" ;;
     mla_scale) echo "        bmm1_scale = q_scale * k_scale * layer.scaling|        bmm1_scale = q_scale * k_scale|the trtllm MLA decode drops the softmax scale (numerics: judged on the stand-in's output)" ;;
+    seq_i64) echo "            seq_lens = metadata.cache_seqlens_int32
+            return flashinfer.prefill.trtllm_ragged_attention_deepseek(|            seq_lens = metadata.cache_seqlens_int32.long()
+            return flashinfer.prefill.trtllm_ragged_attention_deepseek(|the SM 10.x ragged prefill hands TRT-LLM int64 kv lengths (the kernel reads them as int32)" ;;
+    cum_kv_host) echo "cum_seq_lens_kv=cu_seqlens_k,|cum_seq_lens_kv=cu_seqlens_k.cpu(),|the SM 10.x ragged prefill hands TRT-LLM host-side cumulative kv lengths (a host pointer the GPU dereferences)" ;;
+    max_q1) echo "max_q_len=metadata.max_seq_len_q,|max_q_len=1,|the SM 10.x ragged prefill bounds the q length by 1 (the grid covers one row per request)" ;;
     none) echo "||no plant: the baseline" ;;
     *) return 1 ;;
   esac
@@ -115,7 +121,7 @@ for name in $PLANTS; do
     applied+=("$name")
     [ "$name" = none ] || PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import sitecustomize, sys; sys.exit(0 if sitecustomize.__file__.startswith('$dir') else sitecustomize.__file__)" \
       || echo "== $name: another sitecustomize loads first: the plant would not load"
-    [ -n "${DRY:-}" ] && { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; continue; }
+    [ -n "${DRY:-}" ] && { [ "$name" = none ] || { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; }; continue; }
     for mode in plain sim; do
       while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-8}" ]; do wait -n; done  # JOBS runs at a time (default 8)
       run "$name" "$mode" "$dir" &

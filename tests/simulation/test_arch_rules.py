@@ -276,6 +276,41 @@ def test_the_stand_in_checks_the_batchs_cumulative_lengths(ragged: Any) -> None:
         ragged(**_ragged_call(cum_seq_lens_q=torch.tensor([0, 3], dtype=torch.int32)))
 
 
+@pytest.mark.parametrize(("name", "argument"), [
+    ("seq_lens", "seq_lens.dtype"), ("cum_seq_lens_q", "cum_seq_lens_q.dtype"),
+    ("cum_seq_lens_kv", "cum_seq_lens_kv.dtype"),
+])
+def test_the_stand_in_refuses_int64_lengths_the_kernel_reads_as_int32(ragged: Any, name: str, argument: str) -> None:
+    from dsakit.simulation import kernels
+
+    call = _ragged_call()
+    with pytest.raises(ArchRuleBreach) as caught:
+        ragged(**{**call, name: call[name].long()})
+    assert caught.value.argument == argument
+    assert f"{argument} = torch.int64: simulated sm103's rule: must be int32" in str(caught.value)
+    assert "static_cast<int*>" in str(caught.value) and not kernels.STOOD_IN
+
+
+def test_the_stand_in_refuses_lengths_away_from_the_querys_device(ragged: Any) -> None:
+    """A host-side length tensor beside a GPU query is a host pointer the B300 dereferences; here the
+    query is a meta tensor standing for the GPU one (the box has no GPU), the lengths stay on the CPU."""
+    import torch
+
+    call = _ragged_call()
+    with pytest.raises(ArchRuleBreach) as caught:
+        ragged(**{**call, "query": call["query"].to("meta")})
+    assert caught.value.argument == "seq_lens.device"
+    assert "seq_lens.device = a tensor on cpu (query on meta)" in str(caught.value)
+    assert "cum_seq_lens_q.device" in str(caught.value) and "cum_seq_lens_kv.device" in str(caught.value)
+    assert torch.device("cpu") == call["seq_lens"].device
+
+
+def test_the_stand_in_refuses_a_max_q_len_below_a_requests_q_length(ragged: Any) -> None:
+    with pytest.raises(ArchRuleBreach, match=r"max_q_len = 1 < the longest request's 3: .*numCtasPerSeqQ"):
+        ragged(**_ragged_call(max_q_len=1))
+    assert ragged(**_ragged_call(max_q_len=8)).shape == (5, 4, 128)  # a larger bound only costs CTAs
+
+
 def test_the_stand_in_writes_the_reference_output_where_the_kernel_writes_and_is_recorded(ragged: Any) -> None:
     import torch
 

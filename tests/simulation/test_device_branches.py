@@ -127,6 +127,88 @@ def test_lines_that_ran_give_each_branch_its_verdict(tmp_path: Path) -> None:
                                                       "never builds that configuration)")
 
 
+# SGLang 0.5.21's DeepSeek-V4 SM 10.x decisions (deepseek_v4_backend.py:2872, :3412, :207, :2531 of
+# dsa_backend.py): two of them are values handed on, not `if`s, which the scan once missed
+DSV4 = '''
+from types import SimpleNamespace
+
+
+def get_platform():
+    return SimpleNamespace(is_sm100=True, is_blackwell=True)
+
+
+def is_sm100_or_newer():
+    return True
+
+
+def fast_sched_shape(q):
+    return q > 0 and get_platform().is_blackwell
+
+
+class Backend:
+    def __init__(self, is_dsv41):
+        self.is_dsv41 = is_dsv41
+        self.device_sm_major = 10
+
+    def compress_decode(self, x):
+        return self.write(x, fuse_index_store=is_sm100_or_newer())
+
+    def write(self, x, fuse_index_store=False):
+        return x
+
+    def forward(self, q):
+        padding = 128 if self.device_sm_major >= 10 else 64
+        if self.is_dsv41 and get_platform().is_sm100:
+            return "swapab"
+        return padding
+'''
+
+
+def _dsv4_line(text: str) -> int:
+    return next(n for n, line in enumerate(DSV4.splitlines(), start=1) if text in line)
+
+
+def test_a_device_decision_handed_on_as_a_value_is_a_branch_too(tmp_path: Path) -> None:
+    """`fuse_index_store=is_sm100_or_newer()`, a `return` of a probe, a conditional expression: the
+    simulated device's value is passed where their line runs. A suite that builds the DeepSeek-V4
+    backend but never its ratio-1/2 compressor (SGLang's test_deepseek_v4.py: the model calls
+    forward_low_ratio_sources, the kit calls forward) reaches the swap-AB guard, not the fused store."""
+    backend_file = tmp_path / "sglang/srt/layers/attention/deepseek_v4_backend.py"
+    backend_file.parent.mkdir(parents=True)
+    backend_file.write_text(DSV4)
+    branches = divergent(scan_branches(tmp_path / "sglang"), simulated_model("sm103"), simulated_model("sm90"))
+    assert {(b.line, b.text) for b, _, _ in branches} == {
+        (_dsv4_line("return q > 0"), "return q > 0 and get_platform().is_blackwell"),
+        (_dsv4_line("fuse_index_store="), "fuse_index_store=is_sm100_or_newer()"),
+        (_dsv4_line("padding = 128"), "if-else self.device_sm_major >= 10"),
+        (_dsv4_line("if self.is_dsv41"), "if self.is_dsv41 and get_platform().is_sm100"),
+    }
+    wanted: dict[str, set[int]] = {}
+    for b, _, _ in branches:
+        wanted.setdefault(b.file, set()).update(n for n in (b.line, b.entry, b.body, b.orelse) if n)
+    watch = LineWatch(wanted)
+    spec = importlib.util.spec_from_file_location("dsakit_test_dsv4", backend_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    watch.start()
+    try:
+        spec.loader.exec_module(module)
+        module.Backend(is_dsv41=False).forward(1)  # the kit's DeepSeek-V4 config: no model_type deepseek_v41
+    finally:
+        watch.stop()
+    found = {v.branch.text: v for v in verdicts(branches, watch.ran, "sm103")}
+    assert (found["if-else self.device_sm_major >= 10"].status, found["if-else self.device_sm_major >= 10"].takes) \
+        == ("ran", "True")
+    store = found["fuse_index_store=is_sm100_or_newer()"]
+    assert (store.status, store.takes) == ("not-reached", "True")
+    assert store.why == ("never reached: Backend.compress_decode() never ran (the suite never builds that "
+                         "configuration)")
+    swap_ab = found["if self.is_dsv41 and get_platform().is_sm100"]
+    assert (swap_ab.status, swap_ab.takes) == ("other-arm", "body where self.is_dsv41")
+    assert "also needs self.is_dsv41, which no test set" in swap_ab.why
+    assert store.as_dict()["value"] == "fuse_index_store=" and "value" not in swap_ab.as_dict()
+
+
 SUITE = '''
 import dsakit
 from dsakit.backends.harness import dsa_backend
