@@ -255,7 +255,7 @@ def tree_reads(flag: str, src: str) -> Reads:
     tree, `file:line` and the problem (a broken PR cannot be compared; its runs would say nothing
     about a file no test imports), never a traceback or a silent pass."""
     from dsakit.errors import UnparsableSource
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
     from dsakit.sglang_facts.source_scan import runner_assignments, scan_runner_reads
 
     release = release_from_tree(src)
@@ -299,7 +299,7 @@ def read_changes(base: Reads, pr: Reads, devices: Sequence[str]) -> list[ReadCha
 def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, devices: Sequence[str]) -> list[ReadChange]:
     """Each added / re-guarded read with the selection's mocks that lack it (dsakit audit of the PR tree)."""
     from dsakit.audit.command import audit, python_files
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
 
     files = [str(p) for p in python_files(suites)] if suites else []
     if not files or not changes:

@@ -283,7 +283,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.release.table import FEATURES, installed_release
+        from dsakit.stack.sglang_release import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -321,7 +321,7 @@ def _sglang_kit_modules() -> Check:
         missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
         if not missing:
             return None
-        from dsakit.release.table import installed_release
+        from dsakit.stack.sglang_release import installed_release
 
         try:
             version = installed_release().version  # the imported tree's, not the distribution's
@@ -345,7 +345,7 @@ _SGLANG_COVERED_BY = {
 
 def _sglang_import_chain() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.release.import_chain import gate_check
+        from dsakit.stack.import_chain import gate_check
 
         return gate_check()
 
@@ -353,13 +353,13 @@ def _sglang_import_chain() -> Check:
 
 
 def _import_chain_covered_by() -> str:
-    from dsakit.release.import_chain import COVERED_BY
+    from dsakit.stack.import_chain import COVERED_BY
 
     return COVERED_BY
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.release.table import FEATURES
+    from dsakit.stack.sglang_release import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",

@@ -39,7 +39,7 @@ CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-c
 
 def package_dir(src: str) -> Path:
     """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
 
     return release_from_tree(src).package_dir
 

@@ -48,7 +48,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 def sglang_tree() -> dict[str, Any]:
-    from dsakit.release.table import _version_from_tree
+    from dsakit.stack.sglang_release import _version_from_tree
 
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:

@@ -21,7 +21,7 @@ from dsakit.gates.skip_causes import UNCODED, Cause, CauseGroup, group_causes, r
 from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.gates.outcomes import FAILING
 from dsakit.output_paths import output_file
-from dsakit.release.table import release_order
+from dsakit.stack.sglang_release import release_order
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)

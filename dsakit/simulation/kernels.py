@@ -28,7 +28,7 @@ from typing import Any
 from dsakit.errors import ArchRuleBreach
 from dsakit.gates.device_model import DeviceModel
 from dsakit.mocks.call_site import shown_path, site_outside
-from dsakit.sglang_facts.import_hooks import Patches, rebind_everywhere
+from dsakit.stack.import_hooks import Patches, rebind_everywhere
 from dsakit.simulation.arch_rules import ArchEntry, breaches, entry_of
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
 from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch

@@ -7,7 +7,7 @@ each reaches, the cases it takes, what it guarantees, its known upstream bugs, t
 resolution oracle (`dsakit.topk.rules`), the warm targets, the CLI help and the contract suites
 derive from it; a backend SGLang offers without a record is an error naming the known ones
 (`topk_backend`), never a default. Must not import torch or SGLang (release facts through
-`dsakit.release.table`, read without an import).
+`dsakit.stack.sglang_release`, read without an import).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _exact(case: TopkCase) -> KernelContract:
 def _v2_refines_overflow() -> bool:
     """SGLang 0.5.23's v2 JIT re-stages an overflowing threshold bin exactly (refine_ties) on its
     register/streaming paths; 0.5.17's does not (probe of the installed JIT header, no import)."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         return "refine_ties" in installed_release().file(_V2_IMPL_HEADER).read_text(encoding="utf-8")
@@ -134,7 +134,7 @@ def _v2_key_bits(case: TopkCase) -> list[int]:
 def _has_v2_ragged_entry() -> bool:
     """0.5.23 routes RAGGED to the v2 JIT (any k <= 2048); 0.5.17 has no v2 ragged entry (a
     source probe of the installed SGLang, no import)."""
-    from dsakit.release.table import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.stack.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
 
     return installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged")
 

@@ -48,7 +48,7 @@ UPSTREAM = (SGLANG_SHAPED.replace("page_size=64", "page_size=1 if torch.version.
 
 
 def _installed_package() -> Path:
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     return installed_release().package_dir
 

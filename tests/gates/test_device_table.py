@@ -75,7 +75,7 @@ from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit import devices
 from dsakit.gates.device_model import SIMULATED
 from dsakit.devices import DeviceEntry
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 from dsakit.simulation import probes as device_probes
 
 fields = json.loads(sys.argv[2])
