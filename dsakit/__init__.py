@@ -107,7 +107,7 @@ _EXPORTS: dict[str, str] = {
     # GPU-node workflows
     "GpuInventory": "dsakit.node.gpu_pinning",
     "discover_gpus": "dsakit.node.gpu_pinning",
-    "JIT_TARGETS": "dsakit.node.warm",
+    "JIT_TARGETS": "dsakit.warm.targets",
     "ci_registrations": "dsakit.node.rerun",
     # target/draft top-k backend matrix
     "topk_matrix": "dsakit.topk.matrix",

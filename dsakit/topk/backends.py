@@ -187,7 +187,7 @@ class TopkJit:
 
     name: str
     description: str
-    caches: tuple[str, ...]  # names of `dsakit.node.jit_caches.cache_roots()` the build writes
+    caches: tuple[str, ...]  # names of `dsakit.warm.jit_caches.cache_roots()` the build writes
     implied_by: str  # the gate code whose tests need it when they carry no dsakit_jit marker
 
 

@@ -16,7 +16,7 @@ from dsakit.topk.cases import select_topk_cases
 
 def test_every_record_names_known_gates_caches_and_bugs() -> None:
     from dsakit.gates.table import validate_codes
-    from dsakit.node.jit_caches import cache_roots
+    from dsakit.warm.jit_caches import cache_roots
 
     roots = cache_roots()
     for backend in TOPK_BACKENDS.values():
@@ -61,7 +61,7 @@ b.TOPK_BACKENDS["tilelang"] = b.TopkBackend(
      b.EntryPoint("tilelang.transform-paged", "transform", "tilelang.topk_transform", layout="paged", jit=jit)))
 
 from dsakit.cli import main
-from dsakit.node.warm import GATE_TARGETS, JIT_TARGETS
+from dsakit.warm.targets import GATE_TARGETS, JIT_TARGETS
 from dsakit.topk.flags import TopkFlags, ServerArgField
 from dsakit.topk.launch import TOPK_PATHS, topk_func_path
 from dsakit.topk.matrix import TopkCell

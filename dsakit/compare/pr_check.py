@@ -25,8 +25,8 @@ from dsakit.errors import UsageError
 from dsakit.devices import pr_gate_keys
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.gates.skip_causes import Cause
-from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base import (Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection,
+from dsakit.compare.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
+from dsakit.compare.pr_vs_base import (Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection,
                                     skip_reason)
 from dsakit.gates.outcomes import FAILING, signature
 from dsakit.node.process_group import check_timeout, interruptible, stop_all
@@ -393,7 +393,7 @@ class PrCheck:
     def unusable(self) -> tuple[list[str], bool]:
         """Sentences for runs that compared nothing (collection errors, no tests: pytest exit 2-5),
         and whether the PR alone broke collection somewhere (a regression)."""
-        from dsakit.node.pr_vs_base import unusable_runs
+        from dsakit.compare.pr_vs_base import unusable_runs
 
         lines: list[str] = []
         pr_only = False
@@ -585,7 +585,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
 def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytest_args: Sequence[str],
                  chosen: Sequence[str], codes: tuple[str, ...], json_out: OutputFile | None,
                  markdown_out: OutputFile | None, timeout: float | None, reads: tuple[Reads, Reads]) -> int:
-    from dsakit.node.markdown import render
+    from dsakit.compare.markdown import render
 
     try:
         workdir.mkdir(parents=True, exist_ok=True)

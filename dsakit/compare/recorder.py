@@ -1,4 +1,4 @@
-"""A small plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) recording each test's
+"""A small plugin (`-p dsakit.compare.recorder --dsakit-record PATH`) recording each test's
 outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
 Owns: the record file and the environment fingerprint (what an outcome is: dsakit.gates.outcomes). Runs
