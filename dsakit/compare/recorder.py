@@ -18,9 +18,10 @@ import pytest
 
 from dsakit.gates.outcomes import OutcomeRecorder
 from dsakit.options import RECORDER_OPTIONS, register, value
+from dsakit.stack.kernel_libraries import distributions
 
-KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
-                   "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
+# torch's version and every kernel library's distributions (dsakit.stack.kernel_libraries)
+KERNEL_PACKAGES = ("torch", *distributions())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -359,6 +359,7 @@ def _import_chain_covered_by() -> str:
 
 
 def _build_table() -> dict[str, Gate]:
+    from dsakit.stack.kernel_libraries import KERNEL_LIBRARIES
     from dsakit.stack.sglang_release import FEATURES
 
     gates = [
@@ -393,16 +394,13 @@ def _build_table() -> dict[str, Gate]:
                 at_least(9, 0)),
         _device("cuda-graphs", "an NVIDIA or AMD GPU to capture CUDA/HIP graphs",
                 "the eager-mode tests cover the same logic without graphs", _gpu()),
-        _module_gate("sgl_kernel", "the torch reference implementations cover the kernel contracts"),
-        _module_gate("flashinfer", "the sgl_kernel and torch reference paths cover the same cases"),
-        _module_gate("flash_mla", "the sgl_kernel FlashMLA extension or the torch reference covers it"),
+        # one per kernel library that has one (dsakit.stack.kernel_libraries)
+        *(_module_gate(library.module, library.gate_covered_by)
+          for library in KERNEL_LIBRARIES.values() if library.gate_covered_by is not None),
         Gate("module:sgl_kernel.flashmla_ops", "module", "sgl_kernel's FlashMLA extension (sgl_kernel/flashmla_ops*), "
              "which DeepSeek-V4 metadata and attention call through sgl_kernel.flash_mla",
              "the DeepSeek-V4 page-table, SWA and compression kernel cases cover its metadata without FlashMLA",
              (), (package_file("sgl_kernel", "flashmla_ops*", "FlashMLA extension"),)),
-        _module_gate("deep_gemm", "the torch reference GEMMs cover the indexer logits"),
-        _module_gate("tilelang", "the CUDA kernels in sgl_kernel cover the same cases"),
-        _module_gate("aiter", "on NVIDIA the CUDA backends cover the same contracts"),
         Gate("module:sglang.test.test_utils", "module",
              "SGLang's test utilities and attention unit-test kit importable (" + ", ".join(SGLANG_KIT_IMPORT_CHAIN)
              + " installed)",

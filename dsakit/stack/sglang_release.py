@@ -6,7 +6,7 @@ AST, through `dsakit.stack.sglang_source`) of the installed package or of a sour
 imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
 imported on this machine. A leaf of the layering (imports only dsakit.errors, dsakit.reasons and the source
 index): the gates, the SGLang adapters in
-dsakit.sglang_facts, dsakit.simulation, top-k, node and audit all read it.
+dsakit.sglang_facts, dsakit.simulation, top-k, warm, compare and audit all read it.
 """
 
 from __future__ import annotations

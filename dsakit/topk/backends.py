@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
+from dsakit.stack.kernel_libraries import KernelLibrary, kernel_library
 from dsakit.topk.checks import CandidateBuffer
 
 if TYPE_CHECKING:
@@ -244,7 +245,8 @@ class TopkBackend:
     """One SGLang DSA top-k backend.
 
     value        its `DSATopKBackend` value, a `--dsa-topk-backend` choice
-    library      the import name of its kernel library (None: torch itself)
+    library      the import name of its kernel library, a `KernelLibrary` record's (dsakit.stack.kernel_libraries;
+                 None: torch itself)
     gates        what any launch of it needs (gate codes of `dsakit.gates.table`)
     entry_points its real entry points, each one launch path
     fused        False where SGLang's fused transform refuses it (SGLANG_DSA_FUSE_TOPK must be false)
@@ -260,6 +262,11 @@ class TopkBackend:
     fused: bool = True
     v2_gates: tuple[str, ...] | None = None
     runs_on_cpu: bool = False
+
+    @property
+    def kernel_library(self) -> KernelLibrary | None:
+        """The record `library` names (UsageError where it names none)."""
+        return None if self.library is None else kernel_library(self.library)
 
     @property
     def takes_v2(self) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.stack.kernel_libraries import KERNEL_LIBRARIES
 from dsakit.warm import jit_caches
 from dsakit.output_paths import output_file
 
@@ -33,7 +34,9 @@ ROOTS_MEMBER = "dsakit-warm-roots.json"  # each root's path on the exporting nod
 # 3: the roots' paths (a root that records its own path is refused elsewhere) and the bytecode of
 # every module of the chain by absolute path (2 carried only what lies under SGLang's install folder)
 FORMAT = 3
-DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "triton": "triton"}
+# the key's versions: torch, SGLang and each kernel library whose record says its version keys the cache
+DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang",
+                 **{library.module: library.distributions[0] for library in KERNEL_LIBRARIES.values() if library.warm_key}}
 STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.warm.stamp.state_dir`)
 
 

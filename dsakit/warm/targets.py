@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
+from dsakit.warm.jit_caches import cache_names
 from dsakit.warm.stamp import state_dir
 from dsakit.node.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
@@ -78,9 +79,6 @@ def _launch_paths(path_ids: Sequence[str], device: DeviceModel) -> int:
     return launches
 
 
-# Every cache a JIT or Triton build can write (0.5.21+ keeps them all under SGLANG_CACHE_DIR).
-_KERNEL_CACHES = ("sglang", "sglang-jit", "tvm-ffi", "flashinfer", "triton", "inductor", "deep-gemm",
-                  "deep-gemm-own", "tilelang", "cuda")
 
 
 def _topk_target(name: str, description: str, gates: tuple[str, ...], caches: tuple[str, ...],
@@ -124,7 +122,7 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "compile (the DeepSeek-V4 forward: SGLang JIT, DeepGEMM, FlashMLA, inductor): the tests "
             "marked dsakit_jit('triton-kernels') run once, serially, in one process",
             ("cuda",),
-            _KERNEL_CACHES,
+            cache_names(),
             lambda tests, device: _run_tests_once(tests, device),
             unit="tests run",
         ),

@@ -21,8 +21,9 @@ def test_every_record_names_known_gates_caches_and_bugs() -> None:
     roots = cache_roots()
     for backend in TOPK_BACKENDS.values():
         validate_codes(backend.gates + (backend.v2_gates or ()))  # UsageError on an unknown code
-        if backend.library is not None:
-            assert f"module:{backend.library}" in backend.gates, backend.value
+        library = backend.kernel_library  # UsageError where `library` names no KernelLibrary record
+        if library is not None:
+            assert library.gate is not None and library.gate in backend.gates, backend.value
         for entry in backend.entry_points:
             if entry.jit is not None:
                 assert set(entry.jit.caches) <= set(roots), entry.jit
