@@ -82,7 +82,7 @@ def _gpu_runs(found: list[MetadataCase], variants: tuple[str, ...], repeats: int
     import torch
 
     from dsakit.backends.dsa_metadata_kernels import PATCHES, build_inputs, launch, load_kernel, outputs_of
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     release = installed_release()
     runs: dict[tuple[str, str], Any] = {}

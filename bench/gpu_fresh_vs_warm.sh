@@ -10,7 +10,7 @@
 # 2. warm: the whole SEL in one process;
 # 3. fresh: this node made fresh the way a new CI node is: the same HOME and paths (caches that
 #    record their own path, FlashInfer's ninja logs and Triton's group files, work only there), every
-#    cache root of `dsakit.node.warm_cache.cache_roots` (dsakit's stamps included) moved aside, a new
+#    cache root of `dsakit.warm.tarball.cache_roots` (dsakit's stamps included) moved aside, a new
 #    TMPDIR, and (on the node only) the bytecode of the whole SGLang import chain moved aside; then
 #    `dsakit warm --import CACHE SEL` and the whole SEL in one process; afterwards the files the
 #    fresh run still had to compile (new files in the roots and the fresh TMPDIR); everything put back;
@@ -92,7 +92,7 @@ run() {
 }
 
 ROOTS=$(python -c "
-from dsakit.node.warm_cache import cache_roots
+from dsakit.warm.tarball import cache_roots
 for name, path in cache_roots().items(): print(f'{name}={path}')")
 move_caches_aside() {
   mkdir -p "$WORK/aside"
@@ -104,7 +104,7 @@ move_caches_aside() {
 # the chain's bytecode (every module the warm-up's stamp lists, torch's as much as SGLang's)
 move_bytecode_aside() {
   python -c "
-from dsakit.node.warm_cache import chain_bytecode
+from dsakit.warm.tarball import chain_bytecode
 for pyc in chain_bytecode(): print(pyc)" >"$WORK/pycs"
   tar cPf "$ASIDE" -T "$WORK/pycs" && xargs -d '\n' rm -f <"$WORK/pycs" \
     && echo "bytecode moved aside: $(wc -l <"$WORK/pycs") files"
@@ -154,7 +154,7 @@ if [ "${DSAKIT_BENCH_DIAG:-$([ "$GPUS" -gt 0 ] && echo 1 || echo 0)}" = 1 ] && [
   run dsv4-preimported 40 python - "${PLUGIN[@]}" -p no:cacheprovider -q --durations=0 "$CASE" <<'EOF'
 import importlib, sys, time
 tic = time.perf_counter()
-from dsakit.node.bytecode import SGLANG_IMPORTS
+from dsakit.warm.bytecode import SGLANG_IMPORTS
 for name in SGLANG_IMPORTS:
     try:
         importlib.import_module(name)

@@ -81,8 +81,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                          ["tests/topk/test_kernel_contracts.py", "tests/topk/test_contract_boundaries.py",
                           "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
-    "report_merge": (["dsakit/node/report_merge.py"],
-                     ["tests/node/test_report_merge.py", "tests/node/test_report_merge_fields.py"]),
+    "report_merge": (["dsakit/compare/report_merge.py"],
+                     ["tests/compare/test_report_merge.py", "tests/compare/test_report_merge_fields.py"]),
     "inventory": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py", "dsakit/gates/inventory.py"],
                   ["tests/gates/test_skip_inventory.py", "tests/gates/test_skip_inventory_parts.py",
                    "tests/gates/test_skip_causes.py",
@@ -90,10 +90,10 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # pr-check's verdicts: what pr_check.py and pr_vs_base.py conclude from two runs (not the
     # command's input checks, runs, tree scans and work folder: only the end-to-end tests, over 3 s,
     # reach them)
-    "pr_check": (["dsakit/pr_check.py::VERDICTS,Verdict,DeviceCheck,_flaky,_explanation,outcome_text,verdicts,"
+    "pr_check": (["dsakit/compare/pr_check.py::VERDICTS,Verdict,DeviceCheck,_flaky,_explanation,outcome_text,verdicts,"
                   "ReadChange,read_changes,_CLASS_LACKS,_CONTRACT_LACKS,_mock_lacking,failing_mocks,PrCheck,"
                   "_TESTS_PER_ROW,_rows,_section,comment,_causes,_why,_not_run_groups,as_json",
-                  "dsakit/node/pr_vs_base.py::CLASSES,_crash_message,load_record,Change,_OVERLAY_PATH,in_tree,"
+                  "dsakit/compare/pr_vs_base.py::CLASSES,_crash_message,load_record,Change,_OVERLAY_PATH,in_tree,"
                   "skip_reason,_skip_key,classify,_describe,fingerprint_mismatch,_UNUSABLE,unusable_runs"],
                  [*(f"tests/cli/test_pr_check.py::{t}" for t in (
                      "test_only_pre_existing_failures_are_exit_0_and_counted_in_the_comment",
@@ -102,7 +102,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                      "test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run",
                      "test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1",
                      "test_a_failure_section_counts_test_x_device_beside_its_rows", "test_bad_input_is_exit_2")),
-                  "tests/node/test_pr_vs_base.py", "tests/node/test_pr_check_verdicts.py",
+                  "tests/compare/test_pr_vs_base.py", "tests/compare/test_pr_check_verdicts.py",
                   "tests/gates/test_skip_causes.py"]),
 }
 

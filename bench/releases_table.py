@@ -60,7 +60,7 @@ def rows_of(report: dict[str, Any], per_device: bool = True) -> list[tuple[str, 
 
 
 def table(reports: list[dict[str, Any]], per_device: bool = True) -> str:
-    from dsakit.release.table import release_order
+    from dsakit.stack.sglang_release import release_order
 
     rows = sorted((row for report in reports for row in rows_of(report, per_device)),
                   key=lambda r: (release_order(r[0]), "simulated" in r[1], r[1]))

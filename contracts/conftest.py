@@ -16,7 +16,7 @@ def _gate_sglang_import_errors() -> Generator[None, Any, Any]:
     try:
         return (yield)
     except Exception as error:
-        from dsakit.release.import_chain import raised_importing_sglang
+        from dsakit.stack.import_chain import raised_importing_sglang
 
         if raised_importing_sglang(error):
             dsakit.require("sglang:import-chain")  # skips where the chain does not load here

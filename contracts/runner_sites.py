@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsakit.release import table as sglang_release
+from dsakit.stack import sglang_release
 from dsakit.errors import UsageError
-from dsakit.release.table import SERVER_ARGS_FILES, SGLangRelease
+from dsakit.stack.sglang_release import SERVER_ARGS_FILES, SGLangRelease
 
 TABLE_FILE = Path(__file__).with_name("runner_sites.json")
 FORMAT = 1

@@ -95,7 +95,7 @@ class ContractEntry(FrozenRecord):
     declared_in  "" for dsakit's contract, else the pyproject.toml that declares the entry
     writers  who writes it on a runner besides ModelRunner itself (a write the real runner allows,
              e.g. the attention kit's draft-runner setup); the entry documents it as writable
-    feature  the SGLang release feature (dsakit.release.table.FEATURES) whose ModelRunner has
+    feature  the SGLang release feature (dsakit.stack.sglang_release.FEATURES) whose ModelRunner has
              it; `dsakit contract check` on a release without the feature does not require it
     set_outside_runner  who sets it on the runner when ModelRunner itself never does
     device_reads  (backend class, gate codes) pairs: the backend reads the entry only on devices

@@ -38,7 +38,7 @@ DSV4 = "DeepseekV4AttnBackend"
 
 def _topk_args() -> dict[str, str]:
     """torch top-k for both roles: the default sgl-kernel backend plans top-k with a JIT kernel."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     args = {"dsa_topk_backend": "torch"}
     if installed_release().has("topk-role-split"):
@@ -60,7 +60,7 @@ def reads_on(entry: ContractEntry, backend: str, device: DeviceModel) -> bool:
 @functools.lru_cache(maxsize=1)
 def _conditional_read_sites() -> dict[str, set[str]]:
     """path -> file:line of every device-conditional read the source scan finds in this SGLang."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
     from dsakit.sglang_facts.source_scan import scan_runner_reads
 
     sites: dict[str, set[str]] = {}
@@ -201,7 +201,7 @@ def _dsv4_class(device: DeviceModel) -> str:
 def _dsv4_refuses_without_a_gpu(device: DeviceModel, role: str, **kwargs: Any) -> bool:
     """Simulated cpu on a release whose DeepSeek-V4 backend asks the device capability unguarded
     (0.5.21): the real backend refuses, as on a host without CUDA. True when it checked that."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     if device.is_gpu or installed_release().has("dsv4-builds-without-gpu"):
         return False

@@ -36,7 +36,7 @@ def _case(mode: str, index_kpool: int) -> MetadataCase:
 
 @pytest.fixture(scope="module")
 def interpreted() -> ChildRun:
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     kpools = (1, KPOOL) if installed_release().has("dsa-kpool-metadata-kernels") else (1,)
     cases = [_case(mode, kpool) for kpool in kpools for mode in MODES]

@@ -53,7 +53,7 @@ def test_real_topk_resolve_reads_the_role_flag(role: str) -> None:
 def test_an_entry_of_another_release_says_so_when_read() -> None:
     """ps exists on 0.5.17's ModelRunner, kv_index_translator on 0.5.23's: reading the other
     release's entry names the feature instead of failing with a bare ImportError."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     release = installed_release()
     # entries whose default is built from the release (a Factory); a plain default reads fine anywhere

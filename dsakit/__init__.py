@@ -77,9 +77,9 @@ _EXPORTS: dict[str, str] = {
     "ContractViolation": "dsakit.errors",
     "UsageError": "dsakit.errors",
     "Reason": "dsakit.reasons",
-    "SGLangRelease": "dsakit.release.table",
-    "installed_release": "dsakit.release.table",
-    "release_from_tree": "dsakit.release.table",
+    "SGLangRelease": "dsakit.stack.sglang_release",
+    "installed_release": "dsakit.stack.sglang_release",
+    "release_from_tree": "dsakit.stack.sglang_release",
     "ContractEntry": "dsakit.contracts.schema",
     "Role": "dsakit.contracts.schema",
     "MODEL_RUNNER_CONTRACT": "dsakit.contracts.model_runner_contract",
@@ -107,7 +107,7 @@ _EXPORTS: dict[str, str] = {
     # GPU-node workflows
     "GpuInventory": "dsakit.node.gpu_pinning",
     "discover_gpus": "dsakit.node.gpu_pinning",
-    "JIT_TARGETS": "dsakit.node.warm",
+    "JIT_TARGETS": "dsakit.warm.targets",
     "ci_registrations": "dsakit.node.rerun",
     # target/draft top-k backend matrix
     "topk_matrix": "dsakit.topk.matrix",

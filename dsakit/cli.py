@@ -72,14 +72,14 @@ def _capabilities(args: argparse.Namespace) -> int:
     return run_capabilities(args.device, as_json=args.json, allow_torch=args.device_from_torch)
 
 
-# -- GPU-node workflows: dsakit.node.warm, dsakit.node.rerun, dsakit.node.pr_vs_base,
-# dsakit.node.report_merge
+# -- GPU-node workflows: dsakit.warm.targets, dsakit.node.rerun, dsakit.compare.pr_vs_base,
+# dsakit.compare.report_merge
 
 
 def _warm(args: argparse.Namespace) -> int:
-    from dsakit.node.warm import run_warm
+    from dsakit.warm.targets import run_warm
 
-    from dsakit.node.warm_cache import run_export, run_import
+    from dsakit.warm.tarball import run_export, run_import
     from dsakit.output_paths import output_file
 
     if args.export_path is not None:
@@ -104,7 +104,7 @@ def _rerun_test(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from dsakit.node.pr_vs_base import run_compare
+    from dsakit.compare.pr_vs_base import run_compare
 
     return run_compare(args.base, args.pr, args.pytest_args, json_path=args.json,
                        allow_env_mismatch=args.allow_env_mismatch, keep=args.keep, timeout=args.timeout,
@@ -112,14 +112,14 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _pr_check(args: argparse.Namespace) -> int:
-    from dsakit.pr_check import run_pr_check
+    from dsakit.compare.pr_check import run_pr_check
 
     return run_pr_check(args.base, args.pr, args.pytest_args, devices=args.devices, json_path=args.json,
                         markdown_path=args.markdown, must_run=args.must_run, keep=args.keep, timeout=args.timeout)
 
 
 def _report_merge(args: argparse.Namespace) -> int:
-    from dsakit.node.report_merge import run_report_merge
+    from dsakit.compare.report_merge import run_report_merge
 
     return run_report_merge(args.reports, must_run=args.must_run, json_path=args.json, markdown_path=args.markdown,
                             must_run_real=args.must_run_real)
@@ -132,7 +132,7 @@ class _WarmHelp(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and "{targets}" in text:
-            from dsakit.node.warm import JIT_TARGETS
+            from dsakit.warm.targets import JIT_TARGETS
 
             text = text.replace("{targets}", ", ".join(JIT_TARGETS))
         return text

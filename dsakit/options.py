@@ -119,7 +119,7 @@ OPTIONS: tuple[RunOption, ...] = (
               choices=("full", "per-role", "pairwise")),
 )
 # what dsakit's own commands pass to their child runs (`dsakit compare`, `pr-check`): registered by
-# the recorder plugin they load (`-p dsakit.node.pr_vs_base_recorder`), flags only
+# the recorder plugin they load (`-p dsakit.compare.recorder`), flags only
 RECORDER_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--dsakit-record", "(dsakit compare) append one JSON line per test outcome, and the environment, "
               "to PATH", metavar="PATH", has_ini=False),

@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # Every marker dsakit knows, registered here and nowhere else (names are read by the modules
-# that evaluate them: dsakit.gates.marks, dsakit.node.gpu_pinning, dsakit.node.warm,
+# that evaluate them: dsakit.gates.marks, dsakit.node.gpu_pinning, dsakit.warm.targets,
 # dsakit.topk.matrix).
 MARKERS = (
     "dsakit_role(name): run this test only for one model-runner role (target or draft)",
@@ -53,10 +53,10 @@ MARKERS = (
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     _rewrite_assertion_helpers_only(pluginmanager)  # first: before the imports below
-    from dsakit.node import fault_hookspec
+    from dsakit import hookspec
     from dsakit.node.pytest_invocation import load_once
 
-    pluginmanager.add_hookspecs(fault_hookspec)
+    pluginmanager.add_hookspecs(hookspec)
     load_once(pluginmanager, sys.modules[__name__])  # one plugin under its two names
 
 

@@ -283,7 +283,7 @@ class DsakitSession:
         if not plan.device.is_gpu:
             return None
         from dsakit.errors import UsageError
-        from dsakit.release.table import installed_release
+        from dsakit.stack.sglang_release import installed_release
         from dsakit.simulation.branch_coverage import BranchCoverage
 
         try:

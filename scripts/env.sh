@@ -28,7 +28,7 @@ if [ -n "$release" ]; then
 fi
 
 PY=${PYTHON:-python3}
-# the release the CPU recipe pins: the release table's (dsakit/release/table.py), read before any venv
+# the release the CPU recipe pins: the release table's (dsakit/stack/sglang_release.py), read before any venv
 pinned=$("$PY" scripts/releases.py pinned)
 stamp_of() { cat pyproject.toml requirements/*.txt | sha256sum | cut -d' ' -f1; }
 if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.dsakit-stamp 2>/dev/null)" != "$(stamp_of)" ]; then

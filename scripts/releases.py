@@ -1,4 +1,4 @@
-"""The SGLang release table (`dsakit.release.table`) for the checkout's shell scripts.
+"""The SGLang release table (`dsakit.stack.sglang_release`) for the checkout's shell scripts.
 
     python scripts/releases.py pinned        # the release the CPU recipe pins (scripts/env.sh installs it)
     python scripts/releases.py others        # every other supported release, oldest first (.ci/run sweeps them)
@@ -22,7 +22,7 @@ QUESTIONS = ("pinned", "others", "supported")
 
 
 def answer(question: str) -> tuple[str, ...]:
-    from dsakit.release.table import PINNED_RELEASE, SUPPORTED_RELEASES
+    from dsakit.stack.sglang_release import PINNED_RELEASE, SUPPORTED_RELEASES
 
     if question == "pinned":
         return (PINNED_RELEASE,)

@@ -50,7 +50,7 @@ def _trees(given: list[str]) -> dict[str, Path]:
 
 def rows(versions: tuple[str, ...], trees: dict[str, Path], downloads: Path) -> dict[str, dict[str, object]]:
     from dsakit.errors import UsageError
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
     from dsakit.sglang_facts.runner_site_scan import release_row
 
     found: dict[str, dict[str, object]] = {}
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--downloads", type=Path, help="keep the downloaded wheels here (default: a temp folder)")
     args = parser.parse_args(argv)
     trees = _trees(args.tree)
-    from dsakit.release.table import SUPPORTED_RELEASES
+    from dsakit.stack.sglang_release import SUPPORTED_RELEASES
     from dsakit.sglang_facts.runner_site_scan import render, table
 
     with tempfile.TemporaryDirectory(prefix="dsakit-runner-sites-") as temp:

@@ -52,8 +52,8 @@ def stub_checkout(folder: Path, *, stub_env_sh: bool = False) -> Path:
 
 
 def set_release_table(folder: Path, supported: tuple[str, ...], pinned: str) -> None:
-    """Rewrite the copy's release table (dsakit/release/table.py) as a contributor adding a release would."""
-    path = folder / "dsakit" / "release" / "table.py"
+    """Rewrite the copy's release table (dsakit/stack/sglang_release.py) as a contributor adding a release would."""
+    path = folder / "dsakit" / "stack" / "sglang_release.py"
     text = path.read_text(encoding="utf-8")
     text, n = re.subn(r"^SUPPORTED_RELEASES = \(.*\)$", f"SUPPORTED_RELEASES = {supported!r}", text, flags=re.M)
     text, m = re.subn(r'^PINNED_RELEASE = ".*"$', f"PINNED_RELEASE = {pinned!r}", text, flags=re.M)

@@ -20,7 +20,7 @@ import pytest
 from tests.child_env import child_env
 
 if TYPE_CHECKING:
-    from dsakit.release.table import SGLangRelease
+    from dsakit.stack.sglang_release import SGLangRelease
 
 # a separate project's suite, run from the built wheel by test_downstream_wheel.py, not collected here
 collect_ignore = ["downstream_project", "suites"]
@@ -40,7 +40,7 @@ def installed_sglang() -> SGLangRelease:
     """The SGLang installed here, whose source audits and scans read; skips with
     [sglang-not-installed] where there is none."""
     from dsakit.errors import UsageError
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         return installed_release()

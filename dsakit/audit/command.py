@@ -29,7 +29,7 @@ from dsakit.audit.usage import Backend, Routes, find_usage
 from dsakit.contracts.schema import Contract
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
-from dsakit.release.table import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
+from dsakit.stack.sglang_release import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
 from dsakit.sglang_facts.source_scan import (
     RunnerFlow,
     backend_files,

@@ -19,7 +19,7 @@ from dsakit.audit.usage import Backend, BackendCall, Route, Routes, evidence_key
 from dsakit.contracts.schema import Contract
 from dsakit.gates.device_model import DeviceModel
 from dsakit.sglang_facts.contract_check import coverage
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 from dsakit.sglang_facts.source_scan import RunnerFlow, RunnerRead
 
 _SHORT_PREFIX = "sglang/srt/layers/attention/"

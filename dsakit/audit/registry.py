@@ -12,10 +12,10 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.release import source as sglang_source
+from dsakit.stack import sglang_source
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 REGISTRY_FILE = "srt/layers/attention/attention_registry.py"
 _FOLLOW_UNDER = "sglang.srt.layers.attention."

@@ -11,9 +11,9 @@ import ast
 import functools
 from pathlib import Path
 
-from dsakit.release import source as sglang_source
+from dsakit.stack import sglang_source
 from dsakit.audit.mock_finder import SourceFile
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 
 @functools.lru_cache(maxsize=512)

@@ -13,7 +13,7 @@ from dsakit.audit.device_guards import probe_table
 from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, short_site
 from dsakit.audit.suite_device import NOT_SIMULATED
 from dsakit.audit.usage import BackendCall
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 CONFIG_RULE = (
     "a read 'fails on' a device when it fires there in the default configuration (configuration "

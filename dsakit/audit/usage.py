@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from dsakit.audit.mock_finder import MockKey, MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
 from dsakit.audit.registry import Choice, factory_choices, registry
-from dsakit.release.table import (
+from dsakit.stack.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     DSA_TOPK_BACKEND_FILE,

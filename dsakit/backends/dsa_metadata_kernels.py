@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from dsakit.errors import UsageError
 from dsakit.reasons import FrozenRecord
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 Mode = Literal["decode", "target_verify", "draft_extend"]
 MODES: tuple[Mode, ...] = ("decode", "target_verify", "draft_extend")

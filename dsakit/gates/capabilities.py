@@ -16,7 +16,7 @@ from dsakit.gates.table import evaluate, gate_table
 
 
 def _sglang_version() -> str | None:
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         return installed_release().version

@@ -237,7 +237,7 @@ def _device_text(device: DeviceModel) -> str:
 
 def _sglang_version() -> str | None:
     from dsakit.errors import UsageError
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         return installed_release().version

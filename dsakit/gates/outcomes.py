@@ -3,7 +3,7 @@
 
 Owns: the outcome names, the record, the one recorder (`OutcomeRecorder`: every test's record so
 far), the signature. Must not write files or import torch / SGLang (who writes the records:
-dsakit.node.pr_vs_base_recorder, one JSON line each; dsakit.gates.inventory, the report).
+dsakit.compare.recorder, one JSON line each; dsakit.gates.inventory, the report).
 """
 
 from __future__ import annotations

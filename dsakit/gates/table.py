@@ -283,7 +283,7 @@ def _jit_toolchain() -> Check:
 
 def _sglang_feature(code: str) -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.release.table import FEATURES, installed_release
+        from dsakit.stack.sglang_release import FEATURES, installed_release
 
         try:
             release = installed_release()
@@ -321,7 +321,7 @@ def _sglang_kit_modules() -> Check:
         missing = [name for name in SGLANG_KIT_IMPORT_CHAIN if not _importable(name)]
         if not missing:
             return None
-        from dsakit.release.table import installed_release
+        from dsakit.stack.sglang_release import installed_release
 
         try:
             version = installed_release().version  # the imported tree's, not the distribution's
@@ -345,7 +345,7 @@ _SGLANG_COVERED_BY = {
 
 def _sglang_import_chain() -> Check:
     def check(device: DeviceModel) -> str | None:
-        from dsakit.release.import_chain import gate_check
+        from dsakit.stack.import_chain import gate_check
 
         return gate_check()
 
@@ -362,13 +362,14 @@ def _triton_interpreter() -> Check:
 
 
 def _import_chain_covered_by() -> str:
-    from dsakit.release.import_chain import COVERED_BY
+    from dsakit.stack.import_chain import COVERED_BY
 
     return COVERED_BY
 
 
 def _build_table() -> dict[str, Gate]:
-    from dsakit.release.table import FEATURES
+    from dsakit.stack.kernel_libraries import KERNEL_LIBRARIES
+    from dsakit.stack.sglang_release import FEATURES
 
     gates = [
         _device("cuda", "an NVIDIA GPU (CUDA)",
@@ -402,16 +403,13 @@ def _build_table() -> dict[str, Gate]:
                 at_least(9, 0)),
         _device("cuda-graphs", "an NVIDIA or AMD GPU to capture CUDA/HIP graphs",
                 "the eager-mode tests cover the same logic without graphs", _gpu()),
-        _module_gate("sgl_kernel", "the torch reference implementations cover the kernel contracts"),
-        _module_gate("flashinfer", "the sgl_kernel and torch reference paths cover the same cases"),
-        _module_gate("flash_mla", "the sgl_kernel FlashMLA extension or the torch reference covers it"),
+        # one per kernel library that has one (dsakit.stack.kernel_libraries)
+        *(_module_gate(library.module, library.gate_covered_by)
+          for library in KERNEL_LIBRARIES.values() if library.gate_covered_by is not None),
         Gate("module:sgl_kernel.flashmla_ops", "module", "sgl_kernel's FlashMLA extension (sgl_kernel/flashmla_ops*), "
              "which DeepSeek-V4 metadata and attention call through sgl_kernel.flash_mla",
              "the DeepSeek-V4 page-table, SWA and compression kernel cases cover its metadata without FlashMLA",
              (), (package_file("sgl_kernel", "flashmla_ops*", "FlashMLA extension"),)),
-        _module_gate("deep_gemm", "the torch reference GEMMs cover the indexer logits"),
-        _module_gate("tilelang", "the CUDA kernels in sgl_kernel cover the same cases"),
-        _module_gate("aiter", "on NVIDIA the CUDA backends cover the same contracts"),
         Gate("module:sglang.test.test_utils", "module",
              "SGLang's test utilities and attention unit-test kit importable (" + ", ".join(SGLANG_KIT_IMPORT_CHAIN)
              + " installed)",

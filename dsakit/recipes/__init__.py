@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.release.table import PINNED_RELEASE, SUPPORTED_RELEASES
+from dsakit.stack.sglang_release import PINNED_RELEASE, SUPPORTED_RELEASES
 
 HERE = Path(__file__).resolve().parent
 

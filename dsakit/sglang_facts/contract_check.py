@@ -18,7 +18,7 @@ from dsakit.contracts.extension import SET_BY_BACKEND
 from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
-from dsakit.release.table import SGLangRelease, installed_release, release_from_tree
+from dsakit.stack.sglang_release import SGLangRelease, installed_release, release_from_tree
 from dsakit.sglang_facts.source_scan import (
     RunnerRead,
     RunnerWrite,

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from dsakit.contracts.runner_sites import FORMAT, releases, server_args_files, tree_digests
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 from dsakit.sglang_facts.source_scan import runner_assignments, runner_files, runner_owners, server_args_fields
 
 

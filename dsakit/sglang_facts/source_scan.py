@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.release import source as sglang_source
+from dsakit.stack import sglang_source
 from dsakit.errors import UsageError
-from dsakit.release.table import (
+from dsakit.stack.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,
@@ -278,7 +278,7 @@ def runner_site(attribute: str, release: SGLangRelease | None = None) -> str:
     """
     name = attribute.split(".", 1)[0]
     if release is None:
-        from dsakit.release.table import installed_release
+        from dsakit.stack.sglang_release import installed_release
 
         try:
             release = installed_release()

@@ -23,7 +23,7 @@ import pytest
 from dsakit.audit.device_guards import spelling_for
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
-from dsakit.release.table import PROBE_SCAN_FILES
+from dsakit.stack.sglang_release import PROBE_SCAN_FILES
 
 WORKER_KEY = "dsakit_device_branches"  # xdist workeroutput: the lines a worker saw run
 

@@ -28,7 +28,7 @@ import pytest
 from dsakit.gates.device_model import REAL, validate_device_name
 
 if TYPE_CHECKING:
-    from dsakit.node.report_merge import Merged
+    from dsakit.compare.report_merge import Merged
 
 _SUMMARY_MARK = "short test summary info"
 _OUTCOME = re.compile(r"^=* ?(\d+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected)|no tests ran)")
@@ -170,7 +170,7 @@ def _run_fleet(config: pytest.Config, devices: list[str], given: str | None) -> 
 
 def _print_fleet(config: pytest.Config, runs: list[DeviceRun], keep: bool, folder: Path) -> int:
     from dsakit.errors import UsageError
-    from dsakit.node.report_merge import format_text, merge
+    from dsakit.compare.report_merge import format_text, merge
 
     write = _line
     for run in runs:
@@ -204,7 +204,7 @@ def _must_run_over_the_fleet(runs: list[DeviceRun], codes: list[int], merged: Me
     """The runs' exit codes with --dsakit-must-run judged over the merged table: a run that failed
     only its must-run gates (its tests passed; every run declares the gates) exits 0 here, and the
     fleet fails once where a gate ran on no device."""
-    from dsakit.node.report_merge import merge
+    from dsakit.compare.report_merge import merge
 
     judged = list(codes)
     for index, run in enumerate(runs):

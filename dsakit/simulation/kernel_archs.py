@@ -3,7 +3,7 @@
 Owns three declared tables, read by the whole-run simulation and printed by its header:
 `ARCH_ONLY` (each kernel family that exists for some devices only, how a launch of it is
 recognised, and why), `TOOLCHAIN` (the code that compiles and launches kernels: its device queries
-answer the real GPU) and `NO_IMAGE` (launch errors that mean "no image of this kernel for this
+answer the real GPU; each kernel library's from its record) and `NO_IMAGE` (launch errors that mean "no image of this kernel for this
 GPU"). Must not import torch, SGLang or a kernel library; must not decide anything but from these
 tables.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsakit.devices import DEVICES
+from dsakit.stack.kernel_libraries import KERNEL_LIBRARIES
 
 Verdict = Literal["run", "refuse", "absent"]
 """run: the kernel exists for the simulated device and this GPU: it launches for real.
@@ -108,16 +109,12 @@ class Toolchain:
     what: str
 
 
+# SGLang's and torch's own; each kernel library's comes from its record (dsakit.stack.kernel_libraries)
 TOOLCHAIN: tuple[Toolchain, ...] = (
-    Toolchain("triton", "/triton/", "Triton's driver and compiler: the target it builds for"),
     Toolchain("sglang-jit", "/sglang/kernels/jit/", "SGLang's JIT kernels: their -gencode arch and launches"),
     Toolchain("sglang-jit-0.5.17", "/sglang/jit_kernel/", "SGLang's JIT kernels (0.5.17 layout)"),
-    Toolchain("flashinfer", "/flashinfer/", "flashinfer: its JIT arch list, kernel selection and launches"),
-    Toolchain("tvm-ffi", "/tvm_ffi/", "tvm-ffi's C++/CUDA builds"),
-    Toolchain("deep-gemm", "/deep_gemm/", "DeepGEMM's JIT and runtime"),
-    Toolchain("sgl-kernel", "/sgl_kernel/", "sgl-kernel's op selection"),
-    Toolchain("flash-mla", "/flash_mla/", "FlashMLA"),
-    Toolchain("tilelang", "/tilelang/", "TileLang's JIT target"),
+    *(Toolchain(library.name, library.path, library.toolchain)
+      for library in KERNEL_LIBRARIES.values() if library.toolchain),
     Toolchain("torch-extensions", "/torch/utils/cpp_extension.py", "torch's C++/CUDA extension builds"),
     Toolchain("inductor", "/torch/_inductor/", "torch.compile's code generation"),
 )

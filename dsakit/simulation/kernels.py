@@ -28,7 +28,8 @@ from typing import Any
 from dsakit.errors import ArchRuleBreach
 from dsakit.gates.device_model import DeviceModel
 from dsakit.mocks.call_site import shown_path, site_outside
-from dsakit.sglang_facts.import_hooks import Patches, rebind_everywhere
+from dsakit.stack.import_hooks import Patches, rebind_everywhere
+from dsakit.stack.kernel_libraries import installed_on, library_paths
 from dsakit.simulation.arch_rules import ArchEntry, breaches, entry_of
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily, family_of_jit
 from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
@@ -41,15 +42,8 @@ TORCH_NAMESPACES = frozenset({
     "_dtensor", "sglang", "torchvision", "torchaudio",
 })
 
-# Kernel libraries a GPU node of each vendor has installed (what a stand-in replaces when absent).
-KERNEL_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "nvidia": ("sgl_kernel", "flashinfer", "deep_gemm", "flash_mla", "tilelang", "fast_hadamard_transform"),
-    "amd": ("sgl_kernel", "aiter", "tilelang"),
-}
-
-# Frames a call site skips: the launching machinery, not the caller.
-_MACHINERY = ("/dsakit/", "/torch/", "/triton/", "/tvm_ffi/", "/sgl_kernel/", "/flashinfer/", "/deep_gemm/",
-              "/contextlib.py", "/functools.py", "<frozen ")
+# Frames a call site skips: the launching machinery (dsakit, torch, every kernel library), not the caller.
+_MACHINERY = ("/dsakit/", "/torch/", *library_paths(), "/contextlib.py", "/functools.py", "<frozen ")
 
 
 def launch_site() -> str:
@@ -528,7 +522,7 @@ def import_present_libraries(device: DeviceModel) -> list[str]:
     the binary for the real arch (sgl_kernel loads sm100/ ops for a capability of 10.x, which a GPU of
     another arch does not have); their kernels are refused under the simulation anyway."""
     imported: list[str] = []
-    for name in KERNEL_LIBRARIES.get(device.vendor, ()):
+    for name in installed_on(device.vendor):
         if name not in absent_libraries(device):
             try:
                 importlib.import_module(name)
@@ -542,9 +536,9 @@ def absent_libraries(device: DeviceModel, *, same_vendor: bool = True) -> list[s
     """The vendor's kernel libraries this machine does not have; on a machine of another vendor (or
     none) every one of them: an installed sgl_kernel built for CUDA is not the one an MI300 has."""
     if not same_vendor:
-        return list(KERNEL_LIBRARIES.get(device.vendor, ()))
+        return list(installed_on(device.vendor))
     absent: list[str] = []
-    for name in KERNEL_LIBRARIES.get(device.vendor, ()):
+    for name in installed_on(device.vendor):
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):

@@ -24,7 +24,7 @@ from dsakit.errors import UsageError
 from dsakit.gates.device_model import DeviceModel, real_device, simulated_model
 from dsakit.devices import DEVICES
 from dsakit.reasons import Reason
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.simulation.probes import ATT, COMMON, KOPS, PROBES
 
 KERNEL_LAUNCH = "simulated-kernel-launch"

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from dsakit.gates.device_model import SIMULATED, DeviceModel
 from dsakit.devices import Answer, answer
-from dsakit.release import source as sglang_source
-from dsakit.release.table import (PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease, releases_between,
+from dsakit.stack import sglang_source
+from dsakit.stack.sglang_release import (PROBE_SCAN_FILES, SUPPORTED_RELEASES, SGLangRelease, releases_between,
                                    releases_from)
 
 ProbeKind = Literal["constant", "cached", "torch"]

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from dsakit.gates.device_model import DeviceModel
 from dsakit.simulation.kernel_archs import QUERY_HELPERS, real_key, toolchain_of
 from dsakit.simulation.kernels import is_kernel_op, op_name, refuse
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.simulation.probe_patches import is_this_machine
 
 Placement = Literal["device", "cpu"]

@@ -95,7 +95,7 @@ def _child(request: dict[str, Any], started: float) -> dict[str, Any]:
         raise UsageError("the Triton-interpreter child needs TRITON_INTERPRET=1 in its environment (run_interpreted sets it)")
     from dsakit.backends.dsa_metadata_kernels import build_inputs, launch, load_kernel, outputs_of
     from dsakit.gates.device_model import simulated_model
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
     from dsakit.simulation.runtime import cuda_view_on_cpu
 
     release = installed_release()

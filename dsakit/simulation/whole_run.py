@@ -61,7 +61,7 @@ class WholeRun:
         kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
         imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.sglang_facts.import_hooks import AfterImport, Patches
+        from dsakit.stack.import_hooks import AfterImport, Patches
         from dsakit.simulation.probe_patches import announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)

@@ -7,7 +7,7 @@ each reaches, the cases it takes, what it guarantees, its known upstream bugs, t
 resolution oracle (`dsakit.topk.rules`), the warm targets, the CLI help and the contract suites
 derive from it; a backend SGLang offers without a record is an error naming the known ones
 (`topk_backend`), never a default. Must not import torch or SGLang (release facts through
-`dsakit.release.table`, read without an import).
+`dsakit.stack.sglang_release`, read without an import).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
+from dsakit.stack.kernel_libraries import KernelLibrary, kernel_library
 from dsakit.topk.checks import CandidateBuffer
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def _exact(case: TopkCase) -> KernelContract:
 def _v2_refines_overflow() -> bool:
     """SGLang 0.5.23's v2 JIT re-stages an overflowing threshold bin exactly (refine_ties) on its
     register/streaming paths; 0.5.17's does not (probe of the installed JIT header, no import)."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         return "refine_ties" in installed_release().file(_V2_IMPL_HEADER).read_text(encoding="utf-8")
@@ -134,7 +135,7 @@ def _v2_key_bits(case: TopkCase) -> list[int]:
 def _has_v2_ragged_entry() -> bool:
     """0.5.23 routes RAGGED to the v2 JIT (any k <= 2048); 0.5.17 has no v2 ragged entry (a
     source probe of the installed SGLang, no import)."""
-    from dsakit.release.table import DSA_TOPK_BACKEND_FILE, installed_release
+    from dsakit.stack.sglang_release import DSA_TOPK_BACKEND_FILE, installed_release
 
     return installed_release().defines(DSA_TOPK_BACKEND_FILE, "_topk_transform_v2_ragged")
 
@@ -187,7 +188,7 @@ class TopkJit:
 
     name: str
     description: str
-    caches: tuple[str, ...]  # names of `dsakit.node.jit_caches.cache_roots()` the build writes
+    caches: tuple[str, ...]  # names of `dsakit.warm.jit_caches.cache_roots()` the build writes
     implied_by: str  # the gate code whose tests need it when they carry no dsakit_jit marker
 
 
@@ -244,7 +245,8 @@ class TopkBackend:
     """One SGLang DSA top-k backend.
 
     value        its `DSATopKBackend` value, a `--dsa-topk-backend` choice
-    library      the import name of its kernel library (None: torch itself)
+    library      the import name of its kernel library, a `KernelLibrary` record's (dsakit.stack.kernel_libraries;
+                 None: torch itself)
     gates        what any launch of it needs (gate codes of `dsakit.gates.table`)
     entry_points its real entry points, each one launch path
     fused        False where SGLang's fused transform refuses it (SGLANG_DSA_FUSE_TOPK must be false)
@@ -260,6 +262,11 @@ class TopkBackend:
     fused: bool = True
     v2_gates: tuple[str, ...] | None = None
     runs_on_cpu: bool = False
+
+    @property
+    def kernel_library(self) -> KernelLibrary | None:
+        """The record `library` names (UsageError where it names none)."""
+        return None if self.library is None else kernel_library(self.library)
 
     @property
     def takes_v2(self) -> bool:

@@ -12,8 +12,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsakit.release import source as sglang_source
-from dsakit.release.table import SERVER_ARGS_FILES, SGLangRelease, installed_release
+from dsakit.stack import sglang_source
+from dsakit.stack.sglang_release import SERVER_ARGS_FILES, SGLangRelease, installed_release
 
 TARGET_FIELD = "dsa_topk_backend"
 DRAFT_FIELD = "speculative_dsa_topk_backend"
@@ -119,7 +119,7 @@ def _find_field(release: SGLangRelease, name: str) -> ServerArgField | None:
 
 
 def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
-    from dsakit.release.table import DSA_TOPK_BACKEND_FILE
+    from dsakit.stack.sglang_release import DSA_TOPK_BACKEND_FILE
 
     tree = sglang_source.tree(release.file(DSA_TOPK_BACKEND_FILE))
     if tree is None:
@@ -136,7 +136,7 @@ def _enum_values(release: SGLangRelease) -> tuple[str, ...]:
 
 
 def _env_defaults(release: SGLangRelease) -> dict[str, object]:
-    from dsakit.release.table import ENVIRON_FILE
+    from dsakit.stack.sglang_release import ENVIRON_FILE
 
     tree = sglang_source.tree(release.file(ENVIRON_FILE))
     if tree is None:

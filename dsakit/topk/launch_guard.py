@@ -25,12 +25,12 @@ import pytest
 
 from dsakit.errors import KernelContractViolation
 from dsakit.mocks.call_site import site_outside
-from dsakit.sglang_facts.import_hooks import AfterImport, Patches, rebind_everywhere
+from dsakit.stack.import_hooks import AfterImport, Patches, rebind_everywhere
+from dsakit.stack.kernel_libraries import library_paths
 from dsakit.topk.kernel_contracts import KernelEntry, Violation, entries_by_module, violations
 
 # Frames a call site skips: the wrapper, the entry point's own module and the kernel libraries.
-_MACHINERY = ("/dsakit/", "/sgl_kernel/", "/flashinfer/", "/torch/", "/contextlib.py", "/functools.py",
-              "/sglang/kernels/ops/")
+_MACHINERY = ("/dsakit/", "/torch/", *library_paths(), "/contextlib.py", "/functools.py", "/sglang/kernels/ops/")
 
 
 def caller_site() -> str:

@@ -23,7 +23,7 @@ from dsakit.topk.flags import DRAFT_FIELD, FUSE_FLAG, TARGET_FIELD, V2_FLAG, Top
 from dsakit.topk.rules import ROLES, Expectation, TopkConfig, expect
 
 if TYPE_CHECKING:
-    from dsakit.release.table import SGLangRelease
+    from dsakit.stack.sglang_release import SGLangRelease
     from dsakit.sglang_facts.scope import SGLangScope
 
 SUBSETS = ("full", "per-role", "pairwise")

@@ -40,7 +40,7 @@ def resolve(role: str) -> Resolved:
     """The real resolution for `role` under the currently applied configuration."""
     from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend
 
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     if installed_release().has("topk-role-split"):
         from dsakit.mocks.model_runner import MockModelRunner
@@ -57,7 +57,7 @@ def published_flags() -> dict[str, str]:
     """The top-k flags as the resolution code reads them now: the resolved config bags on a
     split release (0.5.23's `get_server_args()` keeps the *raw* input, which an override does
     not change), the ServerArgs attribute before the split (what 0.5.17's backend reads)."""
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     if installed_release().has("topk-role-split"):
         from sglang.srt.runtime_context import get_exec, get_spec

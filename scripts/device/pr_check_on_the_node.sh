@@ -38,7 +38,7 @@ text = text.replace(old, old + "            # PR: AITER's decode split count com
                     "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n")
 open(path, "w").write(text)
 PY
-VERSION=$(python -c "from dsakit.release.table import release_from_tree as r; print(r('$BASE').version)")
+VERSION=$(python -c "from dsakit.stack.sglang_release import release_from_tree as r; print(r('$BASE').version)")
 echo "base $BASE (SGLang $VERSION), PR $PR (the same plus the AMD-only read), $(nproc) CPUs"
 if [ "${PR_CHECK_SPEED:-}" = 1 ]; then
   # shellcheck disable=SC2086 # SELECTION is a list of paths

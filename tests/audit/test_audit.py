@@ -24,7 +24,7 @@ from dsakit.audit.command import audit, select_devices
 from dsakit.audit.guard_eval import verdict
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
-from dsakit.release.table import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, release_from_tree
+from dsakit.stack.sglang_release import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, release_from_tree
 
 EVERY_DEVICE = list(SIMULATED)
 

@@ -13,7 +13,7 @@ import pytest
 
 from dsakit.audit.registry import REGISTRY_FILE, Choice, _alternatives, _and, _negate, _parse, chosen_on, factory_choices, registry
 from dsakit.gates.device_model import SIMULATED
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 ATT = "srt/layers/attention/"
 

@@ -27,7 +27,7 @@ from dsakit.audit.usage import (
     _skipping_handler,
     evidence_keys,
 )
-from dsakit.release.table import DSA_BACKEND_FILE, SGLangRelease
+from dsakit.stack.sglang_release import DSA_BACKEND_FILE, SGLangRelease
 
 DSA, MULTI, V4, V4_MULTI, HIP, TOPK = BACKENDS
 

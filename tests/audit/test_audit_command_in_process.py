@@ -12,7 +12,7 @@ import pytest
 
 from dsakit.audit.command import _display, _site_order, audit, python_files, run_audit, select_devices
 from dsakit.errors import UsageError
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 ONE = '''
     from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
@@ -122,7 +122,7 @@ def test_display_is_relative_to_the_working_directory(tmp_path: Path, monkeypatc
 
 def _small_tree(root: Path) -> SGLangRelease:
     """A small tree in SGLang's layout (parsed, never imported): its scan is instant."""
-    from dsakit.release.table import DSA_BACKEND_FILE, MODEL_RUNNER_FILE
+    from dsakit.stack.sglang_release import DSA_BACKEND_FILE, MODEL_RUNNER_FILE
 
     tree = root / "sglang"
     for relative, text in ((MODEL_RUNNER_FILE, "class ModelRunner:\n    def __init__(self):\n        self.page_size = 1\n"),
@@ -160,7 +160,7 @@ def test_python_files_takes_a_file_then_a_folder_and_skips_tool_dirs_at_any_dept
 
 def test_the_flow_adds_the_hip_backend_and_a_downstream_backend_once_each(tmp_path: Path) -> None:
     from dsakit.audit.command import _flow
-    from dsakit.release.table import DSA_BACKEND_FILE, HIP_RADIX_FILE
+    from dsakit.stack.sglang_release import DSA_BACKEND_FILE, HIP_RADIX_FILE
 
     release = _small_tree(tmp_path)
     own = tmp_path / "own.py"

@@ -16,7 +16,7 @@ import pytest
 
 from dsakit.audit.explain import explain_read
 from dsakit.errors import UsageError
-from dsakit.release.table import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, installed_release
+from dsakit.stack.sglang_release import DSA_BACKEND_FILE, DSA_TOPK_BACKEND_FILE, SGLangRelease, installed_release
 
 
 def _installed() -> SGLangRelease:

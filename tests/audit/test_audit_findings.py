@@ -16,7 +16,7 @@ from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding, read_v
 from dsakit.audit.mock_finder import MockValue
 from dsakit.audit.suite_device import stand_in
 from dsakit.gates.device_model import SIMULATED
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
 
 DEVICES = {"sm90": SIMULATED["sm90"], "sm100": SIMULATED["sm100"], "gfx942": SIMULATED["gfx942"],

@@ -20,7 +20,7 @@ import pytest
 
 from dsakit.audit.command import audit, select_devices
 from dsakit.errors import UsageError
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 
 JUDGED_FOR = "0.5.23"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dsakit.audit.mock_finder import SourceFile
 from dsakit.audit.release_match import _module_names, mismatch_line, missing_imports
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 
 
 def _suite_file(source: str, display: str = "tests/test_x.py") -> SourceFile:

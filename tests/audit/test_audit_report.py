@@ -16,7 +16,7 @@ from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding
 from dsakit.audit.mock_finder import MockValue, Scope, SourceFile
 from dsakit.audit.report import CONFIG_RULE, AuditResult, outcome_text, render_reads
 from dsakit.audit.usage import Backend, BackendCall, Route
-from dsakit.release.table import SGLangRelease
+from dsakit.stack.sglang_release import SGLangRelease
 from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
 
 RELEASE = SGLangRelease(Path("/opt/sgl/sglang"), "0.5.99")

@@ -21,7 +21,7 @@ import pytest
 
 from dsakit.audit.command import audit, select_devices
 from dsakit.gates.device_model import SIMULATED
-from dsakit.release.table import (
+from dsakit.stack.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     HIP_RADIX_FILE,

@@ -16,7 +16,7 @@ from dsakit.audit.explain import explain_read
 from dsakit.audit.guard_eval import verdict
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED
-from dsakit.release.table import DSA_BACKEND_FILE, MODEL_RUNNER_FILE, SGLangRelease
+from dsakit.stack.sglang_release import DSA_BACKEND_FILE, MODEL_RUNNER_FILE, SGLangRelease
 
 
 def test_constants_keep_literal_values_only_and_take_no_attributes() -> None:

@@ -153,7 +153,7 @@ def _broken_pr(changed: str) -> Callable[[Path], None]:
     the package) is a copy whose first line does not parse (`x = 1 +`)."""
     def setup(tmp: Path) -> None:
         from dsakit.errors import UsageError
-        from dsakit.release.table import installed_release
+        from dsakit.stack.sglang_release import installed_release
 
         try:
             package = installed_release().package_dir

@@ -48,7 +48,7 @@ UPSTREAM = (SGLANG_SHAPED.replace("page_size=64", "page_size=1 if torch.version.
 
 
 def _installed_package() -> Path:
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     return installed_release().package_dir
 
@@ -130,9 +130,9 @@ def test_a_pr_read_on_amd_is_a_regression_and_the_b300_gap_pre_existing(
 
 def test_only_pre_existing_failures_are_exit_0_and_counted_in_the_comment() -> None:
     """The same tree twice, as the end-to-end run above records it: failures on both sides only."""
-    from dsakit.node.markdown import render
-    from dsakit.node.pr_vs_base import Run
-    from dsakit.pr_check import DeviceCheck, PrCheck, comment, verdicts
+    from dsakit.compare.markdown import render
+    from dsakit.compare.pr_vs_base import Run
+    from dsakit.compare.pr_check import DeviceCheck, PrCheck, comment, verdicts
 
     gap = {"outcome": "failed", "message": "AttributeError: 'MockModelRunner' object has no attribute "
            "'max_running_requests'", "frame": "sglang/srt/layers/attention/dsa_backend.py:120"}
@@ -164,8 +164,8 @@ def test_bad_input_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_skips_no_device_ran_are_grouped_by_their_reason_code() -> None:
-    from dsakit.node.pr_vs_base import Run
-    from dsakit.pr_check import DeviceCheck, PrCheck, _not_run_groups, verdicts
+    from dsakit.compare.pr_vs_base import Run
+    from dsakit.compare.pr_check import DeviceCheck, PrCheck, _not_run_groups, verdicts
 
     skipped = {"outcome": "skipped", "reason": "[fa3] needs FA3 (/k/sm103-pr-overlay/sglang/a.py:3) | [cuda] needs CUDA"}
     plain = {"outcome": "skipped", "reason": "a suite's own skip"}
@@ -187,7 +187,7 @@ def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_find
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(test_inside="def test_a():\n    pass\n")
     record = pytester.path / "rec.jsonl"
-    args = ("-p", "no:cacheprovider", "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
+    args = ("-p", "no:cacheprovider", "-p", "dsakit.compare.recorder", f"--dsakit-record={record}",
             str(outside), "test_inside.py")
     pytester.runpytest_subprocess(*args).assert_outcomes(failed=1, passed=2)
     lines = [json.loads(line) for line in record.read_text().splitlines()]
@@ -201,7 +201,7 @@ def test_a_file_outside_the_rootdir_keeps_its_path_in_the_ids_and_the_rerun_find
 
 
 def test_a_skip_naming_the_two_runs_overlays_or_another_line_is_the_same_skip() -> None:
-    from dsakit.node.pr_vs_base import classify
+    from dsakit.compare.pr_vs_base import classify
 
     def skip(label: str) -> dict[str, dict[str, str]]:
         return {"t.py::a": {"outcome": "skipped", "reason": "[simulated-kernel-launch] x (called at "
@@ -215,7 +215,7 @@ def test_a_skip_naming_the_two_runs_overlays_or_another_line_is_the_same_skip() 
 
 
 def test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run() -> None:
-    from dsakit.pr_check import parallel_runs
+    from dsakit.compare.pr_check import parallel_runs
 
     assert parallel_runs(8, [], cpus=16) == 8
     assert parallel_runs(8, ["-n", "4"], cpus=16) == 4
@@ -226,8 +226,8 @@ def test_runs_in_flight_follow_the_cpus_and_the_xdist_workers_of_each_run() -> N
 
 
 def test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_exit_1() -> None:
-    from dsakit.node.pr_vs_base import Run
-    from dsakit.pr_check import DeviceCheck, PrCheck, verdicts
+    from dsakit.compare.pr_vs_base import Run
+    from dsakit.compare.pr_check import DeviceCheck, PrCheck, verdicts
 
     def check(base_exit: int, pr_exit: int) -> PrCheck:
         one = DeviceCheck("sm103", "sm103")
@@ -242,9 +242,9 @@ def test_a_run_that_compared_nothing_is_exit_2_and_a_pr_only_collection_break_ex
 
 
 def test_a_failure_section_counts_test_x_device_beside_its_rows() -> None:
-    from dsakit.node.markdown import render
-    from dsakit.node.pr_vs_base import Run
-    from dsakit.pr_check import DeviceCheck, PrCheck, comment, verdicts
+    from dsakit.compare.markdown import render
+    from dsakit.compare.pr_vs_base import Run
+    from dsakit.compare.pr_check import DeviceCheck, PrCheck, comment, verdicts
 
     passed, gap = {"outcome": "passed"}, {"outcome": "failed", "longrepr": "E   AttributeError: gap"}
     checks = []

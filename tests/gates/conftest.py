@@ -9,7 +9,7 @@ import pytest
 def as_its_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Gates evaluated in this test answer as in a process that is no pytest session (`dsakit
     capabilities` on the command line): the sglang:import-chain gate then answers without importing
-    SGLang (dsakit.release.import_chain.gate_check), which inside this test would cost ~12 CPU-s."""
+    SGLang (dsakit.stack.import_chain.gate_check), which inside this test would cost ~12 CPU-s."""
     from dsakit import active
 
     monkeypatch.setattr(active, "run_in_this_process", lambda: None)

@@ -75,7 +75,7 @@ from dsakit.audit.device_guards import SPELLINGS, spelling_for
 from dsakit import devices
 from dsakit.gates.device_model import SIMULATED
 from dsakit.devices import DeviceEntry
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 from dsakit.simulation import probes as device_probes
 
 fields = json.loads(sys.argv[2])
@@ -221,7 +221,7 @@ def test_a_device_added_as_one_entry_reaches_names_gates_audit_simulation_and_cl
 def test_pr_check_runs_the_table_s_pr_gate_devices_by_default(monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     import dsakit.cli
-    from dsakit.pr_check import parse_devices
+    from dsakit.compare.pr_check import parse_devices
 
     assert parse_devices(None) == ["sm90", "sm100", "sm103", "gfx942"]
     monkeypatch.setitem(devices.DEVICES, EXTRA.key, DeviceEntry(*EXTRA_FACTS, pr_gate=True))

@@ -9,7 +9,7 @@ import pytest
 
 from dsakit.gates import table as gates
 
-from dsakit.release import table as sglang_release
+from dsakit.stack import sglang_release
 from dsakit.gates.device_model import SIMULATED
 from dsakit.errors import UsageError
 from dsakit.gates.table import (
@@ -21,7 +21,7 @@ from dsakit.gates.table import (
     split_codes,
     validate_codes,
 )
-from dsakit.release.table import FEATURES, release_from_tree
+from dsakit.stack.sglang_release import FEATURES, release_from_tree
 
 REQUIRED = [
     "cuda", "rocm", "fa3", "trtllm-dsa-decode", "flashmla-sparse", "flashinfer-gvr-topk", "aiter",

@@ -244,7 +244,7 @@ def test_every_row_is_written_so_in_the_kit_of_each_release_of_its_range(
     """Each row's source text is in the kit of every release its table covers, and a row of a range
     that ends (or starts) at a release is not in the kit beyond it: the ranges are read, not guessed."""
     from dsakit.gates.sglang_skips import TABLES, release_numbers
-    from dsakit.release.table import KIT_DSA_FILE, installed_release, release_from_tree
+    from dsakit.stack.sglang_release import KIT_DSA_FILE, installed_release, release_from_tree
 
     release = installed_release() if version == "installed" else release_from_tree(str(sglang_release_tree(version)))
     kit = (release.package_dir / KIT_DSA_FILE).read_text(encoding="utf-8")
@@ -356,9 +356,9 @@ def test_the_merge_of_three_devices_says_where_each_group_runs_and_why_each_node
 
 
 def test_pr_check_names_each_skip_change_with_both_reasons_and_explains_each_device() -> None:
-    from dsakit.node.markdown import render
-    from dsakit.node.pr_vs_base import Run
-    from dsakit.pr_check import DeviceCheck, PrCheck, as_json, comment, verdicts
+    from dsakit.compare.markdown import render
+    from dsakit.compare.pr_vs_base import Run
+    from dsakit.compare.pr_check import DeviceCheck, PrCheck, as_json, comment, verdicts
 
     variants = "t.py::T::test_decode_impl_variants"
     base = {variants: {"outcome": "passed"},
@@ -388,8 +388,8 @@ def test_pr_check_names_each_skip_change_with_both_reasons_and_explains_each_dev
 
 def test_pr_check_reruns_a_failed_subtest_through_its_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A subtest id is not a pytest node id: the rerun list names its test once."""
-    from dsakit import pr_check
-    from dsakit.node.pr_vs_base import Run
+    from dsakit.compare import pr_check
+    from dsakit.compare.pr_vs_base import Run
 
     failed = {"outcome": "failed", "message": "AssertionError", "frame": "t.py"}
     tests = {"t.py::T::test_x": failed, "t.py::T::test_x (n=1)": {**failed, "subtest_of": "t.py::T::test_x"},

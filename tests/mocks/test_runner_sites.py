@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.release import table as sglang_release
+from dsakit.stack import sglang_release
 from dsakit.contracts import runner_sites
 from dsakit.errors import UsageError
-from dsakit.release.table import MODEL_RUNNER_FILE, SUPPORTED_RELEASES, SGLangRelease, release_from_tree
+from dsakit.stack.sglang_release import MODEL_RUNNER_FILE, SUPPORTED_RELEASES, SGLangRelease, release_from_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 Tree = Callable[[str], Path]
@@ -188,7 +188,7 @@ def test_without_sglang_the_phrase_says_so(monkeypatch: pytest.MonkeyPatch) -> N
 
 _NO_PARSE = """
 import ast, dsakit
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 installed_release()  # the release (its version file) is found before the read
 def refuse(*args, **kwargs):
     raise AssertionError("the mock parsed SGLang source to word a violation")

@@ -222,7 +222,7 @@ def test_an_unused_session_loads_no_gate_table_device_model_or_contract(pytester
     pytester.makepyfile(test_unrelated=(
         "import sys\n\n"
         "def test_nothing_heavy_loaded():\n"
-        "    heavy = [m for m in ('dsakit.gates.table', 'dsakit.gates.device_model', 'dsakit.release.table',\n"
+        "    heavy = [m for m in ('dsakit.gates.table', 'dsakit.gates.device_model', 'dsakit.stack.sglang_release',\n"
         "                         'dsakit.contracts.model_runner_contract', 'dsakit.mocks.model_runner',\n"
         "                         'torch', 'sglang') if m in sys.modules]\n"
         "    assert heavy == []\n"))

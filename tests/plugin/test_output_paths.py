@@ -190,7 +190,7 @@ def test_warm_export_to_an_empty_path_is_exit_2(tmp_path: Path) -> None:
 def test_warm_import_of_a_truncated_tarball_is_exit_2_naming_the_damage(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import dsakit.cli
-    from dsakit.node import bytecode
+    from dsakit.warm import bytecode
 
     cache = tmp_path / "cache.tgz"
     home = tmp_path / "home"

@@ -20,11 +20,11 @@ RESOLVERS = {"resolve_device", "validate_device_name", "current_key", "discover"
 # (file, function) -> whose device it resolves
 READERS = {
     ("dsakit/gates/capabilities.py", "run_capabilities"): "`dsakit capabilities --device`",
-    ("dsakit/node/warm.py", "run_warm"): "`dsakit warm --device`: its targets' gates and builds",
-    ("dsakit/node/warm_cache.py", "current_key"): "`dsakit warm --export/--import --device`: the stack key",
-    ("dsakit/node/warm_cache.py", "export_cache"): "`dsakit warm --export --device`",
-    ("dsakit/node/warm_cache.py", "_import_from"): "`dsakit warm --import --device`",
-    ("dsakit/node/warm_cache.py", "chain_bytecode"): "the export's key; without one (a bench script), "
+    ("dsakit/warm/targets.py", "run_warm"): "`dsakit warm --device`: its targets' gates and builds",
+    ("dsakit/warm/tarball.py", "current_key"): "`dsakit warm --export/--import --device`: the stack key",
+    ("dsakit/warm/tarball.py", "export_cache"): "`dsakit warm --export --device`",
+    ("dsakit/warm/tarball.py", "_import_from"): "`dsakit warm --import --device`",
+    ("dsakit/warm/tarball.py", "chain_bytecode"): "the export's key; without one (a bench script), "
                                                      "the caller's $DSAKIT_DEVICE or this machine",
     ("dsakit/node/rerun.py", "run_rerun_test"): "`dsakit rerun-test --device`",
     ("dsakit/node/gpu_pinning.py", "discover"): "the name it is given: the session's (Pinning) or "

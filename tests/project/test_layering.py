@@ -48,7 +48,7 @@ def test_the_declared_layering_holds(tree: Path) -> None:
 @pytest.mark.parametrize(("module", "target"), [
     ("reasons.py", "dsakit.cli"),  # a leaf reaching the top
     ("gates/table.py", "dsakit.sglang_facts.scope"),  # gates below sglang_facts
-    ("release/table.py", "dsakit.gates.marks"),  # the release table below the gates
+    ("stack/sglang_release.py", "dsakit.gates.marks"),  # the release table below the gates
     ("active.py", "dsakit.session"),  # the leaf of active runs below the session that pushes itself
     ("mocks/read_log.py", "dsakit.topk.cases"),  # a folder package-dir maps into dsakit
 ])

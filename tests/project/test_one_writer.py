@@ -22,8 +22,8 @@ THE_WRITER = "dsakit/output_paths.py"
 # temporary or lock folders, where the one writer's atomic replace would be wrong or pointless
 INTERNAL = {
     ("dsakit/node/fault_isolation.py", "_exit_worker"): "a dying worker's handoff to its controller",
-    ("dsakit/node/pr_vs_base_recorder.py", "__init__"): "the compare record stream, started empty",
-    ("dsakit/node/pr_vs_base_recorder.py", "_write"): "one JSON line per test as it ends (a crash keeps them)",
+    ("dsakit/compare/recorder.py", "__init__"): "the compare record stream, started empty",
+    ("dsakit/compare/recorder.py", "_write"): "one JSON line per test as it ends (a crash keeps them)",
     ("dsakit/node/gpu_pinning.py", "_flock"): "the GPU lock files (opened to lock, never written)",
     ("dsakit/simulation/fleet.py", "_start"): "a device run's log in the fleet's temporary folder",
 }

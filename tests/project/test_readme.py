@@ -163,7 +163,7 @@ def test_the_readme_opens_with_a_checkout_s_two_commands_which_ci_runs(tmp_path:
 
 
 def test_the_readme_names_the_pinned_release() -> None:
-    from dsakit.release.table import PINNED_RELEASE
+    from dsakit.stack.sglang_release import PINNED_RELEASE
 
     assert f"dsakit/recipes/cpu-sglang-{PINNED_RELEASE}.txt" in README
     assert f"The CPU recipe pins SGLang {PINNED_RELEASE};" in README

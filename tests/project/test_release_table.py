@@ -1,4 +1,4 @@
-"""One release table (dsakit.release.table): releases compare as releases, and adding one is one
+"""One release table (dsakit.stack.sglang_release): releases compare as releases, and adding one is one
 entry that the probe rows, the recipes, scripts/env.sh and .ci/run all read (CONTRIBUTING.md,
 "Adding an SGLang release")."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dsakit.errors import UsageError
-from dsakit.release.table import (PINNED_RELEASE, SUPPORTED_RELEASES, release_key, release_order,
+from dsakit.stack.sglang_release import (PINNED_RELEASE, SUPPORTED_RELEASES, release_key, release_order,
                                    releases_between, releases_from)
 from tests.checkout_stubs import run, set_release_table, stub_checkout
 
@@ -52,7 +52,7 @@ def test_the_table_is_in_release_order_and_pins_one_of_its_releases() -> None:
 
 _PROBE_ROWS = """
 import json, sys
-from dsakit.release import table as sglang_release
+from dsakit.stack import sglang_release
 sglang_release.SUPPORTED_RELEASES += tuple(sys.argv[1:])   # the one entry, before anything reads it
 from dsakit.simulation import probes as device_probes
 print(json.dumps([[p.name, list(p.modules), list(p.releases)] for p in device_probes.PROBES]))

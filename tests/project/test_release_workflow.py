@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.release.table import PINNED_RELEASE
+from dsakit.stack.sglang_release import PINNED_RELEASE
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

@@ -14,11 +14,11 @@ import pytest
 from dsakit.devices import DEVICES, DeviceEntry
 from dsakit.gates.device_model import simulated_model
 from dsakit.reasons import Reason
-from dsakit.release import table as release_table
+from dsakit.stack import sglang_release
 
 # the modules a run with dsakit's fixtures and gate marks loads (bench/bench_kit_overhead.py's matrix)
 USED = ("dsakit.plugin", "dsakit.session", "dsakit.devices", "dsakit.reasons", "dsakit.gates.device_model",
-        "dsakit.gates.table", "dsakit.gates.marks", "dsakit.gates.inventory", "dsakit.release.table",
+        "dsakit.gates.table", "dsakit.gates.marks", "dsakit.gates.inventory", "dsakit.stack.sglang_release",
         "dsakit.mocks.read_log", "dsakit.mocks.runner_scope", "dsakit.active")
 
 _COUNT = """
@@ -42,7 +42,7 @@ def test_the_modules_a_run_loads_create_no_dataclass() -> None:
 
 
 @pytest.mark.parametrize("make", [lambda: Reason("code", "a sentence"), lambda: DEVICES["sm90"],
-                                  lambda: simulated_model("sm103"), lambda: release_table.FEATURES["dsa-backend"]],
+                                  lambda: simulated_model("sm103"), lambda: sglang_release.FEATURES["dsa-backend"]],
                          ids=["reason", "device-entry", "device-model", "feature"])
 def test_a_record_behaves_as_a_frozen_dataclass(make: object) -> None:
     record = make()  # type: ignore[operator]
@@ -65,12 +65,12 @@ def test_a_records_fields_decide_equality() -> None:
 
 
 _PARSES = """
-from dsakit.release import source
-from dsakit.release.table import installed_release
+from dsakit.stack import sglang_source
+from dsakit.stack.sglang_release import installed_release
 release = installed_release()
-before = source.stats()["parsed"]
+before = sglang_source.stats()["parsed"]
 assert release.has("topk-role-split") is True
-print(source.stats()["parsed"] - before)
+print(sglang_source.stats()["parsed"] - before)
 """
 
 
@@ -114,7 +114,7 @@ def test_the_text_answer_never_claims_what_the_ast_denies(name: str, tmp_path: o
 
     path = pathlib.Path(str(tmp_path)) / "module.py"
     path.write_text(SOURCE, encoding="utf-8")
-    exact = name in release_table._defined_names(path)
-    if release_table._defined_in_text(SOURCE, name):
+    exact = name in sglang_release._defined_names(path)
+    if sglang_release._defined_in_text(SOURCE, name):
         assert exact, name
     assert exact == (name in ("Backend.resolve", "Backend.later", "top", "Other", "Backend"))

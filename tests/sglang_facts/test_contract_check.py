@@ -20,7 +20,7 @@ import pytest
 
 from dsakit.sglang_facts.contract_check import check_release
 from dsakit.errors import UsageError
-from dsakit.release.table import (
+from dsakit.stack.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
     DSA_BACKEND_FILE,
     MODEL_RUNNER_FILE,

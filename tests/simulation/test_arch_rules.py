@@ -20,7 +20,7 @@ import pytest
 
 from dsakit.errors import ArchRuleBreach
 from dsakit.gates.device_model import simulated_model
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.simulation import arch_rules
 from dsakit.simulation.kernel_archs import ARCH_ONLY, family_of_entry
 from dsakit.simulation.probe_patches import SimulatedKernelLaunch

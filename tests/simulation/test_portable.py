@@ -16,7 +16,7 @@ import pytest
 from dsakit.gates.device_model import simulated_model
 from dsakit.simulation import kernel_archs
 from dsakit.simulation.kernel_archs import ARCH_ONLY, KernelFamily
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.simulation.probe_patches import SimulatedKernelAbsent, SimulatedKernelLaunch
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None

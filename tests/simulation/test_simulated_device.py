@@ -17,7 +17,7 @@ import pytest
 import dsakit
 from dsakit.devices import DEVICES
 from dsakit.simulation import probes as device_probes
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 
 ROOT = Path(__file__).resolve().parents[2]
 

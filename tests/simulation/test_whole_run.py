@@ -212,9 +212,9 @@ def test_a_stand_in_kernel_library_keeps_its_module_gate_closed(pytester: pytest
     import importlib.util
 
     from dsakit.gates.table import gate_table
-    from dsakit.simulation.kernels import KERNEL_LIBRARIES
+    from dsakit.stack.kernel_libraries import installed_on
 
-    absent = [n for n in KERNEL_LIBRARIES["nvidia"] if f"module:{n}" in gate_table() and importlib.util.find_spec(n) is None]
+    absent = [n for n in installed_on("nvidia") if f"module:{n}" in gate_table() and importlib.util.find_spec(n) is None]
     if not absent:
         pytest.skip("[kernel-libraries-installed] every NVIDIA kernel library is installed here")
     name = absent[0]
@@ -246,9 +246,9 @@ def test_a_stand_in_answer_used_as_a_size_names_the_call_that_gave_it(pytester: 
     as "a kernel library's answer" x42 in SGLang's test_dsa.py under sm103)."""
     import importlib.util
 
-    from dsakit.simulation.kernels import KERNEL_LIBRARIES
+    from dsakit.stack.kernel_libraries import installed_on
 
-    absent = [n for n in KERNEL_LIBRARIES["nvidia"] if importlib.util.find_spec(n) is None]
+    absent = [n for n in installed_on("nvidia") if importlib.util.find_spec(n) is None]
     if not absent:
         pytest.skip("[kernel-libraries-installed] every NVIDIA kernel library is installed here")
     name = absent[0]

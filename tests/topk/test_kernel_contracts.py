@@ -156,7 +156,7 @@ def test_a_captured_launch_is_checked_again_before_each_replay() -> None:
     written then): the replay is refused when they break the kernel's contract."""
 
     from dsakit.errors import KernelContractViolation
-    from dsakit.sglang_facts.import_hooks import Patches
+    from dsakit.stack.import_hooks import Patches
     from dsakit.topk import launch_guard
 
     replays: list[str] = []

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from dsakit.errors import KernelContractViolation
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.topk import launch_guard
 from dsakit.topk.kernel_contracts import KERNEL_ENTRIES, KernelEntry
 

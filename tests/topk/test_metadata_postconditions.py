@@ -215,7 +215,7 @@ def test_under_the_option_the_wrapped_kernel_raises_when_it_returns() -> None:
 @torch_needed
 def test_a_metadata_kernel_captured_in_a_graph_is_checked_after_each_replay() -> None:
     from dsakit.errors import KernelContractViolation
-    from dsakit.sglang_facts.import_hooks import Patches
+    from dsakit.stack.import_hooks import Patches
     from dsakit.topk import launch_guard
 
     class CUDAGraph:

@@ -16,13 +16,14 @@ from dsakit.topk.cases import select_topk_cases
 
 def test_every_record_names_known_gates_caches_and_bugs() -> None:
     from dsakit.gates.table import validate_codes
-    from dsakit.node.jit_caches import cache_roots
+    from dsakit.warm.jit_caches import cache_roots
 
     roots = cache_roots()
     for backend in TOPK_BACKENDS.values():
         validate_codes(backend.gates + (backend.v2_gates or ()))  # UsageError on an unknown code
-        if backend.library is not None:
-            assert f"module:{backend.library}" in backend.gates, backend.value
+        library = backend.kernel_library  # UsageError where `library` names no KernelLibrary record
+        if library is not None:
+            assert library.gate is not None and library.gate in backend.gates, backend.value
         for entry in backend.entry_points:
             if entry.jit is not None:
                 assert set(entry.jit.caches) <= set(roots), entry.jit
@@ -61,7 +62,7 @@ b.TOPK_BACKENDS["tilelang"] = b.TopkBackend(
      b.EntryPoint("tilelang.transform-paged", "transform", "tilelang.topk_transform", layout="paged", jit=jit)))
 
 from dsakit.cli import main
-from dsakit.node.warm import GATE_TARGETS, JIT_TARGETS
+from dsakit.warm.targets import GATE_TARGETS, JIT_TARGETS
 from dsakit.topk.flags import TopkFlags, ServerArgField
 from dsakit.topk.launch import TOPK_PATHS, topk_func_path
 from dsakit.topk.matrix import TopkCell

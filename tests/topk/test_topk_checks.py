@@ -279,7 +279,7 @@ def test_v2_nan_filler_is_exempt_only_with_the_flag_and_only_once_per_nan() -> N
 @pytest.fixture
 def sglang_0517(tmp_path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """A stand-in for SGLang 0.5.17's tree: no v2 RAGGED entry, no refine_ties in the v2 JIT."""
-    import dsakit.release.table as rel
+    import dsakit.stack.sglang_release as rel
 
     pkg = tmp_path / "sglang"
     backend = pkg / rel.DSA_TOPK_BACKEND_FILE

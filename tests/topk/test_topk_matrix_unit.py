@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import dsakit
-from dsakit.release.table import SGLangRelease, release_from_tree
+from dsakit.stack.sglang_release import SGLangRelease, release_from_tree
 from dsakit.topk.matrix import _pairs, topk_cell, topk_cells
 from dsakit.topk.rules import NO_ROLE_SPLIT, PRE_SPLIT, ROLE_SPLIT, TORCH_NEEDS_UNFUSED
 

@@ -2,7 +2,7 @@
 
 Owns: the comment as data (`Comment`: failure sections in the order given, regressions first; skips
 grouped by reason code with the node that covers them) and its one rendering. Must not classify or
-merge anything: `dsakit.node.pr_vs_base` and `dsakit.node.report_merge` build the `Comment`.
+merge anything: `dsakit.compare.pr_vs_base` and `dsakit.compare.report_merge` build the `Comment`.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from dsakit.errors import UsageError
 from dsakit.devices import pr_gate_keys
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.gates.skip_causes import Cause
-from dsakit.node.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
-from dsakit.node.pr_vs_base import (Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection,
+from dsakit.compare.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
+from dsakit.compare.pr_vs_base import (Run, classify, fingerprint_mismatch, in_tree, package_dir, run_selection,
                                     skip_reason)
 from dsakit.gates.outcomes import FAILING, signature
 from dsakit.node.process_group import check_timeout, interruptible, stop_all
@@ -255,7 +255,7 @@ def tree_reads(flag: str, src: str) -> Reads:
     tree, `file:line` and the problem (a broken PR cannot be compared; its runs would say nothing
     about a file no test imports), never a traceback or a silent pass."""
     from dsakit.errors import UnparsableSource
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
     from dsakit.sglang_facts.source_scan import runner_assignments, scan_runner_reads
 
     release = release_from_tree(src)
@@ -299,7 +299,7 @@ def read_changes(base: Reads, pr: Reads, devices: Sequence[str]) -> list[ReadCha
 def broken_mocks(changes: list[ReadChange], suites: Sequence[str], pr_src: str, devices: Sequence[str]) -> list[ReadChange]:
     """Each added / re-guarded read with the selection's mocks that lack it (dsakit audit of the PR tree)."""
     from dsakit.audit.command import audit, python_files
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
 
     files = [str(p) for p in python_files(suites)] if suites else []
     if not files or not changes:
@@ -393,7 +393,7 @@ class PrCheck:
     def unusable(self) -> tuple[list[str], bool]:
         """Sentences for runs that compared nothing (collection errors, no tests: pytest exit 2-5),
         and whether the PR alone broke collection somewhere (a regression)."""
-        from dsakit.node.pr_vs_base import unusable_runs
+        from dsakit.compare.pr_vs_base import unusable_runs
 
         lines: list[str] = []
         pr_only = False
@@ -585,7 +585,7 @@ def run_pr_check(base_src: str, pr_src: str, pytest_args: Sequence[str], *, devi
 def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytest_args: Sequence[str],
                  chosen: Sequence[str], codes: tuple[str, ...], json_out: OutputFile | None,
                  markdown_out: OutputFile | None, timeout: float | None, reads: tuple[Reads, Reads]) -> int:
-    from dsakit.node.markdown import render
+    from dsakit.compare.markdown import render
 
     try:
         workdir.mkdir(parents=True, exist_ok=True)

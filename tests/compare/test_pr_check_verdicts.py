@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from dsakit import pr_check
-from dsakit.node import pr_vs_base
-from dsakit.node.pr_vs_base import Change, Run, classify
-from dsakit.pr_check import DeviceCheck, PrCheck, Verdict
+from dsakit.compare import pr_check, pr_vs_base
+from dsakit.compare.pr_vs_base import Change, Run, classify
+from dsakit.compare.pr_check import DeviceCheck, PrCheck, Verdict
 
 
 def _out(outcome: str, *, message: str = "", frame: str = "", reason: str = "", **extra: Any) -> dict[str, Any]:
@@ -339,7 +338,7 @@ def _everything() -> PrCheck:
 
 
 def test_the_pr_comment_of_every_kind_of_finding() -> None:
-    from dsakit.node import markdown
+    from dsakit.compare import markdown
 
     assert markdown.render(pr_check.comment(_everything())).split("\n") == [
         '## dsakit pr-check',
@@ -480,7 +479,7 @@ def test_tests_that_ran_on_no_device_group_each_test_x_device_once() -> None:
 
 
 def test_the_comment_names_four_tests_per_not_run_group() -> None:
-    from dsakit.node import markdown
+    from dsakit.compare import markdown
 
     skip = _out("skipped", reason="[cuda] no GPU")
     check = _check({}, {f"t::c{n}": skip for n in range(6)}, device="sm90")

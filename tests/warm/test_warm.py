@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.node import warm as jit_warmup
+from dsakit.warm import targets
 from dsakit.gates.device_model import simulated_model
 from dsakit.errors import UsageError
 
@@ -86,12 +86,12 @@ def test_triton_target_runs_the_marked_tests_once_in_one_process(pytester: pytes
     ids = [f"test_marked.py::test_kernel[{i}]" for i in range(3)]
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.chdir(pytester.path)
-        assert jit_warmup._run_tests_once(ids, simulated_model("sm90")) == 3
+        assert targets._run_tests_once(ids, simulated_model("sm90")) == 3
     lines = [line.split() for line in ran.read_text().splitlines()]
     assert sorted(line[0] for line in lines) == ["0", "1", "2"]
     assert len({line[1] for line in lines}) == 1 and {line[2] for line in lines} == {"None"}, "one plain process"
     with pytest.raises(RuntimeError, match="exited 4"):  # a usage error (no such file) fails the build
-        jit_warmup._run_tests_once(["does_not_exist.py"], simulated_model("sm90"))
+        targets._run_tests_once(["does_not_exist.py"], simulated_model("sm90"))
 
 
 def test_the_marked_tests_run_on_the_warms_device_not_on_dsakit_device(pytester: pytest.Pytester) -> None:
@@ -136,7 +136,7 @@ def test_the_topk_launches_are_gated_on_the_warms_device(monkeypatch: pytest.Mon
     monkeypatch.setattr(cases, "select_topk_cases", lambda: ["case"])
     monkeypatch.setattr(table, "closed_reasons", lambda _gates, device: asked.append(device.key) or [])
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    assert jit_warmup._launch_paths(["fake"], simulated_model("sm90")) == 1
+    assert targets._launch_paths(["fake"], simulated_model("sm90")) == 1
     assert asked == ["sm90"] and ran == ["case"]
 
 
@@ -160,11 +160,11 @@ def test_concurrent_warms_build_one_at_a_time(tmp_path: Path, monkeypatch: pytes
         spans.append((start, time.perf_counter()))
         return 1
 
-    target = jit_warmup.JitTarget("fake", "a fake build", (), (), build)
+    target = targets.JitTarget("fake", "a fake build", (), (), build)
     device = simulated_model("sm90")
-    results: list[jit_warmup.WarmResult] = []
+    results: list[targets.WarmResult] = []
     # two selections, so the second build is not answered by the first one's stamp
-    threads = [threading.Thread(target=lambda i=i: results.append(jit_warmup.warm_target(target, device,
+    threads = [threading.Thread(target=lambda i=i: results.append(targets.warm_target(target, device,
                                                                                        test_ids=[f"t{i}"])))
                for i in range(2)]
     for t in threads:
@@ -185,14 +185,14 @@ def test_failed_build_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     def build(_tests, _device) -> int:
         raise RuntimeError("nvcc exploded")
 
-    result = jit_warmup.warm_target(jit_warmup.JitTarget("bad", "", (), (), build), simulated_model("sm90"))
+    result = targets.warm_target(targets.JitTarget("bad", "", (), (), build), simulated_model("sm90"))
     assert result.status == "failed" and "RuntimeError: nvcc exploded" in result.error
 
 
 def test_validate_targets() -> None:
-    assert jit_warmup.validate_targets(["sglang-topk-v2", "sglang-topk-v2"]) == ("sglang-topk-v2",)
+    assert targets.validate_targets(["sglang-topk-v2", "sglang-topk-v2"]) == ("sglang-topk-v2",)
     with pytest.raises(UsageError):
-        jit_warmup.validate_targets(["x"])
+        targets.validate_targets(["x"])
 
 
 # ---------------------------------------------------------------- stamps: a build that still holds is not run again
@@ -215,23 +215,23 @@ def stamp_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _kernel_target(calls: list[list[str]], out: Path) -> jit_warmup.JitTarget:
+def _kernel_target(calls: list[list[str]], out: Path) -> targets.JitTarget:
     def build(tests, _device) -> int:
         calls.append(list(tests))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(b"cubin")
         return len(tests)
 
-    return jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+    return targets.JitTarget("fake-kernels", "", (), ("triton",), build)
 
 
 def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
     calls: list[list[str]] = []
     target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
     device = simulated_model("sm90")
-    first = jit_warmup.warm_target(target, device, test_ids=["a", "b"])
+    first = targets.warm_target(target, device, test_ids=["a", "b"])
     assert (first.status, first.stale) == ("built", "no stamp")
-    again = jit_warmup.warm_target(target, device, test_ids=["b", "a"])
+    again = targets.warm_target(target, device, test_ids=["b", "a"])
     assert (again.status, again.launches, len(calls)) == ("cached", 2, 1)
     assert again.stamp_time and json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())[
         "evidence"] == {"files": {"triton": {"K/k.cubin": 5}}, "roots": {"triton": str(stamp_node / "triton")},
@@ -241,22 +241,22 @@ def test_a_stamp_that_holds_skips_the_build(stamp_node: Path) -> None:
 @pytest.mark.parametrize("change", ["file gone", "other tests", "other stack"])
 def test_a_stamp_that_no_longer_holds_builds_again_saying_why(stamp_node: Path, monkeypatch: pytest.MonkeyPatch,
                                                               change: str) -> None:
-    from dsakit.node import warm_cache
+    from dsakit.warm import tarball
 
     calls: list[list[str]] = []
     kernel = stamp_node / "triton" / "K" / "k.cubin"
     target = _kernel_target(calls, kernel)
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
+    targets.warm_target(target, device, test_ids=["a"])
     tests = ["a"]
     if change == "file gone":
         kernel.unlink()
     elif change == "other tests":
         tests = ["a", "c"]
     else:
-        real = warm_cache.stack_key
-        monkeypatch.setattr(warm_cache, "stack_key", lambda d: {**real(d), "torch": "9.9"})
-    result = jit_warmup.warm_target(target, device, test_ids=tests)
+        real = tarball.stack_key
+        monkeypatch.setattr(tarball, "stack_key", lambda d: {**real(d), "torch": "9.9"})
+    result = targets.warm_target(target, device, test_ids=tests)
     assert result.status == "built" and len(calls) == 2
     assert result.stale == {"file gone": f"{kernel} is gone",
                             "other tests": "built for another selection", "other stack": "built for another stack"}[change]
@@ -271,13 +271,13 @@ def test_logs_and_build_temp_files_are_no_evidence(stamp_node: Path) -> None:
         (stamp_node / "triton" / rel).parent.mkdir(parents=True, exist_ok=True)
         (stamp_node / "triton" / rel).write_text("x")
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
+    targets.warm_target(target, device, test_ids=["a"])
     stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
     assert stamp["evidence"]["files"] == {"triton": {"K/k.cubin": 5}}
     for rel in ("flashinfer_jit.log", "cached_ops/tmp/topk.lock2", "tmpab12/x.so"):
         (stamp_node / "triton" / rel).unlink()
     (stamp_node / "triton" / "K" / "k.cubin").write_bytes(b"rewritten, other size")  # the library's own business
-    assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached" and len(calls) == 1
+    assert targets.warm_target(target, device, test_ids=["a"]).status == "cached" and len(calls) == 1
 
 
 @pytest.mark.parametrize("log", [".ninja_log", ".ninja_deps"])
@@ -289,9 +289,9 @@ def test_ninjas_logs_are_evidence(stamp_node: Path, log: str) -> None:
     (stamp_node / "triton" / "topk").mkdir(parents=True)
     (stamp_node / "triton" / "topk" / log).write_text("# ninja log v7\n")
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
+    targets.warm_target(target, device, test_ids=["a"])
     (stamp_node / "triton" / "topk" / log).unlink()
-    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    again = targets.warm_target(target, device, test_ids=["a"])
     assert (again.status, again.stale, len(calls)) == ("built", f"{stamp_node / 'triton' / 'topk' / log} is gone", 2)
 
 
@@ -308,14 +308,14 @@ def test_files_a_build_writes_outside_its_declared_caches_are_evidence(stamp_nod
             out.write_bytes(b"so")
         return 1
 
-    target = jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+    target = targets.JitTarget("fake-kernels", "", (), ("triton",), build)
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
+    targets.warm_target(target, device, test_ids=["a"])
     stamp = json.loads((stamp_node / "dsakit" / "jit" / "fake-kernels.json").read_text())
     assert stamp["evidence"]["files"] == {"sglang-jit": {"sm90a/topk_v2/build-1/deps-2/topk_v2.so": 2},
                                           "triton": {"K/k.cubin": 2}}
     leaf.unlink()
-    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    again = targets.warm_target(target, device, test_ids=["a"])
     assert (again.status, again.stale, len(calls)) == ("built", f"{leaf} is gone", 2)
 
 
@@ -333,20 +333,20 @@ def test_a_cache_that_records_its_own_path_holds_only_at_that_path(stamp_node: P
         (root / "K" / "__grp__k.json").write_text(json.dumps({"child_paths": {"k.cubin": str(root / "K" / "k.cubin")}}))
         return 1
 
-    target = jit_warmup.JitTarget("fake-kernels", "", (), ("triton",), build)
+    target = targets.JitTarget("fake-kernels", "", (), ("triton",), build)
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
-    assert jit_warmup.warm_target(target, device, test_ids=["a"]).status == "cached"
+    targets.warm_target(target, device, test_ids=["a"])
+    assert targets.warm_target(target, device, test_ids=["a"]).status == "cached"
     subprocess.run(["cp", "-r", str(stamp_node / "triton"), str(stamp_node / "triton-copy")], check=True)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(stamp_node / "triton-copy"))
-    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    again = targets.warm_target(target, device, test_ids=["a"])
     assert (again.status, len(calls)) == ("built", 2)
     assert again.stale == (f"the triton cache was built in {stamp_node / 'triton'} and its files record that path; "
                            f"here it is {stamp_node / 'triton-copy'}, where its library would build again")
 
 
 def jit_warmup_roots() -> dict[str, Path]:
-    from dsakit.node.jit_caches import cache_roots
+    from dsakit.warm.jit_caches import cache_roots
 
     return {name: root.path for name, root in cache_roots().items()}
 
@@ -358,17 +358,17 @@ def test_bytecode_evidence_is_the_sources_pyc(stamp_node: Path) -> None:
     source.write_text("X = 1\n")
     calls: list[int] = []
 
-    def build(_tests, _device) -> jit_warmup.Built:
+    def build(_tests, _device) -> targets.Built:
         calls.append(1)
         py_compile.compile(str(source), doraise=True)
-        return jit_warmup.Built(1, {"sources": [str(source)]})
+        return targets.Built(1, {"sources": [str(source)]})
 
-    target = jit_warmup.JitTarget("fake-bytecode", "", (), (), build, inputs=lambda _t: ("mod",))
+    target = targets.JitTarget("fake-bytecode", "", (), (), build, inputs=lambda _t: ("mod",))
     device = simulated_model("sm90")
-    assert jit_warmup.warm_target(target, device, test_ids=["x"]).status == "built"
-    assert jit_warmup.warm_target(target, device, test_ids=["y"]).status == "cached"  # inputs ignore the tests
+    assert targets.warm_target(target, device, test_ids=["x"]).status == "built"
+    assert targets.warm_target(target, device, test_ids=["y"]).status == "cached"  # inputs ignore the tests
     source.write_text("X = 22\n")  # stale bytecode
-    rebuilt = jit_warmup.warm_target(target, device)
+    rebuilt = targets.warm_target(target, device)
     assert (rebuilt.status, rebuilt.stale, len(calls)) == ("built", f"no valid bytecode for {source}", 2)
 
 
@@ -378,9 +378,9 @@ def test_a_stamp_from_before_ninjas_logs_were_evidence_builds_again(stamp_node: 
     calls: list[list[str]] = []
     target = _kernel_target(calls, stamp_node / "triton" / "K" / "k.cubin")
     device = simulated_model("sm90")
-    jit_warmup.warm_target(target, device, test_ids=["a"])
+    targets.warm_target(target, device, test_ids=["a"])
     path = stamp_node / "dsakit" / "jit" / "fake-kernels.json"
     stamp = json.loads(path.read_text())
     path.write_text(json.dumps({**stamp, "stamp_format": 1}))
-    again = jit_warmup.warm_target(target, device, test_ids=["a"])
+    again = targets.warm_target(target, device, test_ids=["a"])
     assert (again.status, again.stale, len(calls)) == ("built", "a stamp of another dsakit", 2)

@@ -16,11 +16,32 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# The variables SGLang 0.5.21+ sets (setdefault) when `sglang` is imported, relative to its cache
-# base (sglang.srt.environ.third_party_cache_defaults); FLASHINFER_WORKSPACE_BASE is the base itself.
-SGLANG_REDIRECTS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor",
-                    "CUDA_CACHE_PATH": "nv", "TILELANG_CACHE_DIR": "tilelang", "FLASHINFER_WORKSPACE_BASE": ""}
+from dsakit.stack.kernel_libraries import LibraryCache, library_caches
+
+# SGLang's own caches, torch's and the CUDA driver's; each kernel library's comes from its record
+# (dsakit.stack.kernel_libraries). SGLANG_CACHE_DIR (default ~/.cache/sglang) is the base of them all.
+_STACK_CACHES = (
+    # sglang.kernels.jit: SGLANG_JIT_CACHE_DIR or ~/.cache/sglang/jit, not under SGLANG_CACHE_DIR
+    LibraryCache("sglang-jit", "SGLANG_JIT_CACHE_DIR", "~/.cache/sglang/jit"),
+    LibraryCache("inductor", "TORCHINDUCTOR_CACHE_DIR", "{tmp}/torchinductor_{user}", sglang_redirect="inductor"),
+    LibraryCache("cuda", "CUDA_CACHE_PATH", "~/.nv/ComputeCache", sglang_redirect="nv"),
+)
 _REDIRECT_CALL = "_redirect_third_party_caches()"
+
+
+def _caches() -> tuple[LibraryCache, ...]:
+    return (*_STACK_CACHES[:1], *library_caches(), *_STACK_CACHES[1:])
+
+
+def cache_names() -> tuple[str, ...]:
+    """The name of every cache a JIT or Triton build can write (0.5.21+ keeps them all under SGLANG_CACHE_DIR)."""
+    return ("sglang", *(cache.name for cache in _caches()))
+
+
+def sglang_redirects() -> dict[str, str]:
+    """The variables SGLang 0.5.21+ sets (setdefault) when `sglang` is imported, relative to its cache
+    base (sglang.srt.environ.third_party_cache_defaults; "": the base itself)."""
+    return {cache.variable: cache.sglang_redirect for cache in _caches() if cache.sglang_redirect is not None}
 
 
 @dataclass(frozen=True)
@@ -30,10 +51,10 @@ class CacheRoot:
     moved_by: str  # the variable(s) that move it, for messages
 
 
-def _expand(path: str, env: Mapping[str, str]) -> Path:
-    # expanduser through the given env's HOME, as the libraries' os.path.expanduser does
+def _expand(path: str, env: Mapping[str, str], home: str | None = None) -> Path:
+    # expanduser through the given env's HOME (or `home`), as the libraries' os.path.expanduser does
     if path == "~" or path.startswith("~/"):
-        return Path(env.get("HOME") or str(Path.home()), path[2:])
+        return Path(home or env.get("HOME") or str(Path.home()), path[2:])
     return Path(path)
 
 
@@ -65,7 +86,7 @@ def env_after_sglang_import(env: Mapping[str, str] | None = None, *, redirects: 
         redirects = sglang_redirects_caches(_sglang_dir())
     if redirects:
         base = _expand(out.get("SGLANG_CACHE_DIR") or "~/.cache/sglang", out)
-        for name, sub in SGLANG_REDIRECTS.items():
+        for name, sub in sglang_redirects().items():
             out.setdefault(name, str(base / sub) if sub else str(base))
     return out
 
@@ -83,31 +104,11 @@ def cache_roots(env: Mapping[str, str] | None = None, *, redirects: bool | None 
     them reads XDG_CACHE_HOME); `redirects` says whether SGLang's import redirect applies (read
     from the installed SGLang when None)."""
     e = env_after_sglang_import(env, redirects=redirects)
-    home = e.get("HOME") or str(Path.home())
     sglang = _expand(e.get("SGLANG_CACHE_DIR") or "~/.cache/sglang", e)
     redirected = sglang_redirects_caches(_sglang_dir()) if redirects is None else redirects
-    roots = (
-        CacheRoot("sglang", sglang, "SGLANG_CACHE_DIR (default ~/.cache/sglang)"),
-        # sglang.kernels.jit: SGLANG_JIT_CACHE_DIR or ~/.cache/sglang/jit, not under SGLANG_CACHE_DIR
-        CacheRoot("sglang-jit", _expand(e.get("SGLANG_JIT_CACHE_DIR") or "~/.cache/sglang/jit", e),
-                  "SGLANG_JIT_CACHE_DIR"),
-        CacheRoot("tvm-ffi", _expand(e.get("TVM_FFI_CACHE_DIR") or "~/.cache/tvm-ffi", e), "TVM_FFI_CACHE_DIR"),
-        CacheRoot("flashinfer", _expand(e.get("FLASHINFER_WORKSPACE_BASE") or home, e) / ".cache" / "flashinfer",
-                  "FLASHINFER_WORKSPACE_BASE"),
-        CacheRoot("triton", _expand(e.get("TRITON_CACHE_DIR")
-                                    or str(_expand(e.get("TRITON_HOME") or home, e) / ".triton" / "cache"), e),
-                  "TRITON_CACHE_DIR / TRITON_HOME"),
-        CacheRoot("inductor", _expand(e.get("TORCHINDUCTOR_CACHE_DIR")
-                                      or os.path.join(e.get("TMPDIR") or tempfile.gettempdir(), f"torchinductor_{_user()}"), e),
-                  "TORCHINDUCTOR_CACHE_DIR"),
-        # SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR when its DeepGEMM wrapper imports
-        CacheRoot("deep-gemm", _expand(e.get("SGLANG_DG_CACHE_DIR")
-                                       or (str(sglang / "deep_gemm") if redirected else "~/.cache/deep_gemm"), e),
-                  "SGLANG_DG_CACHE_DIR"),
-        CacheRoot("deep-gemm-own", _expand(e.get("DG_JIT_CACHE_DIR") or "~/.deep_gemm", e), "DG_JIT_CACHE_DIR"),
-        CacheRoot("tilelang", _expand(e.get("TILELANG_CACHE_DIR") or "~/.tilelang/cache", e), "TILELANG_CACHE_DIR"),
-        CacheRoot("cuda", _expand(e.get("CUDA_CACHE_PATH") or "~/.nv/ComputeCache", e), "CUDA_CACHE_PATH"),
-    )
+    roots = (CacheRoot("sglang", sglang, "SGLANG_CACHE_DIR (default ~/.cache/sglang)"),
+             *(CacheRoot(cache.name, _path(cache, e, sglang if redirected else None), cache.moved_by)
+               for cache in _caches()))
     out = {root.name: root for root in roots}
     if redirected:
         # SGLang's redirect is a setdefault at `import sglang`: a library loaded before it (FlashInfer
@@ -115,15 +116,28 @@ def cache_roots(env: Mapping[str, str] | None = None, *, redirects: bool | None 
         # build) still writes to its own default
         before = dict(os.environ if env is None else env)
         plain = cache_roots(before, redirects=False)
-        for variable, name in _REDIRECTED_ROOTS.items():
-            if variable not in before and plain[name].path != out[name].path:
+        for cache in _caches():
+            name = cache.name
+            if cache.sglang_redirect is not None and cache.variable not in before \
+                    and plain[name].path != out[name].path:
                 out[f"{name}-before-sglang"] = CacheRoot(
                     f"{name}-before-sglang", plain[name].path, f"{plain[name].moved_by} (loaded before `import sglang`)")
     return out
 
 
-_REDIRECTED_ROOTS = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "cuda",
-                     "TILELANG_CACHE_DIR": "tilelang", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
+def _path(cache: LibraryCache, e: Mapping[str, str], sglang: Path | None) -> Path:
+    """Where `cache` is under the variables `e` (`sglang`: SGLang's cache base where it redirects)."""
+    value = e.get(cache.variable)
+    if value:
+        base = _expand(value, e)
+    elif sglang is not None and cache.sglang_default is not None:
+        base = sglang / cache.sglang_default
+    else:
+        default = cache.default.format(tmp=e.get("TMPDIR") or tempfile.gettempdir(), user=_user()) \
+            if "{" in cache.default else cache.default
+        home = e.get(cache.home_variable) if cache.home_variable else None
+        base = _expand(default, e, str(_expand(home, e)) if home else None)
+    return base / cache.under if cache.under else base
 
 
 def owner(file: Path, roots: Mapping[str, CacheRoot]) -> str | None:

@@ -1,6 +1,6 @@
 """`dsakit compare`: one selection against two (fake) SGLang trees, each test classified, the
 fingerprint checked, exit 1 only on regressions. The real 0.5.22-vs-0.5.23 run is opt-in (slow):
-DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/node/test_pr_vs_base.py."""
+DSAKIT_COMPARE_BASE=/path/to/unpacked/sglang-0.5.22 python -m pytest tests/compare/test_pr_vs_base.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.node.pr_vs_base import Run, classify, fingerprint_mismatch, signature
+from dsakit.compare.pr_vs_base import Run, classify, fingerprint_mismatch, signature
 
 BASE = """
 FEATURE = False
@@ -236,7 +236,7 @@ def test_the_record_fingerprints_the_runs_device(pytester: pytest.Pytester, monk
         monkeypatch.delenv("DSAKIT_DEVICE", raising=False)
     pytester.makepyfile(test_one="def test_a():\n    pass\n")
     record = pytester.path / "rec.jsonl"
-    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-p", "dsakit.node.pr_vs_base_recorder",
+    pytester.runpytest_subprocess(*plugin_args(), "-p", "no:cacheprovider", "-p", "dsakit.compare.recorder",
                                   f"--dsakit-record={record}", f"--dsakit-device={option}").assert_outcomes(passed=1)
     env = json.loads(record.read_text().splitlines()[0])
     assert env["kind"] == "env" and env["fingerprint"]["device"].endswith(recorded), env

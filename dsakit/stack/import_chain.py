@@ -42,7 +42,7 @@ def import_failure() -> str | None:
     Cached: a second import of a module that failed half-way re-runs its top level, which fails
     differently (or worse, passes on a half-initialised registry)."""
     from dsakit.errors import UsageError
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         release = installed_release()
@@ -78,7 +78,7 @@ def raised_importing_sglang(error: BaseException) -> bool:
     """Was `error` (or an error it was raised from) raised while an SGLang module of the release
     under test ran its top level, i.e. while SGLang was being imported?"""
     from dsakit.errors import UsageError
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     try:
         package = str(installed_release().package_dir) + os.sep

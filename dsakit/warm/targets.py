@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsakit.errors import UsageError
-from dsakit.node.warm_stamp import state_dir
+from dsakit.warm.jit_caches import cache_names
+from dsakit.warm.stamp import state_dir
 from dsakit.node.pytest_invocation import plugin_args
 from dsakit.reasons import Reason
 
@@ -39,7 +40,7 @@ class JitTarget:
     name: str
     description: str
     gates: tuple[str, ...]
-    caches: tuple[str, ...]  # names of `dsakit.node.jit_caches.cache_roots()` the build writes
+    caches: tuple[str, ...]  # names of `dsakit.warm.jit_caches.cache_roots()` the build writes
     # gets the test ids needing it and the device the warm runs for (`dsakit warm --device`)
     build: Callable[[Sequence[str], DeviceModel], int | Built] = field(compare=False)
     unit: str = "launches"  # what build()'s count counts
@@ -78,9 +79,6 @@ def _launch_paths(path_ids: Sequence[str], device: DeviceModel) -> int:
     return launches
 
 
-# Every cache a JIT or Triton build can write (0.5.21+ keeps them all under SGLANG_CACHE_DIR).
-_KERNEL_CACHES = ("sglang", "sglang-jit", "tvm-ffi", "flashinfer", "triton", "inductor", "deep-gemm",
-                  "deep-gemm-own", "tilelang", "cuda")
 
 
 def _topk_target(name: str, description: str, gates: tuple[str, ...], caches: tuple[str, ...],
@@ -124,7 +122,7 @@ JIT_TARGETS: dict[str, JitTarget] = {
             "compile (the DeepSeek-V4 forward: SGLang JIT, DeepGEMM, FlashMLA, inductor): the tests "
             "marked dsakit_jit('triton-kernels') run once, serially, in one process",
             ("cuda",),
-            _KERNEL_CACHES,
+            cache_names(),
             lambda tests, device: _run_tests_once(tests, device),
             unit="tests run",
         ),
@@ -156,7 +154,7 @@ def _run_tests_once(tests: Sequence[str], device: DeviceModel) -> int:
 
 
 def _compile_bytecode() -> Built:
-    from dsakit.node.bytecode import warm_bytecode
+    from dsakit.warm.bytecode import warm_bytecode
 
     result = warm_bytecode()
     if result.unwritable:
@@ -166,7 +164,7 @@ def _compile_bytecode() -> Built:
 
 
 def _bytecode_inputs() -> tuple[str, ...]:
-    from dsakit.node.bytecode import stamp_inputs
+    from dsakit.warm.bytecode import stamp_inputs
 
     return stamp_inputs()
 
@@ -281,9 +279,9 @@ def warm_target(target: JitTarget, device: DeviceModel, *, test_ids: Sequence[st
     from filelock import FileLock
 
     from dsakit.gates.table import closed_reasons
-    from dsakit.node import warm_stamp
-    from dsakit.node.jit_caches import cache_roots
-    from dsakit.node.warm_cache import stack_key
+    from dsakit.warm.stamp import build_evidence, cache_evidence, make_stamp, read_stamp, why_stale
+    from dsakit.warm.jit_caches import cache_roots
+    from dsakit.warm.tarball import stack_key
 
     tests = len(test_ids)
     reasons = closed_reasons(target.gates, device)
@@ -298,13 +296,13 @@ def warm_target(target: JitTarget, device: DeviceModel, *, test_ids: Sequence[st
         tic = time.perf_counter()
         key, inputs = stack_key(device), list(target.inputs(test_ids))
         roots = {name: root.path for name, root in cache_roots().items()}
-        stamp = warm_stamp.read_stamp(stamp_path)
-        stale = warm_stamp.why_stale(stamp, key, inputs, roots)
+        stamp = read_stamp(stamp_path)
+        stale = why_stale(stamp, key, inputs, roots)
         if stale is None and stamp is not None:
             return WarmResult(target.name, "cached", time.perf_counter() - tic, int(stamp.get("launches", 0)),
                               tests, waited_s=waited, stamp_time=str(stamp.get("time", "")))
         # what every root holds before: a build that writes outside its declared caches is caught
-        before = warm_stamp.cache_evidence(list(roots), roots) if target.caches else {}
+        before = cache_evidence(list(roots), roots) if target.caches else {}
         try:
             built = target.build(test_ids, device)
         except Exception as error:  # noqa: BLE001 - a failed build is reported, not raised
@@ -312,9 +310,9 @@ def warm_target(target: JitTarget, device: DeviceModel, *, test_ids: Sequence[st
                               error=f"{type(error).__name__}: {error}", waited_s=waited, stale=stale or "")
         seconds = time.perf_counter() - tic
         count, evidence = ((built.count, built.evidence) if isinstance(built, Built)
-                           else (built, warm_stamp.build_evidence(
-                               target.caches, roots, before, warm_stamp.cache_evidence(list(roots), roots))))
-        _write_stamp(stamp_path, warm_stamp.make_stamp(
+                           else (built, build_evidence(
+                               target.caches, roots, before, cache_evidence(list(roots), roots))))
+        _write_stamp(stamp_path, make_stamp(
             target.name, key, inputs, evidence, seconds=round(seconds, 3), launches=count,
             time=time.strftime("%Y-%m-%dT%H:%M:%S"), python=sys.version.split()[0]))
     return WarmResult(target.name, "built", seconds, count, tests, waited_s=waited, stale=stale or "")
@@ -328,7 +326,7 @@ def _write_stamp(path: Path, data: dict[str, Any]) -> None:
 
 
 def _cache_paths(target: JitTarget) -> str:
-    from dsakit.node.jit_caches import cache_roots
+    from dsakit.warm.jit_caches import cache_roots
 
     if not target.caches:
         return "__pycache__ beside the SGLang stack's sources"

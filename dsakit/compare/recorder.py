@@ -1,4 +1,4 @@
-"""A small plugin (`-p dsakit.node.pr_vs_base_recorder --dsakit-record PATH`) recording each test's
+"""A small plugin (`-p dsakit.compare.recorder --dsakit-record PATH`) recording each test's
 outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
 Owns: the record file and the environment fingerprint (what an outcome is: dsakit.gates.outcomes). Runs
@@ -18,9 +18,10 @@ import pytest
 
 from dsakit.gates.outcomes import OutcomeRecorder
 from dsakit.options import RECORDER_OPTIONS, register, value
+from dsakit.stack.kernel_libraries import distributions
 
-KERNEL_PACKAGES = ("torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "sgl-kernel",
-                   "apache-tvm-ffi", "triton", "deep-gemm", "flash-mla", "tilelang", "aiter")
+# torch's version and every kernel library's distributions (dsakit.stack.kernel_libraries)
+KERNEL_PACKAGES = ("torch", *distributions())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,7 +49,7 @@ def fingerprint() -> dict[str, Any]:
 
 
 def sglang_tree() -> dict[str, Any]:
-    from dsakit.release.table import _version_from_tree
+    from dsakit.stack.sglang_release import _version_from_tree
 
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:

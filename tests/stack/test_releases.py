@@ -16,7 +16,7 @@ import pytest
 from dsakit.backends.dsa_metadata_kernels import CLAMP_REVERT, kernel_file
 from dsakit.errors import UsageError
 from dsakit.simulation import probes as device_probes
-from dsakit.release.table import SUPPORTED_RELEASES, SGLangRelease, installed_release, release_from_tree
+from dsakit.stack.sglang_release import SUPPORTED_RELEASES, SGLangRelease, installed_release, release_from_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 Tree = Callable[[str], Path]
@@ -93,7 +93,7 @@ def test_each_release_has_its_probe_rows_and_its_cpu_feature_probes(
 
 
 def test_an_unguarded_device_capability_read_is_found(tmp_path: Path) -> None:
-    from dsakit.release.table import V41_INDEXER_FILE, _capability_read_guarded
+    from dsakit.stack.sglang_release import V41_INDEXER_FILE, _capability_read_guarded
 
     path = tmp_path / "indexer.py"
     path.write_text("import torch\n\ndef is_sm100_or_newer():\n    return torch.cuda.get_device_capability()[0] >= 10\n")
@@ -114,7 +114,7 @@ _VERSION_SCRIPT = r"""
 import json, sys
 from dsakit.gates.capabilities import capabilities
 from dsakit.gates.device_model import resolve_device
-from dsakit.release.table import installed_release
+from dsakit.stack.sglang_release import installed_release
 report = capabilities(resolve_device(None))
 gate = next(g for g in report["gates"] if g["code"] == "sglang:import-chain")
 print("RESULT" + json.dumps({"version": installed_release().version, "capabilities": report["sglang"],
@@ -185,7 +185,7 @@ def test_a_release_whose_import_chain_fails_here_skips_naming_release_and_error(
 
 
 def test_an_error_raised_outside_sglangs_imports_is_not_an_import_chain_error() -> None:
-    from dsakit.release.import_chain import raised_importing_sglang
+    from dsakit.stack.import_chain import raised_importing_sglang
 
     try:
         raise ValueError("not an import")

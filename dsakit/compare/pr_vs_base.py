@@ -1,9 +1,9 @@
 """`dsakit compare --base SRC --pr SRC -- PYTEST_ARGS`: one selection, two SGLang trees, what changed.
 
 Owns: the overlay that puts a tree in front of the installed SGLang, one run per tree (through
-`dsakit.node.pr_vs_base_recorder`), error signatures, the classification of each test, the
+`dsakit.compare.recorder`), error signatures, the classification of each test, the
 fingerprint check, the table, the JSON, the PR comment (`--markdown`, rendered by
-`dsakit.node.markdown`) and the exit code (1 when something regressed or the PR broke collection; 2 for usage
+`dsakit.compare.markdown`) and the exit code (1 when something regressed or the PR broke collection; 2 for usage
 errors, refused fingerprints and runs that compared nothing). Never imports torch or SGLang here.
 """
 
@@ -29,7 +29,7 @@ from dsakit.gates.outcomes import FAILING, signature
 from dsakit.reasons import Reason
 
 if TYPE_CHECKING:
-    from dsakit.node.markdown import Comment
+    from dsakit.compare.markdown import Comment
 
 CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-change", "added",
            "removed", "unchanged")
@@ -39,7 +39,7 @@ CLASSES = ("regression", "fixed", "pre-existing", "failing-differently", "skip-c
 
 def package_dir(src: str) -> Path:
     """The `sglang` package directory of a tree (checkout, unpacked wheel, or the package itself)."""
-    from dsakit.release.table import release_from_tree
+    from dsakit.stack.sglang_release import release_from_tree
 
     return release_from_tree(src).package_dir
 
@@ -123,7 +123,7 @@ def run_selection(label: str, src: str, pytest_args: Sequence[str], workdir: Pat
     env = {**os.environ, **(env_overrides or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)
-    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.node.pr_vs_base_recorder", f"--dsakit-record={record}",
+    command = [sys.executable, "-m", "pytest", *plugin_args(), "-p", "dsakit.compare.recorder", f"--dsakit-record={record}",
                "-p", "no:cacheprovider", "-q", *pytest_args]
     tic = time.perf_counter()
     # its own process group: a timeout or an interrupt ends the run's xdist workers and children too
@@ -268,7 +268,7 @@ def comment(base: Run, pr: Run, changes: list[Change], mismatch: list[str]) -> C
     fixes, and the PR run's skips by reason code (covered when the base run ran the test)."""
     from dsakit.gates.inventory import reasons_from_message
     from dsakit.gates.skip_causes import UNCODED, explain, group_causes, why_paragraph
-    from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup
+    from dsakit.compare.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup
 
     counts = {kind: sum(1 for c in changes if c.kind == kind) for kind in CLASSES}
     where = {"regression": "PR", "failing-differently": "base and PR", "pre-existing": "base and PR",
@@ -363,7 +363,7 @@ def _compare_in(workdir: Path, base_src: str, pr_src: str, pytest_args: Sequence
         }
         json_out.write_json(data)
     if markdown_out is not None:
-        from dsakit.node.markdown import render
+        from dsakit.compare.markdown import render
 
         markdown_out.write_text(render(comment(base, pr, changes, mismatch)))
     if keep:

@@ -18,10 +18,10 @@ from typing import Any
 from dsakit.errors import UsageError
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND
 from dsakit.gates.skip_causes import UNCODED, Cause, CauseGroup, group_causes, runs_on_here, why_paragraph
-from dsakit.node.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
+from dsakit.compare.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
 from dsakit.gates.outcomes import FAILING
 from dsakit.output_paths import output_file
-from dsakit.release.table import release_order
+from dsakit.stack.sglang_release import release_order
 
 _HOW = "pass the JSON files written by `pytest --dsakit-report PATH`"
 # the worse outcome wins when one node reports a test twice (overlapping runs)
@@ -521,7 +521,7 @@ def merge(paths: Sequence[str], must_run: Sequence[str] = (), *, must_run_real: 
 def run_report_merge(paths: Sequence[str], *, must_run: str = "", json_path: str | None = None,
                      markdown_path: str | None = None, must_run_real: bool = False) -> int:
     from dsakit.gates.table import split_codes
-    from dsakit.node import markdown
+    from dsakit.compare import markdown
 
     json_out = output_file(json_path, "--json") if json_path is not None else None
     markdown_out = output_file(markdown_path, "--markdown") if markdown_path is not None else None

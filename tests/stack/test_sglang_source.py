@@ -1,4 +1,4 @@
-"""The SGLang source index (`dsakit.release.source`): the one place SGLang source is parsed, each file
+"""The SGLang source index (`dsakit.stack.sglang_source`): the one place SGLang source is parsed, each file
 once per tree and process, again only when its mtime or size changes."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import dsakit
-from dsakit.release import source as sglang_source
+from dsakit.stack import sglang_source
 from dsakit.audit.registry import registry
-from dsakit.release.table import MODEL_RUNNER_FILE, PROBE_SCAN_FILES, installed_release, release_from_tree
+from dsakit.stack.sglang_release import MODEL_RUNNER_FILE, PROBE_SCAN_FILES, installed_release, release_from_tree
 from dsakit.topk import flags
 from dsakit.simulation import probes as device_probes
 from dsakit.sglang_facts.source_scan import runner_assignments, scan_runner_reads, server_args_fields
@@ -85,7 +85,7 @@ def test_every_scanner_parses_sglang_only_through_the_index(monkeypatch: pytest.
     registry(release)
     flags.topk_flags(release)
     assert callers, "nothing was parsed: the scanners did not run"
-    assert {module for module, _ in callers} == {"dsakit.release.source"}
+    assert {module for module, _ in callers} == {"dsakit.stack.sglang_source"}
     files = [name for _, name in callers]
     assert len(files) == len(set(files)), "a file was parsed twice in one process"
 

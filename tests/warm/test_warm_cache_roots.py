@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.node import jit_caches
-from dsakit.node.jit_caches import cache_roots, owner, sglang_redirects_caches
+from dsakit.warm import jit_caches
+from dsakit.warm.jit_caches import cache_roots, owner, sglang_redirects_caches
 
 VARS = ("SGLANG_CACHE_DIR", "SGLANG_JIT_CACHE_DIR", "SGLANG_DG_CACHE_DIR", "DG_JIT_CACHE_DIR", "TVM_FFI_CACHE_DIR",
         "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR",

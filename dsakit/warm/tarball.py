@@ -3,8 +3,8 @@ keyed tarball, so a fresh node is warm in seconds.
 
 Owns: the cache key (GPU arch, torch / SGLang / flashinfer / triton versions, Python, the install
 path the caches and bytecode are keyed by), writing the tarball (every root of
-`dsakit.node.jit_caches` with its path, dsakit's warm stamps, the bytecode of the whole import
-chain) and the safe, key- and path-checked extraction. Must not build anything (`dsakit.node.warm`
+`dsakit.warm.jit_caches` with its path, dsakit's warm stamps, the bytecode of the whole import
+chain) and the safe, key- and path-checked extraction. Must not build anything (`dsakit.warm.targets`
 does) and imports no torch or SGLang.
 """
 
@@ -23,7 +23,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dsakit.errors import UsageError
-from dsakit.node import jit_caches
+from dsakit.stack.kernel_libraries import KERNEL_LIBRARIES
+from dsakit.warm import jit_caches
 from dsakit.output_paths import output_file
 
 KEY_MEMBER = "dsakit-warm-key.json"
@@ -33,14 +34,16 @@ ROOTS_MEMBER = "dsakit-warm-roots.json"  # each root's path on the exporting nod
 # 3: the roots' paths (a root that records its own path is refused elsewhere) and the bytecode of
 # every module of the chain by absolute path (2 carried only what lies under SGLang's install folder)
 FORMAT = 3
-DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang", "flashinfer": "flashinfer-python", "triton": "triton"}
-STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.node.warm_stamp.state_dir`)
+# the key's versions: torch, SGLang and each kernel library whose record says its version keys the cache
+DISTRIBUTIONS = {"torch": "torch", "sglang": "sglang",
+                 **{library.module: library.distributions[0] for library in KERNEL_LIBRARIES.values() if library.warm_key}}
+STAMPS = "dsakit-stamps"  # the tarball name of dsakit's warm stamps (`dsakit.warm.stamp.state_dir`)
 
 
 def cache_roots() -> dict[str, Path]:
     """The JIT caches a warm node holds and dsakit's warm stamps, by their name in the tarball."""
-    from dsakit.node.jit_caches import cache_roots as library_roots
-    from dsakit.node.warm_stamp import state_dir
+    from dsakit.warm.jit_caches import cache_roots as library_roots
+    from dsakit.warm.stamp import state_dir
 
     return {**{name: root.path for name, root in library_roots().items()}, STAMPS: state_dir()}
 
@@ -108,12 +111,12 @@ class ExportResult:
 def _stamped_sources(key: dict[str, Any], modules: Sequence[str]) -> list[str] | None:
     """The import chain's sources as the bytecode warm-up's stamp lists them, when it was made for
     this stack and these modules: listing them again costs a child import of the whole chain."""
-    from dsakit.node import warm_stamp
-    from dsakit.node.bytecode import stamp_inputs
+    from dsakit.warm.stamp import inputs_digest, read_stamp, state_dir
+    from dsakit.warm.bytecode import stamp_inputs
 
-    stamp = warm_stamp.read_stamp(warm_stamp.state_dir() / "sglang-bytecode.json")
+    stamp = read_stamp(state_dir() / "sglang-bytecode.json")
     if (stamp is None or stamp.get("key") != key
-            or stamp.get("inputs") != warm_stamp.inputs_digest(stamp_inputs(modules))):
+            or stamp.get("inputs") != inputs_digest(stamp_inputs(modules))):
         return None
     sources = (stamp.get("evidence") or {}).get("sources")
     return sources if isinstance(sources, list) and sources else None
@@ -141,7 +144,7 @@ def _bytecode_files(modules: Sequence[str], sources: Sequence[str] | None = None
     imports in 25.4 s with its bytecode, 48.9 s without, on this project's CPU box)."""
     import importlib.util
 
-    from dsakit.node.bytecode import _needs_compile, imported_sources
+    from dsakit.warm.bytecode import _needs_compile, imported_sources
 
     if sources is None:
         sources, _failed = imported_sources(modules)
@@ -162,7 +165,7 @@ def chain_bytecode(key: dict[str, Any] | None = None, modules: Sequence[str] | N
     """The valid .pyc of the import chain of `modules` (by default the bytecode warm-up's) that an
     export carries: its sources from the warm-up's stamp when it holds for this stack, else listed
     by a child import."""
-    from dsakit.node.bytecode import SGLANG_IMPORTS
+    from dsakit.warm.bytecode import SGLANG_IMPORTS
 
     chain = modules or SGLANG_IMPORTS
     return _bytecode_files(chain, _stamped_sources(key or current_key(), chain))

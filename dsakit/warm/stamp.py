@@ -45,7 +45,7 @@ def _transient(rel: str) -> bool:
 
 def cache_evidence(names: Sequence[str], roots: Mapping[str, Path]) -> dict[str, dict[str, int]]:
     """{root name: {relative path: size}} of every lasting cache file the named roots hold now."""
-    from dsakit.node.jit_caches import cache_files
+    from dsakit.warm.jit_caches import cache_files
 
     out: dict[str, dict[str, int]] = {name: {} for name in names}
     for name, rel, file in cache_files(dict(roots), names):
@@ -58,7 +58,7 @@ def build_evidence(declared: Sequence[str], roots: Mapping[str, Path], before: M
                    after: Mapping[str, dict[str, int]]) -> dict[str, Any]:
     """A cache build's evidence: the files of the roots it declares and of every other root it
     wrote to (`before` / `after` the build), each root's path, and which of them record their path."""
-    from dsakit.node.jit_caches import records_own_path
+    from dsakit.warm.jit_caches import records_own_path
 
     names = [name for name in roots if name in declared or after.get(name, {}) != before.get(name, {})]
     bound = [name for name in names
@@ -109,7 +109,7 @@ def why_stale(stamp: Mapping[str, Any] | None, key: Mapping[str, Any], inputs: S
             if not (root / rel).is_file():
                 return f"{root / rel} is gone"
     if evidence.get("sources"):
-        from dsakit.node.bytecode import _needs_compile
+        from dsakit.warm.bytecode import _needs_compile
 
         stale = next((s for s in evidence["sources"] if _needs_compile(s)), None)
         if stale is not None:

@@ -19,8 +19,8 @@ import pytest
 
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import resolve_device
-from dsakit.node import jit_caches, warm, warm_cache
-from dsakit.node.bytecode import _needs_compile
+from dsakit.warm import jit_caches, tarball, targets
+from dsakit.warm.bytecode import _needs_compile
 
 # Where SGLang 0.5.21+ (which redirects the third-party caches into its own) and the libraries
 # put their builds under HOME, and the tarball root each belongs to.
@@ -74,7 +74,7 @@ def fake_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(other), *sys.path]))
     monkeypatch.syspath_prepend(str(other))
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(warm_cache, "install_root", lambda package="sglang": site)
+    monkeypatch.setattr(tarball, "install_root", lambda package="sglang": site)
     return tmp_path
 
 
@@ -85,15 +85,15 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pycs = sorted((fake_node / "site" / "fakepkg" / "__pycache__").glob("*.pyc"))
     assert len(pycs) == 2
-    result = warm_cache.export_cache(str(fake_node / "out" / "cache.tgz"), modules=["fakepkg"])
+    result = tarball.export_cache(str(fake_node / "out" / "cache.tgz"), modules=["fakepkg"])
     # every file once, under the root that owns it (the deepest); the XDG decoy is not a cache;
     # the bytecode of the whole chain, not only what lies beside SGLang (format 2 carried 2 of 3)
-    counts = {name: 0 for name in warm_cache.cache_roots()}
+    counts = {name: 0 for name in tarball.cache_roots()}
     for name in LAYOUT_0521.values():
         counts[name] += 1
     # the chain's 3 sources, beside whatever every interpreter here loads at start-up (.pth hooks
     # of site-packages: an editable install's finder, ...), which a bare chain carries as well
-    startup = warm_cache.export_cache(str(fake_node / "out" / "startup.tgz"), modules=["json"]).files["bytecode"]
+    startup = tarball.export_cache(str(fake_node / "out" / "startup.tgz"), modules=["json"]).files["bytecode"]
     assert result.files == {**counts, "bytecode": startup + 3}
     with tarfile.open(fake_node / "out" / "cache.tgz") as tar:
         names = tar.getnames()
@@ -105,7 +105,7 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
                fake_node / "other-site" / "otherpkg" / "__init__.py"]
     for source in sources:
         subprocess.run(["rm", "-rf", str(source.parent / "__pycache__")], check=True)
-    imported = warm_cache.import_cache(str(fake_node / "out" / "cache.tgz"))
+    imported = tarball.import_cache(str(fake_node / "out" / "cache.tgz"))
     assert imported.files == {name: n for name, n in result.files.items() if n}
     assert _files(fake_node / "fresh" / "home") == {rel: rel.encode() for rel in LAYOUT_0521}
     for source in sources:
@@ -114,23 +114,23 @@ def test_export_import_round_trip_to_a_fresh_home(fake_node: Path, monkeypatch: 
 
 def test_files_already_there_are_not_rewritten(fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Importing onto a node that has them (a warm node, a shared venv's bytecode) leaves them alone."""
-    exported = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    exported = tarball.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     pyc = next((fake_node / "other-site" / "otherpkg" / "__pycache__").glob("*.pyc"))
     before = pyc.stat().st_ino
     _node(monkeypatch, fake_node / "fresh")
-    first = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    first = tarball.import_cache(str(fake_node / "cache.tgz"))
     assert first.present == exported.files["bytecode"] >= 3  # the bytecode was never removed here
-    again = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    again = tarball.import_cache(str(fake_node / "cache.tgz"))
     assert again.present == sum(again.files.values()) and pyc.stat().st_ino == before
 
 
 def test_a_cache_moved_by_its_variable_lands_where_that_node_reads_it(fake_node: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    tarball.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     _node(monkeypatch, fake_node / "fresh")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(fake_node / "fresh" / "triton-here"))
     monkeypatch.setenv("SGLANG_CACHE_DIR", str(fake_node / "fresh" / "sglang-here"))
-    warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    tarball.import_cache(str(fake_node / "cache.tgz"))
     assert (fake_node / "fresh" / "triton-here" / "SD4NKCH2" / "_build_swa_token_ids_kernel.cubin").is_file()
     # SGLang's JIT dir does not follow SGLANG_CACHE_DIR (~/.cache/sglang/jit unless SGLANG_JIT_CACHE_DIR)
     assert (fake_node / "fresh" / "home" / ".cache" / "sglang" / "jit" / "sm90a").is_dir()
@@ -149,11 +149,11 @@ def test_a_cache_that_records_its_own_path_is_refused_where_it_would_land_elsewh
     log.write_text(f"# ninja log v7\n0\t9\t1796\t{log.parent}/topk.so\tf81b\n")
     group = home / ".cache/sglang/triton/SD4NKCH2/__grp___build_swa_token_ids_kernel.json"
     group.write_text(json.dumps({"child_paths": {"k.cubin": str(group.parent / "_build_swa_token_ids_kernel.cubin")}}))
-    result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    result = tarball.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     assert result.path_bound == ["flashinfer", "triton"]
     _node(monkeypatch, fake_node / "fresh")
     with pytest.raises(UsageError) as error:
-        warm_cache.import_cache(str(fake_node / "cache.tgz"))
+        tarball.import_cache(str(fake_node / "cache.tgz"))
     message = str(error.value)
     assert f"flashinfer (0.6.18/90a/cached_ops/topk/.ninja_log names {flashinfer}; here it is " \
            f"{fake_node / 'fresh' / 'home' / '.cache/sglang/.cache/flashinfer'})" in message
@@ -163,7 +163,7 @@ def test_a_cache_that_records_its_own_path_is_refused_where_it_would_land_elsewh
     # a fresh node with the same HOME (the caches gone) takes it
     subprocess.run(["rm", "-rf", str(home)], check=True)
     _node(monkeypatch, fake_node)
-    imported = warm_cache.import_cache(str(fake_node / "cache.tgz"))
+    imported = tarball.import_cache(str(fake_node / "cache.tgz"))
     assert imported.files["flashinfer"] == 2 and log.read_text().endswith("topk.so\tf81b\n") and group.is_file()
 
 
@@ -179,22 +179,22 @@ def test_a_fresh_node_after_import_finds_the_warm_targets_built(fake_node: Path,
         out.write_bytes(b"cubin")
         return 3
 
-    target = warm.JitTarget("fake-kernels", "", (), ("triton",), build)
+    target = targets.JitTarget("fake-kernels", "", (), ("triton",), build)
     device = resolve_device(None)
-    assert warm.warm_target(target, device, test_ids=["t::a", "t::b"]).status == "built"
-    warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    assert targets.warm_target(target, device, test_ids=["t::a", "t::b"]).status == "built"
+    tarball.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     _node(monkeypatch, fake_node / "fresh")
-    assert warm.warm_target(target, device, test_ids=["t::a"]).status == "built"  # nothing imported yet
+    assert targets.warm_target(target, device, test_ids=["t::a"]).status == "built"  # nothing imported yet
     _node(monkeypatch, fake_node / "fresh2")
-    warm_cache.import_cache(str(fake_node / "cache.tgz"))
-    again = warm.warm_target(target, device, test_ids=["t::b", "t::a"])
+    tarball.import_cache(str(fake_node / "cache.tgz"))
+    again = targets.warm_target(target, device, test_ids=["t::b", "t::a"])
     assert (again.status, again.launches, calls) == ("cached", 3, ["build", "build"])
 
 
 def _tarball(path: Path, key: dict, members: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         data = json.dumps(key).encode()
-        info = tarfile.TarInfo(warm_cache.KEY_MEMBER)
+        info = tarfile.TarInfo(tarball.KEY_MEMBER)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
         for member, payload in members:
@@ -209,17 +209,17 @@ def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
 
 
 def test_key_mismatch_is_refused_naming_the_fields(fake_node: Path) -> None:
-    key = {**warm_cache.current_key(), "torch": "0.0.1", "gpu_arch": "sm100"}
+    key = {**tarball.current_key(), "torch": "0.0.1", "gpu_arch": "sm100"}
     path = _tarball(fake_node / "other.tgz", key, [_file("jit/flashinfer/new.so")])
     with pytest.raises(UsageError) as error:
-        warm_cache.import_cache(str(path))
+        tarball.import_cache(str(path))
     assert "torch: cache '0.0.1', this node" in str(error.value)
     assert "gpu_arch: cache 'sm100', this node 'cpu'" in str(error.value)
     assert not (jit_caches.cache_roots()["flashinfer"].path / "new.so").exists()
 
 
 def test_cli_refuses_mismatch_with_exit_2(tmp_path: Path) -> None:
-    key = {**warm_cache.current_key(), "sglang": "0.0.0"}
+    key = {**tarball.current_key(), "sglang": "0.0.0"}
     path = _tarball(tmp_path / "other.tgz", key, [])
     env = {**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": str(tmp_path / "xdg"),
            "TRITON_CACHE_DIR": str(tmp_path / "tr")}
@@ -241,30 +241,30 @@ def test_unsafe_members_extract_nothing(fake_node: Path, bad: str) -> None:
                "absolute": [_file("/tmp/dsakit-absolute-member")],
                "unknown-cache": [_file("jit/elsewhere/x")],
                "not-pyc": [_file("bytecode/fakepkg/evil.py")]}[bad]
-    path = _tarball(fake_node / "bad.tgz", warm_cache.current_key(),
+    path = _tarball(fake_node / "bad.tgz", tarball.current_key(),
                     [_file("jit/flashinfer/first.so"), *members])
     with pytest.raises(UsageError, match="refusing cache member"):
-        warm_cache.import_cache(str(path))
+        tarball.import_cache(str(path))
     assert not (jit_caches.cache_roots()["flashinfer"].path / "first.so").exists()  # all or nothing
     assert not (fake_node / "escaped").exists() and not (fake_node / "site" / "fakepkg" / "evil.py").exists()
 
 
 def test_export_lists_the_bytecode_from_the_warm_stamp_without_importing_the_chain(
         fake_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dsakit.node import bytecode
+    from dsakit.warm import bytecode
 
     site = fake_node / "site" / "fakepkg"
     sources = [str(site / "__init__.py"), str(site / "sub.py")]
-    target = warm.JitTarget("sglang-bytecode", "", (), (), lambda _t, _d: warm.Built(0, {"sources": sources}),
+    target = targets.JitTarget("sglang-bytecode", "", (), (), lambda _t, _d: targets.Built(0, {"sources": sources}),
                             inputs=lambda _t: bytecode.stamp_inputs(["fakepkg"]))
-    assert warm.warm_target(target, resolve_device(None)).status == "built"
+    assert targets.warm_target(target, resolve_device(None)).status == "built"
 
     def no_child_import(*_a: object, **_k: object) -> None:
         raise AssertionError("listed the import chain again")
 
     monkeypatch.setattr(bytecode, "imported_sources", no_child_import)
-    result = warm_cache.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
+    result = tarball.export_cache(str(fake_node / "cache.tgz"), modules=["fakepkg"])
     assert result.files["bytecode"] == 2 and result.files["dsakit-stamps"] == 1  # the stamp's 2 sources
     # a stamp for other modules is not used: the chain is listed again
     with pytest.raises(AssertionError, match="listed the import chain again"):
-        warm_cache.export_cache(str(fake_node / "cache2.tgz"), modules=["fakepkg", "other"])
+        tarball.export_cache(str(fake_node / "cache2.tgz"), modules=["fakepkg", "other"])

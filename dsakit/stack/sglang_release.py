@@ -2,11 +2,11 @@
 
 dsakit supports several SGLang releases at once (0.5.23 on CPU CI, the 0.5.17 stack on the H200),
 so code asks for *features*, never for version numbers. Every check reads source files (text or
-AST, through `dsakit.release.source`) of the installed package or of a source tree: nothing here
+AST, through `dsakit.stack.sglang_source`) of the installed package or of a source tree: nothing here
 imports SGLang or torch, so checks are cheap at collection time and work on a tree that cannot be
 imported on this machine. A leaf of the layering (imports only dsakit.errors, dsakit.reasons and the source
 index): the gates, the SGLang adapters in
-dsakit.sglang_facts, dsakit.simulation, top-k, node and audit all read it.
+dsakit.sglang_facts, dsakit.simulation, top-k, warm, compare and audit all read it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from dsakit.release import source as sglang_source
+from dsakit.stack import sglang_source
 from dsakit.errors import UsageError
 from dsakit.reasons import FrozenRecord
 

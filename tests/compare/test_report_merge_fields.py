@@ -15,8 +15,8 @@ import pytest
 
 from dsakit.errors import UsageError
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND
-from dsakit.node import report_merge
-from dsakit.node.report_merge import as_json, format_text, load_report, merge, run_report_merge
+from dsakit.compare import report_merge
+from dsakit.compare.report_merge import as_json, format_text, load_report, merge, run_report_merge
 
 
 def _report(tmp_path: Path, name: str, host: str, key: str, tests: dict[str, Any], *, simulated: bool = False,

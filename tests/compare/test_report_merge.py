@@ -270,7 +270,7 @@ def test_conflicting_shards_and_codes_are_usage_errors(pytester: pytest.Pytester
 
 
 def test_many_failures_are_summed_up_per_signature() -> None:
-    from dsakit.node.markdown import Comment, FailureRow, FailureSection, render
+    from dsakit.compare.markdown import Comment, FailureRow, FailureSection, render
 
     rows = [FailureRow(f"t.py::test_{n}", "b300 only (passed on h200)", "RuntimeError: no driver @ x.py") for n in range(11)]
     rows.append(FailureRow("t.py::test_other", "h200", "KeyError: 'k' @ y.py"))
@@ -285,7 +285,7 @@ def test_releases_are_named_in_release_order_not_text_order() -> None:
     """0.5.9 before 0.5.17 before 0.6.0 (text order put 0.5.17 first and 0.6.0 before 0.5.9)."""
     from types import SimpleNamespace
 
-    from dsakit.node.report_merge import _releases_note
+    from dsakit.compare.report_merge import _releases_note
 
     nodes = [SimpleNamespace(sglang=release, label=label) for release, label in
              (("0.6.0", "b300"), ("0.5.17", "h200"), ("not installed", "ci"), ("0.5.9", "mi300"))]
