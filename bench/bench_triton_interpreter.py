@@ -105,7 +105,7 @@ def _gpu_runs(found: list[MetadataCase], variants: tuple[str, ...], repeats: int
 
 
 def _release() -> str:
-    from dsakit.release.table import installed_release
+    from dsakit.stack.sglang_release import installed_release
 
     return str(installed_release().version)
 
