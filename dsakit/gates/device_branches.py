@@ -1,0 +1,146 @@
+"""The report's `device_branches` section as data: why a device-gated SGLang branch never ran, and
+its merge over workers, shards and hosts.
+
+Owns the declared reasons a branch's arm did not run (`NEVER_RAN`, ranked by how far the run got),
+a branch's record read back from a report, and the merge per device (a branch ran if it ran in any
+report of that device; one that ran in none keeps the reason of the run that got furthest). Must
+not scan SGLang or watch lines (`dsakit.simulation.branch_coverage` does). Never imports torch or SGLang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsakit.reasons import Reason
+
+SECTION = "device_branches"  # the report's key
+
+
+@dataclass(frozen=True)
+class NeverRan:
+    """One reason code a branch's arm did not run: `words` for a table cell; the table's order is
+    how far the run got, furthest first (a merge keeps the furthest)."""
+
+    code: str
+    words: str
+
+
+NEVER_RAN: tuple[NeverRan, ...] = (
+    NeverRan("probe-cached-before-simulation", "a cached probe answered before the simulation began"),
+    NeverRan("probe-not-simulated", "the guard read a probe dsakit does not simulate"),
+    NeverRan("arm-needs-configuration", "the guard ran; the arm also needs configuration no test set"),
+    NeverRan("probe-answered-here", "the guard ran and took this machine's arm"),
+    NeverRan("imported-before-simulation", "its module was imported before the simulation began"),
+    NeverRan("guard-not-reached", "the gate was never reached"),
+    NeverRan("configuration-never-built", "the suite never builds that configuration"),
+    NeverRan("not-watched", "lines were not watched"),
+)
+CODES = {entry.code: entry for entry in NEVER_RAN}
+_RANK = {entry.code: rank for rank, entry in enumerate(NEVER_RAN)}
+
+
+def rank(reason: Reason | None) -> int:
+    """How far a run got that left a branch with `reason` (0: furthest; unknown codes last)."""
+    return _RANK.get(reason.code, len(NEVER_RAN)) if reason is not None else len(NEVER_RAN)
+
+
+@dataclass(frozen=True)
+class BranchRecord:
+    """One device-divergent branch as a report holds it: `site` (sglang/FILE:LINE), the `if`'s
+    lines `line`..`end` in `file` (release-relative), the arm the device `takes`, whether it ran,
+    and where not, why (a reason of `NEVER_RAN`)."""
+
+    site: str
+    guard: str
+    function: str
+    takes: str
+    ran: bool
+    reason: Reason | None = None
+    file: str = ""
+    line: int = 0
+    end: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.site, self.takes
+
+    @property
+    def status(self) -> str:
+        return "ran" if self.ran else "never ran"
+
+    def text(self) -> str:
+        """`sglang/FILE:LINE: if GUARD -> ARM: ran` or `...: [code] message`."""
+        why = "ran" if self.ran else (str(self.reason) if self.reason is not None else "never ran")
+        return f"{self.site}: if {self.guard} -> {self.takes}: {why}"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BranchRecord:
+        reason = data.get("reason")
+        site = str(data.get("site", ""))
+        file, _, line = site.removeprefix("sglang/").rpartition(":")
+        return cls(site, str(data.get("guard", "")), str(data.get("function", "")), str(data.get("takes", "")),
+                   data.get("status") == "ran",
+                   Reason(str(reason.get("code", "")), str(reason.get("message", "")))
+                   if isinstance(reason, Mapping) else (Reason("", str(data["why"])) if data.get("why") else None),
+                   str(data.get("file") or file), int(data.get("line") or (line if line.isdigit() else 0)),
+                   int(data.get("end") or 0))
+
+
+def further(a: BranchRecord, b: BranchRecord) -> BranchRecord:
+    """Of two records of one branch, the one that got further: ran, else the better-ranked reason."""
+    if a.ran or b.ran:
+        return a if a.ran else b
+    return a if rank(a.reason) <= rank(b.reason) else b
+
+
+@dataclass(frozen=True)
+class DeviceBranches:
+    """One device's branches over every report of it (per-device union)."""
+
+    device: str
+    real: str
+    branches: tuple[BranchRecord, ...]
+    reports: int = 1
+    unwatched: tuple[str, ...] = ()  # why some report watched nothing
+
+    @property
+    def ran(self) -> list[BranchRecord]:
+        return [b for b in self.branches if b.ran]
+
+    @property
+    def never_ran(self) -> list[BranchRecord]:
+        return [b for b in self.branches if not b.ran]
+
+    def counts(self) -> str:
+        """`3 ran, 2 never ran (guard-not-reached 1, configuration-never-built 1)`."""
+        by: dict[str, int] = {}
+        for b in self.never_ran:
+            code = b.reason.code if b.reason is not None and b.reason.code else "unknown"
+            by[code] = by.get(code, 0) + 1
+        text = f"{len(self.ran)} ran, {len(self.never_ran)} never ran"
+        if by:
+            text += " (" + ", ".join(f"{c} {n}" for c, n in sorted(by.items(), key=lambda i: rank(Reason(i[0], "")))) + ")"
+        return text
+
+
+def merge_sections(sections: Iterable[Mapping[str, Any]]) -> dict[str, DeviceBranches]:
+    """Sections of one SGLang release (its lines are the same files) merged per simulated device: a
+    branch ran if it ran in any of them; one in no report of a device is not counted for it."""
+    merged: dict[str, DeviceBranches] = {}
+    for section in sections:
+        device = str(section.get("device", "?"))
+        records = [BranchRecord.from_dict(b) for b in section.get("branches") or () if isinstance(b, Mapping)]
+        unwatched = (str(section.get("why_not_watched") or "not watched"),) if section.get("watched") is False else ()
+        current = merged.get(device)
+        if current is None:
+            merged[device] = DeviceBranches(device, str(section.get("real", "")), tuple(records), 1, unwatched)
+            continue
+        by_key = {b.key: b for b in current.branches}
+        for record in records:
+            by_key[record.key] = further(by_key[record.key], record) if record.key in by_key else record
+        merged[device] = DeviceBranches(device, current.real, tuple(by_key.values()),
+                                        current.reports + 1, tuple(dict.fromkeys(current.unwatched + unwatched)))
+    return merged
+
