@@ -75,6 +75,11 @@ class BranchRecord:
         why = "ran" if self.ran else (str(self.reason) if self.reason is not None else "never ran")
         return f"{self.site}: if {self.guard} -> {self.takes}: {why}"
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"site": self.site, "file": self.file, "line": self.line, "end": self.end, "guard": self.guard,
+                "function": self.function, "takes": self.takes, "status": "ran" if self.ran else "never-ran",
+                "reason": self.reason.as_dict() if self.reason is not None else None}
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BranchRecord:
         reason = data.get("reason")

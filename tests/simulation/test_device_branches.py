@@ -285,3 +285,23 @@ def test_a_module_imported_before_the_simulation_says_its_import_time_branches_r
     codes = {b["reason"]["code"] for b in branches if b["file"].endswith("dsa/dsa_indexer.py") and not b["function"]}
     assert codes == {"imported-before-simulation"}
     assert all(b["end"] >= b["line"] for b in branches)
+
+
+@sglang_needed
+def test_a_fleet_merges_each_devices_branches_into_its_table(pytester: pytest.Pytester) -> None:
+    """`--dsakit-device sm100,sm103`: one run per device, each builds SGLang's real DSA backend; the merged
+    fleet table counts each device's branches (ran / never ran by reason) and lists the never-ran ones."""
+    pytester.makepyfile(test_branches=SUITE)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", "sm100,sm103",
+                                           "--dsakit-report", "fleet.json")
+    out = result.stdout.str()
+    for device in ("sm100", "sm103"):
+        result.stdout.re_match_lines([
+            rf"device branches under simulated {device} \(\d+ that it decides otherwise than .*; 1 report\(s\): "
+            rf".* \({device} simulated\)\): [1-9]\d* ran, \d+ never ran \(.*\)$"])
+        section = json.loads((pytester.path / f"fleet-{device}.json").read_text())["device_branches"]
+        never = [b for b in section["branches"] if b["status"] != "ran"]
+        assert never and all(b["reason"]["code"] for b in never)
+        assert any(line.startswith(f"{device} ") and f"{never[0]['site']}: if " in line
+                   and f"[{never[0]['reason']['code']}]" in line for line in out.splitlines()), out[-3000:]
+    assert "Device branches that never ran:" in out
