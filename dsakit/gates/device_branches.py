@@ -2,14 +2,17 @@
 its merge over workers, shards and hosts.
 
 Owns the declared reasons a branch's arm did not run (`NEVER_RAN`, ranked by how far the run got),
-a branch's record read back from a report, and the merge per device (a branch ran if it ran in any
-report of that device; one that ran in none keeps the reason of the run that got furthest). Must
-not scan SGLang or watch lines (`dsakit.simulation.branch_coverage` does). Never imports torch or SGLang.
+a branch's record read back from a report, the merge per device (a branch ran if it ran in any
+report of that device; one that ran in none keeps the reason of the run that got furthest), and
+which branches a change of their file touches (pr-check: a difflib diff of the two trees' text).
+Must not scan SGLang or watch lines (`dsakit.simulation.branch_coverage` does). Never imports
+torch or SGLang.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +52,8 @@ def rank(reason: Reason | None) -> int:
 @dataclass(frozen=True)
 class BranchRecord:
     """One device-divergent branch as a report holds it: `site` (sglang/FILE:LINE), the `if`'s
-    lines `line`..`end` in `file` (release-relative), the arm the device `takes`, whether it ran,
-    and where not, why (a reason of `NEVER_RAN`)."""
+    lines `line`..`end` in `file` (release-relative; its body from `body`: the guard is the lines
+    before), the arm the device `takes`, whether it ran, and where not, why (a reason of `NEVER_RAN`)."""
 
     site: str
     guard: str
@@ -61,6 +64,7 @@ class BranchRecord:
     file: str = ""
     line: int = 0
     end: int = 0
+    body: int = 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -76,8 +80,9 @@ class BranchRecord:
         return f"{self.site}: if {self.guard} -> {self.takes}: {why}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"site": self.site, "file": self.file, "line": self.line, "end": self.end, "guard": self.guard,
-                "function": self.function, "takes": self.takes, "status": "ran" if self.ran else "never-ran",
+        return {"site": self.site, "file": self.file, "line": self.line, "body": self.body, "end": self.end,
+                "guard": self.guard, "function": self.function, "takes": self.takes,
+                "status": "ran" if self.ran else "never-ran",
                 "reason": self.reason.as_dict() if self.reason is not None else None}
 
     @classmethod
@@ -90,7 +95,7 @@ class BranchRecord:
                    Reason(str(reason.get("code", "")), str(reason.get("message", "")))
                    if isinstance(reason, Mapping) else (Reason("", str(data["why"])) if data.get("why") else None),
                    str(data.get("file") or file), int(data.get("line") or (line if line.isdigit() else 0)),
-                   int(data.get("end") or 0))
+                   int(data.get("end") or 0), int(data.get("body") or 0))
 
 
 def further(a: BranchRecord, b: BranchRecord) -> BranchRecord:
@@ -149,3 +154,83 @@ def merge_sections(sections: Iterable[Mapping[str, Any]]) -> dict[str, DeviceBra
                                         current.reports + 1, tuple(dict.fromkeys(current.unwatched + unwatched)))
     return merged
 
+
+# ---------------------------------------------------------------- branches a change touches
+
+
+def changed_lines(base: str | None, pr: str) -> set[int]:
+    """The PR text's lines (1-based) the change made: replaced or inserted, and the two lines around
+    a deletion; every line where the base has no such file (None)."""
+    lines = pr.splitlines()
+    if base is None:
+        return set(range(1, len(lines) + 1))
+    changed: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, base.splitlines(), lines, autojunk=False)
+    for tag, _, _, first, last in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            changed.update(range(first + 1, last + 1))
+        elif tag == "delete":
+            changed.update(n for n in (first, first + 1) if 1 <= n <= len(lines))
+    return changed
+
+
+@dataclass(frozen=True)
+class BranchChange:
+    """A device-divergent branch of the PR tree whose lines the PR changed: `change` says which
+    part ("new branch", "guard changed", "arm changed"), `lines` the changed lines inside it, and
+    `devices` what each simulated device's PR run did with it."""
+
+    branch: BranchRecord
+    change: str
+    lines: tuple[int, ...]
+    devices: tuple[tuple[str, BranchRecord], ...]
+
+    @property
+    def covered(self) -> bool:
+        return any(record.ran for _, record in self.devices)
+
+    @property
+    def where(self) -> str:
+        """`sglang/FILE:A-B` (the changed lines)."""
+        span = f"{self.lines[0]}" + (f"-{self.lines[-1]}" if self.lines[-1] != self.lines[0] else "")
+        return f"sglang/{self.branch.file}:{span}"
+
+    def runs(self) -> str:
+        """`ran on sm103 (simulated)`, or `NO RUN COVERED IT: sm103 (simulated) [code] message; ...`."""
+        ran = [label for label, record in self.devices if record.ran]
+        if ran:
+            return "ran on " + ", ".join(ran)
+        return "NO RUN COVERED IT: " + "; ".join(
+            f"{label} {record.reason}" if record.reason is not None else label for label, record in self.devices)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"site": self.branch.site, "guard": self.branch.guard, "change": self.change, "where": self.where,
+                "lines": list(self.lines), "covered": self.covered,
+                "devices": {label: record.as_dict() for label, record in self.devices}}
+
+
+def touched_branches(records: Iterable[tuple[str, BranchRecord]],
+                     texts: Callable[[str], tuple[str | None, str | None]]) -> list[BranchChange]:
+    """The branches among `records` ((device label, the PR run's record), several devices per branch)
+    whose lines the change touched; `texts(file)`: the base's and the PR's text of a release-relative
+    file (None: absent). In the PR tree's file and line order."""
+    by_site: dict[str, list[tuple[str, BranchRecord]]] = {}
+    for label, record in records:
+        if record.file and record.line:
+            by_site.setdefault(record.site, []).append((label, record))
+    diffs: dict[str, set[int]] = {}
+    found = []
+    for devices in by_site.values():
+        branch = devices[0][1]
+        if branch.file not in diffs:
+            base, pr = texts(branch.file)
+            diffs[branch.file] = changed_lines(base, pr) if pr is not None else set()
+        end = max(branch.end, branch.line)
+        inside = sorted(n for n in diffs[branch.file] if branch.line <= n <= end)
+        if not inside:
+            continue
+        guard_ends = branch.body - 1 if branch.body > branch.line else branch.line
+        change = ("new branch" if len(inside) == end - branch.line + 1
+                  else "guard changed" if inside[0] <= guard_ends else "arm changed")
+        found.append(BranchChange(branch, change, tuple(inside), tuple(devices)))
+    return sorted(found, key=lambda c: (c.branch.file, c.branch.line))

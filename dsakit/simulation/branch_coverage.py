@@ -238,7 +238,7 @@ class BranchVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         b = self.branch
-        return {"site": b.site, "file": b.file, "line": b.line, "end": b.end, "guard": b.guard,
+        return {"site": b.site, "file": b.file, "line": b.line, "body": b.body, "end": b.end, "guard": b.guard,
                 "function": b.function, "takes": self.takes, "status": self.status, "why": self.why,
                 "reason": self.reason.as_dict() if self.reason is not None else None}
 
