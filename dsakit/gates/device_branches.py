@@ -31,17 +31,33 @@ class NeverRan:
 
 
 NEVER_RAN: tuple[NeverRan, ...] = (
-    NeverRan("probe-cached-before-simulation", "a cached probe answered before the simulation began"),
-    NeverRan("probe-not-simulated", "the guard read a probe dsakit does not simulate"),
-    NeverRan("arm-needs-configuration", "the guard ran; the arm also needs configuration no test set"),
-    NeverRan("probe-answered-here", "the guard ran and took this machine's arm"),
-    NeverRan("imported-before-simulation", "its module was imported before the simulation began"),
-    NeverRan("guard-not-reached", "the gate was never reached"),
-    NeverRan("configuration-never-built", "the suite never builds that configuration"),
-    NeverRan("not-watched", "lines were not watched"),
+    NeverRan("probe-cached-before-simulation",
+             "the guard ran and took this machine's arm: a probe it reads answered before the simulation began "
+             "(a module constant of an earlier import, an lru-cached probe filled then that the simulation does not "
+             "clear)"),
+    NeverRan("probe-not-simulated",
+             "the guard ran and took this machine's arm: a module constant it reads holds this machine's answer, "
+             "one dsakit's probe table does not patch"),
+    NeverRan("arm-needs-configuration", "the guard ran; the device's arm also needs configuration no test set"),
+    NeverRan("probe-answered-here",
+             "the guard ran and took this machine's arm; which read answered for this machine is not known (an "
+             "attribute or a value derived from a probe)"),
+    NeverRan("imported-before-simulation",
+             "a module-level branch whose module was imported before the simulation began (a conftest, a plugin): "
+             "it ran then, for this machine, unwatched"),
+    NeverRan("guard-not-reached", "the gate was never reached: its function ran but returned or branched before it"),
+    NeverRan("configuration-never-built",
+             "the suite never builds that configuration: the function (or module) holding the branch never ran"),
+    NeverRan("not-watched", "no line was watched (a coverage tool or debugger holds sys.monitoring / sys.settrace)"),
 )
 CODES = {entry.code: entry for entry in NEVER_RAN}
 _RANK = {entry.code: rank for rank, entry in enumerate(NEVER_RAN)}
+
+
+def reasons_markdown() -> str:
+    """The reference table of the codes (docs/reference/simulated-probes.md), furthest first."""
+    return "\n".join(["| code | the branch's arm did not run because |", "|---|---|",
+                      *(f"| `{entry.code}` | {entry.words} |" for entry in NEVER_RAN)])
 
 
 def rank(reason: Reason | None) -> int:

@@ -305,3 +305,16 @@ def test_a_fleet_merges_each_devices_branches_into_its_table(pytester: pytest.Py
         assert any(line.startswith(f"{device} ") and f"{never[0]['site']}: if " in line
                    and f"[{never[0]['reason']['code']}]" in line for line in out.splitlines()), out[-3000:]
     assert "Device branches that never ran:" in out
+
+
+def test_the_reference_page_lists_every_reason_code() -> None:
+    import re
+
+    from dsakit.gates.device_branches import NEVER_RAN, reasons_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "simulated-probes.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- device-branch-reasons:start -->\n(.*?)\n<!-- device-branch-reasons:end -->", page, re.S)
+    assert block and block.group(1) == reasons_markdown(), (
+        "docs/reference/simulated-probes.md's reason table drifted: replace it with the output of "
+        "`python -c 'from dsakit.gates.device_branches import reasons_markdown as t; print(t())'`")
+    assert len({entry.code for entry in NEVER_RAN}) == len(NEVER_RAN)
