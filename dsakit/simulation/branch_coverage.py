@@ -281,7 +281,7 @@ class ProbeSnapshot:
     @classmethod
     def take(cls, branch_modules: Iterable[str], modules: Mapping[str, Any] | None = None) -> ProbeSnapshot:
         modules = sys.modules if modules is None else modules
-        imported = frozenset(n for n in modules if n == "sglang" or n.startswith("sglang."))
+        imported = frozenset(n for n in list(modules) if n == "sglang" or n.startswith("sglang."))
         filled: dict[tuple[str, str], int] = {}
         for name in set(branch_modules) & imported:
             for attribute, value in list(vars(modules[name]).items()):
