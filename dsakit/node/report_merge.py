@@ -494,8 +494,8 @@ def _branch_tables(branches: list[tuple[str, str, list[str], DeviceBranches]]) -
                    tuple((label, sglang, ", ".join(nodes), str(len(found.ran)), str(len(found.never_ran)),
                           found.counts().partition(" (")[2].rstrip(")") or "-")
                          for label, sglang, nodes, found in branches))
-    never = Table("Device branches that never ran", ("device", "branch", "arm", "why"),
-                  tuple((label, f"{b.site}: if {b.guard}", b.takes, str(b.reason) if b.reason else "never ran")
+    never = Table("Device branches that never ran", ("device", "branch", "guard -> the device's arm: why"),
+                  tuple((label, b.site, b.text().removeprefix(f"{b.site}: "))
                         for label, _, _, found in branches for b in found.never_ran))
     return [counts, never] if never.rows else [counts]
 

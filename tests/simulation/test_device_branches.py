@@ -302,7 +302,7 @@ def test_a_fleet_merges_each_devices_branches_into_its_table(pytester: pytest.Py
         section = json.loads((pytester.path / f"fleet-{device}.json").read_text())["device_branches"]
         never = [b for b in section["branches"] if b["status"] != "ran"]
         assert never and all(b["reason"]["code"] for b in never)
-        assert any(line.startswith(f"{device} ") and f"{never[0]['site']}: if " in line
+        assert any(line.startswith(f"{device} ") and f"{never[0]['site']}  if " in line
                    and f"[{never[0]['reason']['code']}]" in line for line in out.splitlines()), out[-3000:]
     assert "Device branches that never ran:" in out
 
