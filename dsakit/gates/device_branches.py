@@ -50,7 +50,6 @@ NEVER_RAN: tuple[NeverRan, ...] = (
              "the suite never builds that configuration: the function (or module) holding the branch never ran"),
     NeverRan("not-watched", "no line was watched (a coverage tool or debugger holds sys.monitoring / sys.settrace)"),
 )
-CODES = {entry.code: entry for entry in NEVER_RAN}
 _RANK = {entry.code: rank for rank, entry in enumerate(NEVER_RAN)}
 
 
@@ -85,10 +84,6 @@ class BranchRecord:
     @property
     def key(self) -> tuple[str, str]:
         return self.site, self.takes
-
-    @property
-    def status(self) -> str:
-        return "ran" if self.ran else "never ran"
 
     def text(self) -> str:
         """`sglang/FILE:LINE: if GUARD -> ARM: ran` or `...: [code] message`."""
@@ -147,7 +142,8 @@ class DeviceBranches:
             by[code] = by.get(code, 0) + 1
         text = f"{len(self.ran)} ran, {len(self.never_ran)} never ran"
         if by:
-            text += " (" + ", ".join(f"{c} {n}" for c, n in sorted(by.items(), key=lambda i: rank(Reason(i[0], "")))) + ")"
+            ordered = sorted(by.items(), key=lambda item: rank(Reason(item[0], "")))
+            text += " (" + ", ".join(f"{code} {n}" for code, n in ordered) + ")"
         return text
 
 

@@ -467,7 +467,8 @@ def comment(merged: Merged) -> Comment:
     for label, _, nodes, found in branches:
         summary.append(f"device branches under simulated {label} ({len(found.branches)} that it decides otherwise than "
                        f"{found.real or 'the real device'}; {found.reports} report(s): {', '.join(nodes)}): "
-                       f"{found.counts()}" + (f"; not watched: {'; '.join(found.unwatched)}" if found.unwatched else ""))
+                       f"{found.counts()}"
+                       + (f"; not watched: {'; '.join(found.unwatched)}" if found.unwatched else ""))
     summary += merged.why()
     tables = _branch_tables(branches)
     return Comment(
@@ -490,7 +491,8 @@ def _branch_tables(branches: list[tuple[str, str, list[str], DeviceBranches]]) -
     if not branches:
         return []
     counts = Table("Device branches (SGLang's device-gated branches the simulated device decides otherwise; "
-                   "a branch ran if it ran in any report)", ("device", "SGLang", "nodes", "ran", "never ran", "by reason"),
+                   "a branch ran if it ran in any report)",
+                   ("device", "SGLang", "nodes", "ran", "never ran", "by reason"),
                    tuple((label, sglang, ", ".join(nodes), str(len(found.ran)), str(len(found.never_ran)),
                           found.counts().partition(" (")[2].rstrip(")") or "-")
                          for label, sglang, nodes, found in branches))

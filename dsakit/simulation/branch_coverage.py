@@ -359,8 +359,8 @@ def _stale_probe(branch: DeviceBranch, simulated: DeviceModel, snapshot: ProbeSn
                               f"(the module was imported first): it holds {live!r}, this machine's answer; "
                               f"{simulated.key} answers {expected!r}")
             return Reason("probe-not-simulated",
-                          f"`{node.id}` of {branch.module} holds {live!r} under the simulation, {simulated.key} answers "
-                          f"{expected!r}: a module constant dsakit's probe table does not patch "
+                          f"`{node.id}` of {branch.module} holds {live!r} under the simulation, {simulated.key} "
+                          f"answers {expected!r}: a module constant dsakit's probe table does not patch "
                           "(dsakit/simulation/probes.py)")
         if isinstance(node, ast.Call):
             name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
