@@ -2,8 +2,9 @@
 
 Owns: a base and a PR run per device (the real device where this machine is it, simulated
 elsewhere; side by side), one rerun of what failed (flaky), the verdict per test x device, the diff
-of the two trees' model_runner reads, the selection's mocks those new reads break, the PR comment,
-the JSON and the exit code (1: a regression, or a must-run gate run on no device; 0: only
+of the two trees' model_runner reads, the selection's mocks those new reads break, each simulated
+device's branch coverage (base vs PR) and the device-gated branches the PR changes that no run
+covered, the PR comment, the JSON and the exit code (1: a regression, or a must-run gate run on no device; 0: only
 pre-existing failures; 2: bad input, or a run that compared nothing). Never imports torch or SGLang here.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from dsakit.errors import UsageError
 from dsakit.devices import pr_gate_keys
+from dsakit.gates.device_branches import SECTION as BRANCHES, BranchChange, BranchRecord, touched_branches
 from dsakit.gates.device_model import REAL, SIMULATED, real_device, simulated_model
 from dsakit.gates.skip_causes import Cause
 from dsakit.compare.markdown import Comment, FailureRow, FailureSection, SkipGroup, Table
@@ -64,6 +66,11 @@ class DeviceCheck:
     reruns: dict[str, Run] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
     pr_gates: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    branches: dict[str, dict[str, Any]] = field(default_factory=dict)  # tree -> its report's device_branches
+
+    def branch_records(self, tree_label: str) -> list[BranchRecord]:
+        section = self.branches.get(tree_label) or {}
+        return [BranchRecord.from_dict(b) for b in section.get("branches") or () if isinstance(b, dict)]
 
     @property
     def label(self) -> str:
@@ -136,8 +143,11 @@ def _run_tree(check: DeviceCheck, tree_label: str, src: str, plan: _Plan) -> Non
     device = f"--dsakit-device={check.runs_as}"
     run = run_selection(label, src, [*plan.pytest_args, device, f"--dsakit-report={report}"], plan.workdir,
                         timeout=plan.timeout, env_overrides=plan.env)
-    if tree_label == "pr" and report.is_file():  # each test's declared gates, for --must-run
-        check.pr_gates = {t: tuple(e.get("gates", ())) for t, e in json.loads(report.read_text()).get("tests", {}).items()}
+    data = json.loads(report.read_text()) if report.is_file() else {}
+    if tree_label == "pr" and data:  # each test's declared gates, for --must-run
+        check.pr_gates = {t: tuple(e.get("gates", ())) for t, e in data.get("tests", {}).items()}
+    if isinstance(data.get(BRANCHES), dict):  # a simulated device's branch coverage
+        check.branches[tree_label] = data[BRANCHES]
     setattr(check, tree_label, run)
     # a failed subtest is rerun with its test (a subtest id is not a pytest node id)
     failing = list(dict.fromkeys(o.get("subtest_of", t) for t, o in run.tests.items() if o["outcome"] in FAILING))
@@ -373,6 +383,7 @@ class PrCheck:
     checks: list[DeviceCheck]
     reads: list[ReadChange]
     must_run: tuple[str, ...] = ()
+    branch_changes: list[BranchChange] = field(default_factory=list)  # device branches the PR changes
 
     def all_verdicts(self) -> list[Verdict]:
         return [v for c in self.checks for v in c.verdicts]
@@ -466,6 +477,7 @@ def comment(pr_check: PrCheck) -> Comment:
                     tuple((f"model_runner.{r.path} in {r.function}", r.site)
                           for r in pr_check.reads if r.kind == "removed"))
     not_run = _not_run_groups(pr_check)
+    summary += _branch_summary(pr_check)
     summary += _why(pr_check)
     changed = pr_check.of("skip-change")
     skip_changes = Table(f"Skip changes ({len(changed)}): skipped on one tree only, or for another reason",
@@ -482,7 +494,7 @@ def comment(pr_check: PrCheck) -> Comment:
                      pr_check.of("flaky"), pr_check),
             _section("Fixed by the PR", pr_check.of("fixed"), pr_check),
         ],
-        lead_tables=[reads, removed] if removed.rows else [reads],
+        lead_tables=([reads, removed] if removed.rows else [reads]) + _branch_table(pr_check),
         skips=not_run,
         tables=[skip_changes] if changed else [],
         list_limit=_TESTS_PER_ROW,
@@ -537,6 +549,49 @@ def _not_run_groups(pr_check: PrCheck) -> list[SkipGroup]:
             for g in group_causes(causes)]
 
 
+def changed_branches(checks: Sequence[DeviceCheck], base: Path, pr: Path) -> list[BranchChange]:
+    """The device-gated branches of the PR runs whose lines the PR's diff of that file touches (the
+    two trees' text, difflib), each with what every simulated device's PR run did with it."""
+    def texts(file: str) -> tuple[str | None, str | None]:
+        def read(package: Path) -> str | None:
+            try:
+                return (package / file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                return None
+
+        return read(base), read(pr)
+
+    return touched_branches([(c.label, r) for c in checks for r in c.branch_records("pr")], texts)
+
+
+def _coverage(check: DeviceCheck, tree: str) -> dict[str, int]:
+    records = check.branch_records(tree)
+    return {"ran": sum(r.ran for r in records), "total": len(records)}
+
+
+def _branch_summary(pr_check: PrCheck) -> list[str]:
+    """Each simulated device's branch coverage, PR vs base, and the PR's changed branches no run covered."""
+    lines = []
+    for check in pr_check.checks:
+        if "pr" in check.branches:
+            pr, base = _coverage(check, "pr"), _coverage(check, "base") if "base" in check.branches else None
+            lines.append(f"{check.label}: device branches: PR {pr['ran']} of {pr['total']} took the device's arm"
+                         + (f" (base {base['ran']} of {base['total']})" if base is not None else ""))
+    uncovered = [c for c in pr_check.branch_changes if not c.covered]
+    if uncovered:
+        lines.append(f"**the PR changes {len(uncovered)} device branch(es) that no run covered**: "
+                     + "; ".join(f"`{c.where}` ({c.change}: `if {c.branch.guard}`)" for c in uncovered))
+    return lines
+
+
+def _branch_table(pr_check: PrCheck) -> list[Table]:
+    if not pr_check.branch_changes:
+        return []
+    return [Table("Device branches the PR changes", ("branch", "change", "lines", "runs"),
+                  tuple((f"{c.branch.site}: if {c.branch.guard}", c.change, c.where, c.runs())
+                        for c in pr_check.branch_changes))]
+
+
 def as_json(pr_check: PrCheck) -> dict[str, Any]:
     return {
         "base": pr_check.base_src, "pr": pr_check.pr_src,
@@ -548,6 +603,9 @@ def as_json(pr_check: PrCheck) -> dict[str, Any]:
         "counts": {k: len(pr_check.of(k)) for k in VERDICTS},
         "verdicts": [v.as_dict() for v in pr_check.all_verdicts()],
         "reads": [r.as_dict() for r in pr_check.reads],
+        "device_branches": {c.label: {tree: _coverage(c, tree) for tree in ("base", "pr") if tree in c.branches}
+                            for c in pr_check.checks if c.branches},
+        "branch_changes": [change.as_dict() for change in pr_check.branch_changes],
         "must_run": {"codes": list(pr_check.must_run), "failed": pr_check.must_run_failures()},
         "why": _why(pr_check),
         "unusable_runs": pr_check.unusable()[0],
@@ -593,7 +651,8 @@ def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytes
         print(f"dsakit pr-check: base {base_src} vs PR {pr_src} on {', '.join(c.label for c in checks)}", flush=True)
         run_all(checks, base_src, pr_src, pytest_args, workdir, timeout)
         changes = broken_mocks(read_changes(*reads, chosen), suites_in(pytest_args), pr_src, chosen)
-        result = PrCheck(base_src, pr_src, checks, failing_mocks(changes, checks), codes)
+        result = PrCheck(base_src, pr_src, checks, failing_mocks(changes, checks), codes,
+                         changed_branches(checks, package_dir(base_src), package_dir(pr_src)))
         text = render(comment(result))
         print(text)
         if json_out is not None:
@@ -609,7 +668,9 @@ def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytes
             print("dsakit pr-check: nothing was compared on some device; fix the selection (pytest args after --) "
                   "or the trees and run again", file=sys.stderr)
         print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), {len(result.of('pre-existing'))} "
-              f"pre-existing failure(s), {len(result.of('flaky'))} flaky -> exit {code}", file=sys.stderr)
+              f"pre-existing failure(s), {len(result.of('flaky'))} flaky"
+              + (f", {uncovered} changed device branch(es) no run covered" if (uncovered := sum(
+                  not c.covered for c in result.branch_changes)) else "") + f" -> exit {code}", file=sys.stderr)
         return code
     finally:
         if not keep:

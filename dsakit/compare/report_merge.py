@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.errors import UsageError
+from dsakit.gates.device_branches import SECTION as BRANCHES, DeviceBranches, merge_sections
 from dsakit.gates.inventory import REPORT_FORMAT, REPORT_KIND
 from dsakit.gates.skip_causes import UNCODED, Cause, CauseGroup, group_causes, runs_on_here, why_paragraph
 from dsakit.compare.markdown import NOT_COVERED, Comment, FailureRow, FailureSection, SkipGroup, Table
@@ -46,6 +47,7 @@ class NodeReport:
     simulated: bool = False  # a --dsakit-device run: its coverage is not real hardware coverage
     subtests: dict[str, dict[str, Any]] = field(default_factory=dict)  # by subtest id, each with its `test`
     table_key: str = ""  # the device table's entry the device is (simulated, or matched by arch)
+    device_branches: dict[str, Any] | None = None  # a simulated run's device-branch coverage
 
 
 def _field(data: dict[str, Any], key: str, kind: type, path: str) -> Any:
@@ -113,6 +115,7 @@ def load_report(path: str) -> NodeReport:
         simulated=bool(device.get("simulated")),
         subtests=subtests,
         table_key=str(device.get("table_key") or ""),
+        device_branches=data[BRANCHES] if isinstance(data.get(BRANCHES), dict) else None,
     )
 
 
@@ -346,6 +349,25 @@ class Merged:
                                     covered, uncovered, self.runs_on(group), messages))
         return result
 
+    def device_branches(self) -> list[tuple[str, str, list[str], DeviceBranches]]:
+        """Per simulated device and SGLang release (the same files, so the same lines): its branches
+        over every report of it, with the node labels they came from (a branch ran if it ran anywhere)."""
+        groups: dict[tuple[str, str], tuple[list[str], list[dict[str, Any]]]] = {}
+        for node in self.nodes:
+            for report in node.reports:
+                section = report.device_branches
+                if section is None:
+                    continue
+                labels, sections = groups.setdefault((str(section.get("device", "?")), node.sglang), ([], []))
+                sections.append(section)
+                if node.label not in labels:
+                    labels.append(node.label)
+        releases: dict[str, int] = {}
+        for device, _ in groups:
+            releases[device] = releases.get(device, 0) + 1
+        return [(device if releases[device] == 1 else f"{device} SGLang {sglang}", sglang, labels,
+                 merge_sections(sections)[device]) for (device, sglang), (labels, sections) in groups.items()]
+
     def missing_shards(self) -> list[str]:
         """A sentence per node with a shard that has no report: its tests' outcomes are unknown."""
         return [f"{n.label}: shard {', '.join(map(str, n.missing_shards))} of {n.splits} has no report"
@@ -441,7 +463,14 @@ def comment(merged: Merged) -> Comment:
                        + ", ".join(f"`{code}`" for code in simulated))
     for code, why in must.items():
         summary.append(f"must-run gate `{code}` ran on no node: {why}")
+    branches = merged.device_branches()
+    for label, _, nodes, found in branches:
+        summary.append(f"device branches under simulated {label} ({len(found.branches)} that it decides otherwise than "
+                       f"{found.real or 'the real device'}; {found.reports} report(s): {', '.join(nodes)}): "
+                       f"{found.counts()}"
+                       + (f"; not watched: {'; '.join(found.unwatched)}" if found.unwatched else ""))
     summary += merged.why()
+    tables = _branch_tables(branches)
     return Comment(
         title="dsakit fleet coverage",
         summary=summary,
@@ -452,8 +481,25 @@ def comment(merged: Merged) -> Comment:
             Table("Nodes", ("node", "device", "SGLang", "shards", "tests"), tuple(_node_rows(merged))),
             Table("Gates (tests behind each gate, per node)",
                   ("gate", *(n.label for n in merged.nodes), "fleet"), tuple(_gate_rows(merged))),
+            *tables,
         ],
     )
+
+
+def _branch_tables(branches: list[tuple[str, str, list[str], DeviceBranches]]) -> list[Table]:
+    """Ran / never-ran counts per simulated device, then every branch that never ran with its reason."""
+    if not branches:
+        return []
+    counts = Table("Device branches (SGLang's device-gated branches the simulated device decides otherwise; "
+                   "a branch ran if it ran in any report)",
+                   ("device", "SGLang", "nodes", "ran", "never ran", "by reason"),
+                   tuple((label, sglang, ", ".join(nodes), str(len(found.ran)), str(len(found.never_ran)),
+                          found.counts().partition(" (")[2].rstrip(")") or "-")
+                         for label, sglang, nodes, found in branches))
+    never = Table("Device branches that never ran", ("device", "branch", "guard -> the device's arm: why"),
+                  tuple((label, b.site, b.text().removeprefix(f"{b.site}: "))
+                        for label, _, _, found in branches for b in found.never_ran))
+    return [counts, never] if never.rows else [counts]
 
 
 def as_json(merged: Merged) -> dict[str, Any]:
@@ -476,6 +522,9 @@ def as_json(merged: Merged) -> dict[str, Any]:
                    "messages": [{"message": m, "count": n} for m, n in g.messages]}
                   for g in merged.skip_groups()],
         "why": merged.why(),
+        "device_branches": {label: {"sglang": sglang, "nodes": nodes, "reports": found.reports, "ran": len(found.ran),
+                                    "total": len(found.branches), "branches": [b.as_dict() for b in found.branches]}
+                            for label, sglang, nodes, found in merged.device_branches()},
         "must_run": {"codes": list(merged.must_run), "real": merged.must_run_real,
                      "failed": merged.must_run_failures()},
         "exit": merged.exit_code(),

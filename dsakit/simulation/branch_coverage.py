@@ -5,7 +5,9 @@ Owns finding the `if`s of SGLang's DSA / DeepSeek-V4 backends, metadata and top-
 deciding each guard on the simulated device and on this machine's (`audit.guard_eval`), watching
 which lines of those files run (`sys.monitoring` where Python has it, else a trace function that
 follows only those files' frames), and saying for every branch the two devices decide differently
-whether the simulated device's arm ran, and where not, why. Reads SGLang's files, never imports it.
+whether the simulated device's arm ran, and where not, why (a reason of
+`gates.device_branches.NEVER_RAN`, from the lines and from the probes SGLang's imported modules
+hold while the simulation lasts). Reads SGLang's files and modules, never imports them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import pytest
 from dsakit.audit.device_guards import spelling_for
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
+from dsakit.reasons import Reason
 from dsakit.stack.sglang_release import PROBE_SCAN_FILES
 
 WORKER_KEY = "dsakit_device_branches"  # xdist workeroutput: the lines a worker saw run
+EVIDENCE_KEY = "dsakit_device_branch_probes"  # and the probes it saw answer for its machine
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class DeviceBranch:
     value      "" for an `if`; else how the decision is handed on: "fuse_index_store=" (a keyword
                argument), "return " (a function's result), "if-else " (a conditional expression).
                The line ran under the simulation: the simulated device's value was passed.
+    end        the `if` statement's last line (its arms included)
     """
 
     file: str
@@ -52,6 +57,7 @@ class DeviceBranch:
     body: int
     orelse: int | None
     value: str = ""
+    end: int = 0
 
     @property
     def site(self) -> str:
@@ -60,6 +66,12 @@ class DeviceBranch:
     @property
     def text(self) -> str:
         return f"{self.value}{self.guard}" if self.value else f"if {self.guard}"
+
+    @property
+    def module(self) -> str:
+        """Its module's dotted name (srt/x/y.py -> sglang.srt.x.y)."""
+        parts = ["sglang", *self.file.removesuffix(".py").split("/")]
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _reads_device(test: ast.expr) -> bool:
@@ -92,7 +104,8 @@ class _Scan(ast.NodeVisitor):
         if _reads_device(node.test):
             self.found.append(DeviceBranch(
                 self.file, node.lineno, ast.unparse(node.test), ".".join(n for n, _ in self.scope),
-                self._entry(node.lineno), node.body[0].lineno, node.orelse[0].lineno if node.orelse else None))
+                self._entry(node.lineno), node.body[0].lineno, node.orelse[0].lineno if node.orelse else None,
+                end=node.end_lineno or node.lineno))
         self.generic_visit(node)
 
     def _value(self, expr: ast.expr, how: str) -> None:
@@ -103,7 +116,7 @@ class _Scan(ast.NodeVisitor):
             return
         line = expr.lineno
         self.found.append(DeviceBranch(self.file, line, ast.unparse(expr), ".".join(n for n, _ in self.scope),
-                                       self._entry(line), line, line, how))
+                                       self._entry(line), line, line, how, end=expr.end_lineno or line))
 
     def visit_keyword(self, node: ast.keyword) -> None:
         if node.arg is not None:
@@ -120,7 +133,7 @@ class _Scan(ast.NodeVisitor):
             line = node.test.lineno
             self.found.append(DeviceBranch(self.file, line, ast.unparse(node.test),
                                            ".".join(n for n, _ in self.scope), self._entry(line), line, line,
-                                           "if-else "))
+                                           "if-else ", end=node.end_lineno or line))
         self.generic_visit(node)
 
 
@@ -249,18 +262,25 @@ class BranchVerdict:
     takes   the arm the simulated device takes ("body": the guard holds; "else"), and where it also
             needs configuration, which ("body where x.is_cuda")
     status  "ran" (that arm ran), "other-arm" (the `if` ran, the other arm did), "not-reached"
-    why     where the arm did not run, what dsakit can tell of why
+    reason  where the arm did not run, what dsakit can tell of why (a code of
+            `dsakit.gates.device_branches.NEVER_RAN`)
     """
 
     branch: DeviceBranch
     takes: str
     status: str
-    why: str = ""
+    reason: Reason | None = None
+
+    @property
+    def why(self) -> str:
+        return self.reason.message if self.reason is not None else ""
 
     def as_dict(self) -> dict[str, Any]:
         b = self.branch
-        return {"site": b.site, "guard": b.guard, "function": b.function, "takes": self.takes,
-                "status": self.status, "why": self.why, **({"value": b.value.strip()} if b.value else {})}
+        return {"site": b.site, "file": b.file, "line": b.line, "body": b.body, "end": b.end, "guard": b.guard,
+                "function": b.function, "takes": self.takes, "status": self.status, "why": self.why,
+                "reason": self.reason.as_dict() if self.reason is not None else None,
+                **({"value": b.value.strip()} if b.value else {})}
 
 
 def divergent(branches: Iterable[DeviceBranch], simulated: DeviceModel,
@@ -285,37 +305,158 @@ def divergent(branches: Iterable[DeviceBranch], simulated: DeviceModel,
     return found
 
 
+# ---------------------------------------------------------------- probes that answered for this machine
+
+
+@dataclass(frozen=True)
+class ProbeSnapshot:
+    """What of SGLang had answered before the simulation began (taken as the watch starts):
+    the `sglang` modules imported then (a conftest or a plugin imported them: their import-time
+    branches ran for this machine, their module constants hold its answers), and the lru-cached
+    functions of the branches' modules that held answers, (module, name) -> entries."""
+
+    imported: frozenset[str]
+    filled: Mapping[tuple[str, str], int]
+
+    @classmethod
+    def take(cls, branch_modules: Iterable[str], modules: Mapping[str, Any] | None = None) -> ProbeSnapshot:
+        modules = sys.modules if modules is None else modules
+        imported = frozenset(n for n in list(modules) if n == "sglang" or n.startswith("sglang."))
+        filled: dict[tuple[str, str], int] = {}
+        for name in set(branch_modules) & imported:
+            for attribute, value in list(vars(modules[name]).items()):
+                entries = _cached_entries(value)
+                if entries:
+                    filled[(name, attribute)] = entries
+        return cls(imported, filled)
+
+
+def _cached_entries(value: Any) -> int:
+    info = getattr(value, "cache_info", None)
+    if not callable(info):
+        return 0
+    try:
+        return int(info().currsize)
+    except Exception:  # noqa: BLE001 - a cache_info of another kind: not a probe cache
+        return 0
+
+
+def _cleared_by_simulation(module: str, name: str, function: Any) -> bool:
+    """The simulation clears it on entry (`probe_patches._clear_caches`): every lru cache of
+    SGLang's probe module, and the cached probes of the declared table where they are bound."""
+    from dsakit.simulation.probes import COMMON, PROBES
+
+    home = (str(getattr(function, "__module__", "")), str(getattr(function, "__name__", name)))
+    cached = {(m, p.name) for p in PROBES if p.kind == "cached" for m in p.modules}
+    return home[0] == COMMON or (module, name) in cached or home in cached
+
+
+def probe_evidence(branches: Iterable[tuple[DeviceBranch, bool, str]], simulated: DeviceModel,
+                   snapshot: ProbeSnapshot, modules: Mapping[str, Any] | None = None) -> dict[str, Reason]:
+    """Per branch site, where the live state shows it: a module-level branch whose module was
+    imported before the simulation began, or a guard's probe that answers for this machine under
+    the simulation (a module constant computed before it began or one the probe table does not
+    patch, an lru-cached probe filled before it began that it does not clear). Read while the
+    simulation is active; `modules`: sys.modules."""
+    modules = sys.modules if modules is None else modules
+    found: dict[str, Reason] = {}
+    for branch, _, _ in branches:
+        before = branch.module in snapshot.imported
+        if not branch.function and before:
+            found[branch.site] = Reason(
+                "imported-before-simulation",
+                f"{branch.module} was imported before the simulation began (by a conftest or a plugin): this "
+                f"import-time branch ran then, for this machine, unwatched")
+            continue
+        module = modules.get(branch.module)
+        if module is None:
+            continue
+        reason = _stale_probe(branch, simulated, snapshot, module, before)
+        if reason is not None:
+            found[branch.site] = reason
+    return found
+
+
+def _stale_probe(branch: DeviceBranch, simulated: DeviceModel, snapshot: ProbeSnapshot, module: Any,
+                 before: bool) -> Reason | None:
+    try:
+        test = ast.parse(branch.guard, mode="eval").body
+    except SyntaxError:
+        return None
+    names = vars(module)
+    for node in ast.walk(test):
+        entry = spelling_for(node) if isinstance(node, ast.expr) else None
+        if entry is None:
+            continue
+        expected = entry.value(simulated)
+        if isinstance(node, ast.Name) and node.id in names:
+            live = names[node.id]
+            if not isinstance(live, (bool, int, tuple, type(None))) or live == expected:
+                continue
+            if before:
+                return Reason("probe-cached-before-simulation",
+                              f"`{node.id}` of {branch.module} was computed at import before the simulation began "
+                              f"(the module was imported first): it holds {live!r}, this machine's answer; "
+                              f"{simulated.key} answers {expected!r}")
+            return Reason("probe-not-simulated",
+                          f"`{node.id}` of {branch.module} holds {live!r} under the simulation, {simulated.key} "
+                          f"answers {expected!r}: a module constant dsakit's probe table does not patch "
+                          "(dsakit/simulation/probes.py)")
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            function = names.get(name) if isinstance(name, str) else None
+            held = snapshot.filled.get((branch.module, str(name)), 0)
+            if function is not None and held and not _cleared_by_simulation(branch.module, str(name), function):
+                return Reason("probe-cached-before-simulation",
+                              f"`{name}()` is lru-cached and held {held} answer(s) of this machine's before the "
+                              "simulation began, which the simulation does not clear: it answered for this "
+                              f"machine, not {simulated.key}")
+    return None
+
+
 def verdicts(branches: Iterable[tuple[DeviceBranch, bool, str]], ran: Mapping[str, Iterable[int]],
-             device_key: str) -> list[BranchVerdict]:
+             device_key: str, evidence: Mapping[str, Reason] | None = None,
+             unwatched: str = "") -> list[BranchVerdict]:
+    """Each branch's verdict from the lines that ran, with its reason where its arm did not run
+    (`evidence`: what the live probes showed, `probe_evidence`; `unwatched`: why no line was watched)."""
     seen = {file: set(lines) for file, lines in ran.items()}
+    evidence = evidence or {}
     out = []
     for branch, holds, needs in branches:
         lines = seen.get(branch.file, set())
         arm = branch.body if holds else branch.orelse
         takes = (("body" if holds else "else") if not branch.value else "True" if holds else "False") + (
             f" where {needs}" if needs else "")
+        known = evidence.get(branch.site)
         # a guard without an else that the simulated device answers False falls through: it ran
         # its arm where the `if` ran and the body never did
         if arm in lines if arm is not None else branch.line in lines and branch.body not in lines:
             out.append(BranchVerdict(branch, takes, "ran"))
+        elif unwatched:
+            out.append(BranchVerdict(branch, takes, "not-reached", Reason("not-watched", f"not watched: {unwatched}")))
+        elif branch.line in lines and known is not None and known.code != "imported-before-simulation":
+            out.append(BranchVerdict(branch, takes, "other-arm", known))
         elif branch.line in lines and needs and not branch.value:
-            out.append(BranchVerdict(branch, takes, "other-arm",
-                                     f"the guard was reached; {device_key}'s arm also needs {needs}, which no "
-                                     "test set"))
+            out.append(BranchVerdict(branch, takes, "other-arm", Reason(
+                "arm-needs-configuration",
+                f"the guard was reached; {device_key}'s arm also needs {needs}, which no test set")))
         elif branch.line in lines:
-            out.append(BranchVerdict(branch, takes, "other-arm",
-                                     f"the guard was reached and took the other arm: a probe answered for this "
-                                     f"machine, not {device_key} (a cached probe filled before the simulation "
-                                     "began, or a device read dsakit does not simulate)"))
+            out.append(BranchVerdict(branch, takes, "other-arm", Reason(
+                "probe-answered-here",
+                f"the guard was reached and took the other arm: a probe answered for this machine, not "
+                f"{device_key} (a device read dsakit does not simulate, or a value derived from one)")))
+        elif known is not None and known.code == "imported-before-simulation":
+            out.append(BranchVerdict(branch, takes, "not-reached", known))
         elif branch.entry in lines:
-            out.append(BranchVerdict(branch, takes, "not-reached",
-                                     f"{branch.function or 'the module'} ran but returned or branched before "
-                                     "this guard"))
+            out.append(BranchVerdict(branch, takes, "not-reached", Reason(
+                "guard-not-reached",
+                f"the gate was never reached: {branch.function or 'the module'} ran but returned or branched "
+                "before this guard")))
         else:
             where = f"{branch.function}()" if branch.function else "its module"
-            out.append(BranchVerdict(branch, takes, "not-reached",
-                                     f"never reached: {where} never ran (the suite never builds that "
-                                     "configuration)"))
+            out.append(BranchVerdict(branch, takes, "not-reached", Reason(
+                "configuration-never-built",
+                f"{where} never ran: the suite never builds that configuration")))
     return out
 
 
@@ -337,27 +478,40 @@ class BranchCoverage:
             wanted = lines.setdefault(branch.file, set())
             wanted.update(n for n in (branch.line, branch.entry, branch.body, branch.orelse) if n is not None)
         self.watch = LineWatch(lines)
+        self.snapshot: ProbeSnapshot | None = None  # taken where this process runs the simulation
+        self.evidence: dict[str, Reason] = {}  # site -> what the live probes showed (a worker's, merged)
 
     def start(self) -> None:
         if self.branches:
+            self.snapshot = ProbeSnapshot.take({b.module for b, _, _ in self.branches})
             self.watch.start()
+
+    def read_probes(self) -> None:
+        """What the probes answer now, while the simulation is active (it ends at unconfigure)."""
+        if self.snapshot is not None:
+            self.evidence.update(probe_evidence(self.branches, self.simulated, self.snapshot))
 
     def stop(self) -> None:
         self.watch.stop()
 
     def verdicts(self) -> list[BranchVerdict]:
-        return verdicts(self.branches, self.watch.ran, self.simulated.key)
+        return verdicts(self.branches, self.watch.ran, self.simulated.key, self.evidence, self.watch.unavailable)
 
     # ------------------------------------------------------------ pytest hooks
 
     def pytest_sessionfinish(self) -> None:
+        self.read_probes()  # before the report (trylast) and the summary; the simulation still holds
         workeroutput = getattr(self.config, "workeroutput", None)
         if workeroutput is not None:  # an xdist worker: its controller reports every worker's lines
             workeroutput[WORKER_KEY] = self.watch.as_lines()
+            workeroutput[EVIDENCE_KEY] = {site: r.as_dict() for site, r in self.evidence.items()}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any) -> None:
-        self.watch.merge((getattr(node, "workeroutput", None) or {}).get(WORKER_KEY, {}))
+        output = getattr(node, "workeroutput", None) or {}
+        self.watch.merge(output.get(WORKER_KEY, {}))
+        for site, reason in (output.get(EVIDENCE_KEY) or {}).items():
+            self.evidence.setdefault(site, Reason(str(reason["code"]), str(reason["message"])))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if getattr(self.config, "workeroutput", None) is None:
@@ -378,11 +532,11 @@ class BranchCoverage:
         if self.watch.unavailable:
             line += f" (not watched: {self.watch.unavailable})"
         elif len(ran) < len(found):
-            line += f"; {len(found) - len(ran)} never did" + ("" if verbose else " (-v lists them)")
+            line += f"; {len(found) - len(ran)} never did ({_by_code(found)})" + ("" if verbose else "; -v lists them")
         lines = [line]
         if verbose:
             lines += [f"  {v.branch.site}: {v.branch.text} -> {v.takes}: "
-                      + ("ran" if v.status == "ran" else v.why) for v in found]
+                      + ("ran" if v.reason is None else str(v.reason)) for v in found]
         return lines
 
     def as_json(self) -> dict[str, Any]:
@@ -391,3 +545,14 @@ class BranchCoverage:
                 "watched": not self.watch.unavailable, "why_not_watched": self.watch.unavailable,
                 "ran": sum(v.status == "ran" for v in found), "total": len(found),
                 "branches": [v.as_dict() for v in found]}
+
+
+def _by_code(found: Iterable[BranchVerdict]) -> str:
+    """`configuration-never-built 3, guard-not-reached 1`: the never-ran branches by reason, furthest first."""
+    from dsakit.gates.device_branches import rank
+
+    codes: dict[str, int] = {}
+    for v in found:
+        if v.reason is not None:
+            codes[v.reason.code] = codes.get(v.reason.code, 0) + 1
+    return ", ".join(f"{c} {n}" for c, n in sorted(codes.items(), key=lambda i: rank(Reason(i[0], ""))))

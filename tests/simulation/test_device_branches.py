@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,9 @@ def test_lines_that_ran_give_each_branch_its_verdict(tmp_path: Path) -> None:
     assert [g for g, v in found.items() if v.status == "ran"] == [
         "self.device_sm_major >= 10", "_is_cuda and (self.device_sm_major >= 10 or trtllm)",
         "wide and self.device_sm_major >= 10"]
-    assert found["self.device_sm_major == 9"].why == ("never reached: Backend.never_called() never ran (the suite "
-                                                      "never builds that configuration)")
+    never = found["self.device_sm_major == 9"].reason
+    assert never is not None and never.code == "configuration-never-built"
+    assert never.message == "Backend.never_called() never ran: the suite never builds that configuration"
 
 
 # SGLang 0.5.21's DeepSeek-V4 SM 10.x decisions (deepseek_v4_backend.py:2872, :3412, :207, :2531 of
@@ -235,7 +237,8 @@ def test_a_simulated_run_says_which_of_sglangs_branches_ran(pytester: pytest.Pyt
     assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 1 and result.ret == 0, outcomes
     result.stdout.re_match_lines([
         r"dsakit: device branches: [1-9]\d* of \d+ SGLang branches that sm103 decides differently from .* took "
-        r"sm103's arm; \d+ never did$",
+        r"sm103's arm; \d+ never did \((configuration-never-built|guard-not-reached|arm-needs-configuration|"
+        r"probe-answered-here)[ a-z0-9,-]*\)$",
         # 0.5.23 guards the platform (`_is_cuda and (...)`); 0.5.21, the H200 pack's, does not
         r"  sglang/srt/layers/attention/dsa_backend.py:\d+: if (_is_cuda and \()?self.device_sm_major >= 10 or "
         r"self.dsa_decode_impl == 'trtllm'\)? -> body: ran$",
@@ -264,3 +267,136 @@ def test_the_watch_leaves_no_tracer_behind(tmp_path: Path) -> None:
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:
         assert all(monitoring.get_tool(t) != "dsakit device branches" for t in range(6))
+
+
+# ---------------------------------------------------------------- why a branch never ran (issue 42, item 3)
+
+MODULE = "sglang.srt.layers.attention.dsa_backend"
+
+
+def _branch(guard: str, function: str = "Backend.f") -> tuple:
+    from dsakit.simulation.branch_coverage import DeviceBranch
+
+    return (DeviceBranch("srt/layers/attention/dsa_backend.py", 10, guard, function, 9 if function else 10, 11, None,
+                         12), True, "")
+
+
+def test_a_constant_computed_before_the_simulation_is_named_as_the_cause() -> None:
+    """`_is_cuda` holds this machine's answer (False: a CPU) in a module imported before the simulation
+    began: the guard that read it took the other arm because of it. Imported under the simulation, the
+    same stale value is a constant the probe table does not patch; the device's own answer is no cause."""
+    import types
+
+    from dsakit.simulation.branch_coverage import ProbeSnapshot, probe_evidence
+
+    module = types.ModuleType(MODULE)
+    module._is_cuda = False  # type: ignore[attr-defined]
+    sm103 = simulated_model("sm103")
+    branches = [_branch("_is_cuda and self.device_sm_major >= 10")]
+    before = ProbeSnapshot.take({MODULE}, {MODULE: module})
+    found = probe_evidence(branches, sm103, before, {MODULE: module})
+    reason = found["sglang/srt/layers/attention/dsa_backend.py:10"]
+    assert reason.code == "probe-cached-before-simulation"
+    assert "`_is_cuda` of sglang.srt.layers.attention.dsa_backend was computed at import before" in reason.message
+    assert "holds False" in reason.message and "sm103 answers True" in reason.message
+    after = probe_evidence(branches, sm103, ProbeSnapshot.take({MODULE}, {}), {MODULE: module})
+    assert [r.code for r in after.values()] == ["probe-not-simulated"]
+    module._is_cuda = True  # type: ignore[attr-defined]
+    assert probe_evidence(branches, sm103, before, {MODULE: module}) == {}
+
+
+def test_an_lru_cached_probe_filled_before_the_simulation_is_named_unless_the_simulation_clears_it() -> None:
+    import functools
+    import types
+
+    from dsakit.simulation.branch_coverage import ProbeSnapshot, probe_evidence
+
+    @functools.lru_cache
+    def is_sm100_supported() -> bool:
+        return False  # this machine's answer, cached at import
+
+    module = types.ModuleType(MODULE)
+    module.is_sm100_supported = is_sm100_supported  # type: ignore[attr-defined]
+    branches = [_branch("is_sm100_supported() and self.use_trtllm")]
+    empty = ProbeSnapshot.take({MODULE}, {MODULE: module})
+    assert probe_evidence(branches, simulated_model("sm103"), empty, {MODULE: module}) == {}  # filled later: fine
+    is_sm100_supported()
+    filled = ProbeSnapshot.take({MODULE}, {MODULE: module})
+    assert filled.filled == {(MODULE, "is_sm100_supported"): 1}
+    reason = probe_evidence(branches, simulated_model("sm103"), filled, {MODULE: module})[branches[0][0].site]
+    assert reason.code == "probe-cached-before-simulation" and "`is_sm100_supported()` is lru-cached" in reason.message
+    is_sm100_supported.__module__ = "sglang.srt.utils.common"  # the simulation clears every cache of that module
+    assert probe_evidence(branches, simulated_model("sm103"), filled, {MODULE: module}) == {}
+
+
+def test_each_never_ran_branch_gets_the_reason_of_how_far_the_run_got() -> None:
+    from dsakit.reasons import Reason
+
+    stale = Reason("probe-cached-before-simulation", "x")
+    imported = Reason("imported-before-simulation", "y")
+    guard, module_level = _branch("_is_cuda"), _branch("_is_cuda", function="")
+    cases = [  # (lines that ran, evidence, code)
+        ({10}, {}, "probe-answered-here"),
+        ({10}, {guard[0].site: stale}, "probe-cached-before-simulation"),
+        ({9}, {}, "guard-not-reached"),
+        (set(), {}, "configuration-never-built"),
+        ({11}, {guard[0].site: stale}, None),  # the arm ran: no reason
+    ]
+    for lines, evidence, code in cases:
+        (found,) = verdicts([guard], {guard[0].file: lines}, "sm103", evidence)
+        assert (found.reason.code if found.reason else None) == code, (lines, evidence)
+    (found,) = verdicts([module_level], {}, "sm103", {module_level[0].site: imported})
+    assert found.reason == imported and found.as_dict()["reason"] == imported.as_dict()
+    (found,) = verdicts([guard], {}, "sm103", {}, unwatched="another trace function holds sys.settrace")
+    assert found.reason is not None and found.reason.code == "not-watched"
+
+
+@sglang_needed
+def test_a_module_imported_before_the_simulation_says_its_import_time_branches_ran_unwatched(
+        pytester: pytest.Pytester) -> None:
+    """A conftest imports SGLang's DSA indexer on this machine before `--dsakit-device sm103` starts:
+    its module-level `if _is_cuda:` branches ran then, for this machine; -v and the report say so
+    rather than "the suite never builds that configuration"."""
+    pytester.makeconftest("import sglang.srt.layers.attention.dsa.dsa_indexer  # noqa: F401\n")
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-v", "--dsakit-device", "sm103",
+                                           "--dsakit-report", "r.json")
+    assert result.ret == 0
+    result.stdout.re_match_lines([
+        r"  sglang/srt/layers/attention/dsa/dsa_indexer.py:\d+: if _is_cuda -> body: \[imported-before-simulation\] "
+        r"sglang.srt.layers.attention.dsa.dsa_indexer was imported before the simulation began .*unwatched$"])
+    branches = json.loads((pytester.path / "r.json").read_text())["device_branches"]["branches"]
+    codes = {b["reason"]["code"] for b in branches if b["file"].endswith("dsa/dsa_indexer.py") and not b["function"]}
+    assert codes == {"imported-before-simulation"}
+    assert all(b["end"] >= b["line"] for b in branches)
+
+
+@sglang_needed
+def test_a_fleet_merges_each_devices_branches_into_its_table(pytester: pytest.Pytester) -> None:
+    """`--dsakit-device sm100,sm103`: one run per device, each builds SGLang's real DSA backend; the merged
+    fleet table counts each device's branches (ran / never ran by reason) and lists the never-ran ones."""
+    pytester.makepyfile(test_branches=SUITE)
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "--dsakit-device", "sm100,sm103",
+                                           "--dsakit-report", "fleet.json")
+    out = result.stdout.str()
+    for device in ("sm100", "sm103"):
+        result.stdout.re_match_lines([
+            rf"device branches under simulated {device} \(\d+ that it decides otherwise than .*; 1 report\(s\): "
+            rf".* \({device} simulated\)\): [1-9]\d* ran, \d+ never ran \(.*\)$"])
+        section = json.loads((pytester.path / f"fleet-{device}.json").read_text())["device_branches"]
+        never = [b for b in section["branches"] if b["status"] != "ran"]
+        assert never and all(b["reason"]["code"] for b in never)
+        listed = re.compile(rf"^{device} +{re.escape(never[0]['site'])} +if .*: \[{never[0]['reason']['code']}\] ")
+        assert any(listed.match(line) for line in out.splitlines()), out[-3000:]
+    assert "Device branches that never ran:" in out
+
+
+def test_the_reference_page_lists_every_reason_code() -> None:
+    from dsakit.gates.device_branches import NEVER_RAN, reasons_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "simulated-probes.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- device-branch-reasons:start -->\n(.*?)\n<!-- device-branch-reasons:end -->", page, re.S)
+    assert block and block.group(1) == reasons_markdown(), (
+        "docs/reference/simulated-probes.md's reason table drifted: replace it with the output of "
+        "`python -c 'from dsakit.gates.device_branches import reasons_markdown as t; print(t())'`")
+    assert len({entry.code for entry in NEVER_RAN}) == len(NEVER_RAN)
