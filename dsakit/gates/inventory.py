@@ -12,7 +12,6 @@ device lazily).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -30,8 +29,6 @@ WORKER_KEY = "dsakit_skip_inventory"
 # starts with "--" so that tools parsing "N word" outcomes (pytester, CI log scrapers) do not count
 # it as failed tests
 MUST_RUN_STAT = "--dsakit-must-run gate(s) failed"
-DEVICE_KEY = "dsakit_device"
-HOST_LABEL_ENV = "DSAKIT_HOST_LABEL"
 
 # The `--dsakit-report` file: `format` names it, `format_version` says which fields it has
 # (1: device, sglang, gates, must_run; 2 adds host, shard and per-test outcomes and gates; 3 counts
@@ -212,9 +209,9 @@ class SkipInventory:
 
 
 def host_label(option: str | None) -> str:
-    """The node's name in merged reports: `--dsakit-host-label`, else $DSAKIT_HOST_LABEL, else the
-    hostname."""
-    label = (option if option is not None else os.environ.get(HOST_LABEL_ENV, "")).strip()
+    """The node's name in merged reports: the run's `dsakit_host_label` (`--dsakit-host-label`,
+    $DSAKIT_HOST_LABEL or the ini key, read once by the option table), else the hostname."""
+    label = (option or "").strip()
     if label:
         return label
     import socket

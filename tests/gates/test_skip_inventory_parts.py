@@ -124,15 +124,14 @@ def test_planned_skips_count_for_the_selected_tests_only() -> None:
     assert [(s.test, s.message) for s in inv.skips] == [("t.py::test_b", "[cuda] no GPU")]
 
 
-def test_host_label_option_then_environment_then_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_label_option_else_hostname() -> None:
+    """The option's value (`--dsakit-host-label`, $DSAKIT_HOST_LABEL or the ini key, read once by the
+    option table: tests/gates/test_report_shards.py runs each), else the hostname."""
     import socket
 
-    monkeypatch.setenv(inventory.HOST_LABEL_ENV, " env-node ")
     assert inventory.host_label(" h200 ") == "h200"
-    assert inventory.host_label(None) == "env-node"
-    assert inventory.host_label("  ") == socket.gethostname()
-    monkeypatch.delenv(inventory.HOST_LABEL_ENV)
     assert inventory.host_label(None) == socket.gethostname()
+    assert inventory.host_label("  ") == socket.gethostname()
 
 
 def test_shard_of_needs_both_group_and_splits() -> None:
