@@ -18,15 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dsakit.audit.device_guards import spelling_for
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
 from dsakit.release.table import PROBE_SCAN_FILES
-
-WORKER_KEY = "dsakit_device_branches"  # xdist workeroutput: the lines a worker saw run
-
 
 @dataclass(frozen=True)
 class DeviceBranch:
@@ -283,8 +278,8 @@ def verdicts(branches: Iterable[tuple[DeviceBranch, bool, str]], ran: Mapping[st
 class BranchCoverage:
     """The run's device-branch coverage, under a simulated device: scans SGLang's files once at
     start, watches lines in a test-running process, hands a worker's lines to its controller, and
-    answers the summary line, the `-v` listing and the report's section (registered by the run's
-    DsakitSession beside the whole-run simulation)."""
+    answers the summary line, the `-v` listing and the report's section (a part of the run's
+    DsakitSession, beside the whole-run simulation)."""
 
     def __init__(self, config: Any, simulated: DeviceModel, real: DeviceModel, package_dir: Path | None) -> None:
         self.config = config
@@ -309,23 +304,21 @@ class BranchCoverage:
     def verdicts(self) -> list[BranchVerdict]:
         return verdicts(self.branches, self.watch.ran, self.simulated.key)
 
-    # ------------------------------------------------------------ pytest hooks
+    # ------------------------------------------------------------ the session's part
 
-    def pytest_sessionfinish(self) -> None:
-        workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None:  # an xdist worker: its controller reports every worker's lines
-            workeroutput[WORKER_KEY] = self.watch.as_lines()
+    def worker_output(self) -> dict[str, list[int]]:
+        """An xdist worker's lines: its controller reports every worker's."""
+        return self.watch.as_lines()
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any) -> None:
-        self.watch.merge((getattr(node, "workeroutput", None) or {}).get(WORKER_KEY, {}))
+    def merge(self, data: Mapping[str, Sequence[int]]) -> None:
+        self.watch.merge(data)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if getattr(self.config, "workeroutput", None) is None:
+    def summary(self, terminalreporter: Any) -> None:
+        if not hasattr(self.config, "workerinput"):
             for line in self.summary_lines(terminalreporter.verbosity > 0):
                 terminalreporter.write_line(line)
 
-    def pytest_unconfigure(self) -> None:
+    def close(self) -> None:
         self.stop()
 
     def summary_lines(self, verbose: bool) -> list[str]:

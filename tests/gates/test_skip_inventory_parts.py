@@ -315,7 +315,9 @@ def test_a_worker_hands_its_declarations_over_and_decides_nothing() -> None:
     reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     reporter.sessionfinish(session)  # type: ignore[arg-type]
-    assert reporter.config.workeroutput == {inventory.WORKER_KEY: {"declared": {"t.py::test_a": ["fa3"]}, "used": True}}
+    # what the run's session hands the controller, under the inventory's name
+    assert reporter.worker_output() == {"declared": {"t.py::test_a": ["fa3"]}, "used": True}
+    assert reporter.config.workeroutput == {}  # the session's one hand-over writes it, not the part
     assert session.exitstatus == pytest.ExitCode.OK and reporter.failures == {} and reporter.untested == []
 
 
@@ -388,8 +390,8 @@ class _Summary:
 def _summary_of(reporter: InventoryReporter, *, skipped: int = 0, collectonly: bool = False,
                 verbose: int = 0) -> list[tuple[str, tuple[str, ...]]]:
     terminal = _Summary(skipped)
-    reporter.summary(terminal, SimpleNamespace(option=SimpleNamespace(  # type: ignore[arg-type]
-        collectonly=collectonly, verbose=verbose)))
+    reporter.config.option.collectonly, reporter.config.option.verbose = collectonly, verbose
+    reporter.summary(terminal)
     return terminal.lines
 
 
