@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from dsakit import active
-from dsakit.gates.report_edits import FAULT_ISOLATION as PLUGIN_NAME  # the report wrapper tells its answer apart
+from dsakit.gates.report_edits import FAULT_ISOLATION
 from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
+
+PLUGIN_NAME = FAULT_ISOLATION  # its hooks' name: the report chain's start tells its own answer apart
 
 CODE = "cuda-context-poisoned"
 SECTION = "CUDA context poisoned by this test"
