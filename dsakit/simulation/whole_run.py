@@ -47,9 +47,6 @@ class WholeRun:
         self._refused: dict[str, int] = {}  # kernel -> tests it was refused in
         self._arch = ""
 
-    def on_stop(self, callback: Callable[[], None]) -> None:
-        self._stack.callback(callback)
-
     def start(self, hooks: ImportWatch) -> None:
         """Stand-ins now (the simulated GPU's import-time branches import its kernel libraries); the
         rest as each module arrives: torch's facts, placement or the two views when torch imports,
