@@ -80,7 +80,7 @@ def _rewrite_assertion_helpers_only(pluginmanager: pytest.PytestPluginManager) -
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    session_of(config).configure()  # the run's session: options, device, contract, gates, hook objects
+    session_of(config).configure()  # the run's session: options, device, contract, gates, its parts
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -156,21 +156,6 @@ def simulated_device(request: pytest.FixtureRequest) -> Iterator[Any]:
     the `dsakit_simulate` marker's device, else --dsakit-device NAME; skips when neither names one.
     Yields the DeviceModel; restored afterwards even when the test raised."""
     yield from session_of(request.config).simulated_device(request)
-
-
-# ---------------------------------------------------------------- reporting
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if "dsakit.mocks.read_log" not in sys.modules:
-        return  # no mock was built in this process: nothing to report
-    from dsakit.mocks.read_log import format_summary
-
-    lines = format_summary()
-    if lines:
-        terminalreporter.section("dsakit contract reads")
-        for line in lines:
-            terminalreporter.write_line(line)
 
 
 # ---------------------------------------------------------------- top-k selection snapshots

@@ -3,18 +3,21 @@ SnapshotSession and xdist its DSession); the plugin's hooks hand off to it.
 
 Owns what a run resolves once and holds to its end: the option values (read through
 `dsakit.options`), the run's device (`RunDevice`: selected, real, simulated or not, the simulation's
-plan), the contract, the gate session and its inventory, the report wrapper, the hook objects it
-registers, and the once-per-run hooks it answers itself (header, summary, end of the run, xdist's
-node hand-overs), each handed to the part that owns it. Must stay cheap where unused: every part is
-imported when the run needs it, and a run that uses nothing of dsakit pays no hook call per test.
+plan), the contract, the gate session, the run's import watcher and report chain, and its parts:
+each concern of a run (the skip inventory, pinning, fault isolation, the simulation, ...) is one
+object the session talks to through one protocol (`Part`, as pytest-xdist's DSession talks to its
+scheduler), answering the once-per-run hooks by iterating over them: header lines, summary, one
+worker hand-over and its merge, xdist's node configuration, close. It is the only registrar of hook
+objects. Must stay cheap where unused: every part is imported when the run needs it, and a run that
+uses nothing of dsakit pays no hook call per test.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -26,15 +29,50 @@ if TYPE_CHECKING:
     from dsakit.gates.device_model import DeviceModel
     from dsakit.gates.inventory import InventoryReporter
     from dsakit.gates.marks import GateSession
-    from dsakit.node.fault_isolation import FaultIsolation, XdistFaultHandoff
-    from dsakit.node.gpu_pinning import Pinning, WorkerPinning
+    from dsakit.gates.report_edits import ReportEdits
+    from dsakit.node.gpu_pinning import Pinning
+    from dsakit.stack.import_hooks import ImportWatch
     from dsakit.simulation.branch_coverage import BranchCoverage
     from dsakit.simulation.runtime import SimulationPlan
-    from dsakit.simulation.whole_run import FailureSections, WholeRun, WrapperStart
 
 REAL = "real"  # dsakit.gates.device_model.REAL: this machine's own device
 DEVICE_KEY = "dsakit_device"  # workerinput: the controller's device, as its workers take it
+WORKER_KEY = "dsakit"  # workeroutput: the one hand-over, every part's data under its name
 NAME = "dsakit-session"  # the session's own hooks, by name
+RECORDER_PLUGIN = "dsakit.compare.recorder"  # `-p` loads it for `dsakit compare`
+
+
+class Part(Protocol):
+    """What the session asks of a part of the run. Every method is optional: the session calls the
+    ones a part defines, in the order the parts were added (the summary in reverse, as pluggy calls
+    the plugin registered last first: the skip inventory, added early, closes it). A part that
+    implements pytest hooks itself (per-test ones, or a place the session's hooks cannot give) is
+    registered under its name as well; nothing else registers a hook object."""
+
+    def header_lines(self) -> list[str]:
+        """pytest_report_header: this part's lines."""
+
+    def summary(self, terminalreporter: Any) -> None:
+        """pytest_terminal_summary: this part's lines or section."""
+
+    def worker_output(self) -> Any:
+        """An xdist worker's end of the session: what its controller's `merge` gets (JSON-able)."""
+
+    def merge(self, data: Any) -> None:
+        """The controller: one worker's `worker_output`, as that worker went down."""
+
+    def setup_nodes(self, specs: Sequence[Any]) -> None:
+        """The controller, before the workers start: their execnet specs (the environment)."""
+
+    def configure_node(self, node: Any) -> None:
+        """The controller: one worker's `workerinput`, before it starts."""
+
+    def handle_crash_item(self, crashitem: str, report: pytest.TestReport) -> None:
+        """The controller: the report of the test a worker crashed in."""
+
+    def close(self) -> None:
+        """pytest_unconfigure: undo what the part changed (in reverse order of the parts)."""
+
 
 
 class RunDevice:
@@ -109,15 +147,10 @@ class DsakitSession:
         self.contract: Contract | None = None  # None: dsakit's own (the suite declares nothing)
         self.gates: GateSession | None = None
         self.reporter: InventoryReporter | None = None
-        self.report_wrapper: FailureSections | None = None
-        self.wrapper_start: WrapperStart | None = None
-        self.whole_run: WholeRun | None = None
+        self.imports: ImportWatch | None = None  # the run's one import watcher
+        self.edits: ReportEdits | None = None  # the run's one per-test report chain
         self._pinning: Pinning | None = None
-        self.controller_pinning: Pinning | None = None  # the xdist controller's side, where asked for
-        self.worker_pinning: WorkerPinning | None = None
-        self.fault_handoff: XdistFaultHandoff | None = None
-        self.fault_isolation: FaultIsolation | None = None
-        self.hooks: dict[str, object] = {}  # every hook object it registered, by name
+        self.parts: dict[str, object] = {}  # every part of the run, by name, in the order added
         self.per_test_started = False
         self.is_worker = hasattr(config, "workerinput")
         self.is_controller = not self.is_worker and config.getoption("dist", "no") != "no"
@@ -149,6 +182,21 @@ class DsakitSession:
         """The dsakit options the run sets itself: empty, dsakit stays silent (a test may still use it)."""
         return self.options.given
 
+    # ------------------------------------------------------------ the parts
+
+    def add(self, name: str, part: object) -> None:
+        """A part of the run (`Part`); one implementing pytest hooks is registered under `name` too."""
+        self.parts[name] = part
+        if any(attribute.startswith("pytest_") for attribute in dir(type(part))):
+            self.config.pluginmanager.register(part, name)
+
+    def _each(self, method: str, parts: Iterable[tuple[str, object]] | None = None) -> Iterator[tuple[str, Any]]:
+        """(name, bound method) of every part defining `method`, in the order added."""
+        for name, part in list(self.parts.items()) if parts is None else parts:
+            bound = getattr(part, method, None)
+            if bound is not None:
+                yield name, bound
+
     # ------------------------------------------------------------ pytest_cmdline_main
 
     def run_fleet(self) -> int | None:
@@ -165,46 +213,52 @@ class DsakitSession:
 
     def configure(self) -> None:
         """Bad input fails now, before collection; then the contract, the device, the gate session,
-        and the hook objects each part asks for (in the order of their header lines)."""
+        and the parts the run asks for (in the order of their header lines)."""
         config, options = self.config, self.options
         options.check_all()  # ini / env values, also of options this run never reads
         if "dsakit_roles" in self.given:  # the default needs no check (nor the schema's import)
             from dsakit.contracts.schema import validate_roles_option
 
             validate_roles_option(options["dsakit_roles"])
+        update_guard = None
         if config.getoption("--snapshot-update", default=False):
             from dsakit.topk.snapshot import configure_update
 
-            configure_update(config)  # refuses --collect-only; keeps goldens when the update stops early
+            update_guard = configure_update(config)  # refuses --collect-only
         from dsakit.contracts.extension import suite_contract
 
         self.contract = suite_contract(config)  # [tool.dsakit.contract]: every mock of the run
         self.device  # the selection is validated now
         config.pluginmanager.register(self, NAME)
         active.enter_run(self)
+        self.add("dsakit-contract-reads", ContractReads())  # first: its section ends the summary
         self._configure_gates()
+        if update_guard is not None:  # keeps goldens when the update stops early
+            self.add("dsakit-snapshot-update-guard", update_guard)
         if self.given:  # pinning is opt-in: a run that sets no option has nothing to pin
             self._configure_pinning()
         if self.xdist and not self.is_worker:
             from dsakit.node.fault_isolation import XdistFaultHandoff
 
-            self.fault_handoff = XdistFaultHandoff(config)
-        self._configure_simulation()
+            self.add("dsakit-fault-handoff", XdistFaultHandoff(config))
+        from dsakit.stack.import_hooks import ImportWatch
+
+        self.imports = ImportWatch()
+        self._configure_report_edits(self.imports)
+        self._configure_simulation(self.imports)
         if options["dsakit_kernel_contracts"]:  # after the simulation: its guards get wrapped, not the reverse
             from dsakit.topk.launch_guard import LaunchGuard
 
             guard = LaunchGuard(config)
-            guard.install()
-            self._register("dsakit-kernel-contracts", guard)
-        self.wrapper_start.watch()  # type: ignore[union-attr]  # now, or once torch / a simulation / a fault probe arrives
+            guard.install(self.imports)
+            self.add("dsakit-kernel-contracts", guard)
+        recorder = config.pluginmanager.get_plugin(RECORDER_PLUGIN)
+        if recorder is not None:
+            self._configure_recorder(recorder)
         # a run that sets a dsakit option uses dsakit; an xdist controller records its workers'
         # reports before it can know; else a collected test or a `require()` call starts them
         if self.given or self.is_controller:
             self.start_per_test_hooks()
-
-    def _register(self, name: str, plugin: object) -> None:
-        self.hooks[name] = plugin
-        self.config.pluginmanager.register(plugin, name)
 
     def _configure_gates(self) -> None:
         from dsakit.errors import UsageError
@@ -233,26 +287,40 @@ class DsakitSession:
             self.config, gates.inventory, lambda: gates.device, must_run, report_path,
             host_label(options["dsakit_host_label"]) if report_path else "",
             must_run_strict=bool(options["dsakit_must_run_strict"]), announce=bool(self.given))
+        self.add("dsakit-skip-inventory", self.reporter)
 
     def _configure_pinning(self) -> None:
         pinning = self.pinning  # validates --dsakit-workers-per-gpu
         if self.is_worker:
             from dsakit.node.gpu_pinning import configure_worker
 
-            self.worker_pinning = configure_worker(self.config)
-            if self.worker_pinning is not None:
-                self._register("dsakit-gpu-worker", self.worker_pinning)
+            worker = configure_worker(self.config)
+            if worker is not None:
+                self.add("dsakit-gpu-worker", worker)
         elif (pinning.pin or pinning.threads) and self.config.pluginmanager.hasplugin("xdist"):
-            self.controller_pinning = pinning
+            self.add("dsakit-gpu-pinning", pinning)
 
-    def _configure_simulation(self) -> None:
-        """The report wrapper's start (every run), and the whole-run simulation where the run's device
-        is simulated: it starts here, before collection."""
-        from dsakit.simulation.whole_run import WRAPPER_START, FailureSections, WrapperStart
+    def _configure_report_edits(self, imports: ImportWatch) -> None:
+        """The run's one report chain, started once a test phase can need it (every run): torch or a
+        device simulation looked for, or a conftest answering the fault hook; the simulation adds its
+        edit once this process can simulate."""
+        from dsakit.gates.report_edits import START, START_MODULES, ReportEdits, WrapperStart
 
-        self.report_wrapper = FailureSections()
-        self.wrapper_start = WrapperStart(self.config, self.report_wrapper)
-        self._register(WRAPPER_START, self.wrapper_start)
+        edits = self.edits = ReportEdits()
+        start = WrapperStart(self.config, edits, self.add)
+        self.add(START, start)
+        imports.looked_for(START_MODULES, start.start)
+        imports.watch("dsakit.simulation.probe_patches", self._add_simulation_edit)
+
+    def _add_simulation_edit(self, module: object) -> None:
+        from dsakit.simulation.whole_run import explain_failure
+
+        assert self.edits is not None
+        self.edits.add(explain_failure, order=1)  # after the others: it explains the final report
+
+    def _configure_simulation(self, imports: ImportWatch) -> None:
+        """The whole-run simulation where the run's device is simulated: it starts here, before
+        collection."""
         plan = self.device.plan
         if plan is None:
             if "dsakit_simulation_timeout" in self.given:  # a bad value is refused with or without a device
@@ -263,19 +331,21 @@ class DsakitSession:
         from dsakit.simulation import watchdog
         from dsakit.simulation.whole_run import WholeRun
 
-        run = self.whole_run = WholeRun(self.config, plan, in_this_process=not self.is_controller)
+        run = WholeRun(self.config, plan, in_this_process=not self.is_controller)
         timeout = watchdog.checked_timeout(int(self.options["dsakit_simulation_timeout"]))
         coverage = self._device_branches(plan)
         if run.in_this_process:
             dog = watchdog.start(self.config, plan.device.key, timeout)
             if dog is not None:
-                run.on_stop(dog.close)
-                self._register("dsakit-simulation-watchdog", dog)
+                self.add("dsakit-simulation-watchdog", dog)
             if coverage is not None:
                 coverage.start()  # before the simulation imports anything of SGLang's
-                run.on_stop(coverage.stop)
-            run.start()
-        self._register("dsakit-whole-run", run)
+            self.add("dsakit-whole-run", run)
+            run.start(imports)
+        else:
+            self.add("dsakit-whole-run", run)
+        if coverage is not None:  # after the simulation: its summary line comes first
+            self.add("dsakit-device-branches", coverage)
 
     def _device_branches(self, plan: SimulationPlan) -> BranchCoverage | None:
         """Which of SGLang's device-gated branches the simulated device took (a GPU simulated on a
@@ -291,15 +361,21 @@ class DsakitSession:
         except UsageError:
             package_dir = None
         coverage = BranchCoverage(self.config, plan.device, plan.real, package_dir)
-        self._register("dsakit-device-branches", coverage)
         if self.reporter is not None:
             self.reporter.sections["device_branches"] = coverage.as_json
         return coverage
 
+    def _configure_recorder(self, plugin: Any) -> None:
+        """`-p dsakit.compare.recorder --dsakit-record PATH` (`dsakit compare`): each outcome
+        as a JSON line, on the controller."""
+        recorder = plugin.recorder(self.config)
+        if recorder is not None:
+            self.add("dsakit-compare-recorder", recorder)
+
     def start_per_test_hooks(self) -> None:
         """Once per run that uses dsakit: the skip inventory's source and fault isolation, whose report
-        edit runs inside the report wrapper (one wrapper per test phase, from the first import of torch
-        or a simulation). The skips are read from the terminal reporter's reports at the end (a worker's
+        edit runs in the report chain (one wrapper per test phase, from the first import of torch or a
+        simulation). The skips are read from the terminal reporter's reports at the end (a worker's
         reach its controller), so only a run recording every outcome (`--dsakit-report`), or one without
         a terminal reporter, pays the recorder's hook call per test phase."""
         if self.per_test_started or self.gates is None or self.reporter is None:
@@ -310,10 +386,10 @@ class DsakitSession:
 
         if not self.is_worker:  # a worker's reports reach its controller, which records them
             self._start_skip_recording(self.reporter)
-        self.fault_isolation = FaultIsolation(self.config)
-        assert self.report_wrapper is not None
-        self.report_wrapper.add_edit(self.fault_isolation.edit_report)
-        self._register(PLUGIN_NAME, self.fault_isolation)
+        isolation = FaultIsolation(self.config, self.add)
+        assert self.edits is not None
+        self.edits.add(isolation.edit_report)
+        self.add(PLUGIN_NAME, isolation)
 
     def _start_skip_recording(self, reporter: InventoryReporter) -> None:
         manager = self.config.pluginmanager
@@ -326,7 +402,7 @@ class DsakitSession:
         terminal = manager.get_plugin("terminalreporter")
         for report in getattr(terminal, "stats", {}).get("skipped", ()):
             reporter.log_report(report)
-        self._register("dsakit-skip-recorder", SkipRecorder(reporter))
+        self.add("dsakit-skip-recorder", SkipRecorder(reporter))
 
     # ------------------------------------------------------------ what the plugin hands on
 
@@ -377,12 +453,9 @@ class DsakitSession:
     # ------------------------------------------------------------ once-per-run hooks (registered as NAME)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        """The skip inventory's line (where the run set an option), GPU pinning's, the simulation's."""
-        lines = self.reporter.header_lines() if self.reporter is not None else []
-        for part in (self.controller_pinning, self.worker_pinning, self.whole_run):
-            if part is not None:
-                lines += part.header_lines()
-        return lines
+        """Every part's lines (the skip inventory's where the run set an option, GPU pinning's, the
+        simulation's, the kernel-launch contracts')."""
+        return [line for _, lines in self._each("header_lines") for line in lines()]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.reporter is not None:
@@ -390,32 +463,32 @@ class DsakitSession:
 
     @pytest.hookimpl(trylast=True)  # after xdist's own: a worker's hand-over, the must-run verdict last
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker:
-            log = sys.modules.get("dsakit.mocks.read_log")  # not loaded: no mock, nothing to hand over
-            if log is not None:
-                log.hand_over(self.config)
+        if self.is_worker:  # the one hand-over: every part's data under its name
+            handed = {name: data for name, data in ((name, output()) for name, output in self._each("worker_output"))
+                      if data is not None}
+            self.config.workeroutput[WORKER_KEY] = handed  # type: ignore[attr-defined]
         if self.reporter is not None:
             self.reporter.sessionfinish(session)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        """Fault isolation's section, the simulation's, the skip inventory's (the contract reads: the plugin's)."""
-        if self.fault_isolation is not None:
-            self.fault_isolation.summary(terminalreporter)
-        if self.whole_run is not None:
-            self.whole_run.summary(terminalreporter)
-        if self.reporter is not None:
-            self.reporter.summary(terminalreporter, config)
+        """Every part's lines, the part added last first (fault isolation's, the simulation's, ...,
+        the skip inventory's, the contract reads')."""
+        for _, summary in self._each("summary", reversed(list(self.parts.items()))):
+            summary(terminalreporter)
 
     @pytest.hookimpl(trylast=True)  # the simulation ends after everything else
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         try:
-            for part in (self.controller_pinning, self.fault_handoff):
-                if part is not None:
-                    part.close()
-            if self.wrapper_start is not None:
-                self.wrapper_start.leave()
-            if self.whole_run is not None:
-                self.whole_run.close()
+            if self.imports is not None:
+                self.imports.close()  # nothing more arrives for the parts now closing
+            errors: list[BaseException] = []
+            for _, close in self._each("close", reversed(list(self.parts.items()))):
+                try:
+                    close()
+                except Exception as error:  # noqa: BLE001 - close the other parts too
+                    errors.append(error)
+            if errors:
+                raise errors[0]
         finally:
             active.leave_run(self)
 
@@ -423,30 +496,50 @@ class DsakitSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_setupnodes(self, config: pytest.Config, specs: Sequence[Any]) -> None:
-        if self.controller_pinning is not None:
-            self.controller_pinning.setup_nodes(specs)
+        for _, setup in self._each("setup_nodes"):
+            setup(specs)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[DEVICE_KEY] = self.device.selected
-        for part in (self.controller_pinning, self.fault_handoff):
-            if part is not None:
-                part.configure_node(node)
+        for _, configure in self._each("configure_node"):
+            configure(node)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        from dsakit.gates.inventory import WORKER_KEY
-        import dsakit.mocks.read_log as read_log  # the module sys.modules holds (see dsakit.mocks.strict_node)
-
-        data = getattr(node, "workeroutput", {}).get(WORKER_KEY)
-        if data and self.gates is not None:
-            self.gates.inventory.merge(data)
-        read_log.take_over(node)
+        handed = (getattr(node, "workeroutput", None) or {}).get(WORKER_KEY, {})
+        for name, merge in self._each("merge"):
+            if name in handed:
+                merge(handed[name])
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        if self.fault_handoff is not None:
-            self.fault_handoff.handle_crash_item(crashitem, report)
+        for _, handle in self._each("handle_crash_item"):
+            handle(crashitem, report)
+
+
+class ContractReads:
+    """The strict mocks' read log (dsakit.mocks.read_log) as a part: its summary section, and a
+    worker's log merged into its controller's. Loaded by no run that builds no mock."""
+
+    _MODULE = "dsakit.mocks.read_log"
+
+    def summary(self, terminalreporter: Any) -> None:
+        log = sys.modules.get(self._MODULE)
+        lines = log.format_summary() if log is not None else []
+        if lines:
+            terminalreporter.section("dsakit contract reads")
+            for line in lines:
+                terminalreporter.write_line(line)
+
+    def worker_output(self) -> Any:
+        log = sys.modules.get(self._MODULE)  # not loaded: no mock, nothing to hand over
+        return log.worker_output() if log is not None else None
+
+    def merge(self, data: Any) -> None:
+        import dsakit.mocks.read_log as read_log  # the module sys.modules holds (see dsakit.mocks.strict_node)
+
+        read_log.merge(data)
 
 
 _KEY = pytest.StashKey[DsakitSession]()  # the run's one stash key

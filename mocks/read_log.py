@@ -2,14 +2,14 @@
 
 Owns what the report lists at the end of a run: soft reads (`getattr(runner, name, default)` /
 `hasattr` of an undeclared attribute, legitimate but worth knowing) and violations (hard reads or
-writes outside the contract, reads of omitted attributes), and its xdist hand-over (workers put
-their log in `workeroutput`, the controller merges it). Never imports torch or SGLang.
+writes outside the contract, reads of omitted attributes), and what a worker hands its xdist
+controller (`worker_output`, `merge`: the run's session carries it). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Iterable
 
 from dsakit.reasons import FrozenRecord
 
@@ -61,17 +61,13 @@ def format_summary() -> list[str]:
     return lines
 
 
-WORKER_KEY = "dsakit_contract_reads"
+def worker_output() -> list[dict[str, str]]:
+    """An xdist worker's log, for its controller (the run's session hands it over at the end)."""
+    return [read.as_dict() for read in _LOG]
 
 
-def hand_over(config: Any) -> None:
-    """An xdist worker's pytest_sessionfinish: its log goes to the controller in `workeroutput`."""
-    if hasattr(config, "workeroutput"):
-        config.workeroutput[WORKER_KEY] = [read.as_dict() for read in _LOG]
-
-
-def take_over(node: Any) -> None:
-    """The controller's pytest_testnodedown: a worker's log joins this one, so the "dsakit contract
-    reads" summary of a `-n N` run lists every worker's reads, as a serial run would."""
-    for data in getattr(node, "workeroutput", {}).get(WORKER_KEY, ()):
-        record(ContractRead(**data))
+def merge(data: Iterable[dict[str, str]]) -> None:
+    """On the controller: a worker's log joins this one, so the "dsakit contract reads" summary of a
+    `-n N` run lists every worker's reads, as a serial run would."""
+    for read in data:
+        record(ContractRead(**read))

@@ -2,7 +2,8 @@
 outcome for `dsakit compare`, one JSON line as soon as it finishes (a crash keeps what it had).
 
 Owns: the record file and the environment fingerprint (what an outcome is: dsakit.gates.outcomes). Runs
-on the xdist controller only. Never imports torch or SGLang.
+on the xdist controller only, as a part of the run's DsakitSession (`recorder`: dsakit's plugin
+loads too, as `dsakit compare` runs it). Never imports torch or SGLang.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def located_nodeid(nodeid: str, location_path: str) -> str:
 
 
 class Recorder:
+    """One JSON line per event: the environment, each test's start and outcome, the end."""
+
     def __init__(self, config: pytest.Config, path: Path) -> None:
         self.config = config
         self.path = path
@@ -112,7 +115,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if listed_here(item)]
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def recorder(config: pytest.Config) -> Recorder | None:
+    """The run's recorder where `--dsakit-record PATH` asks for one, on the controller (or a single
+    process): a part of the run's DsakitSession, which registers its hooks."""
     path = value(config, "dsakit_record")
-    if path and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(Recorder(config, Path(path)), "dsakit-compare-recorder")
+    return Recorder(config, Path(path)) if path and not hasattr(config, "workerinput") else None

@@ -12,7 +12,6 @@ device lazily).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -25,13 +24,10 @@ if TYPE_CHECKING:
     from dsakit.gates.outcomes import OutcomeRecorder
     from dsakit.reasons import Reason
 
-WORKER_KEY = "dsakit_skip_inventory"
 # the key in pytest's final summary line ("1 passed, 2 --dsakit-must-run gate(s) failed in 3s"); it
 # starts with "--" so that tools parsing "N word" outcomes (pytester, CI log scrapers) do not count
 # it as failed tests
 MUST_RUN_STAT = "--dsakit-must-run gate(s) failed"
-DEVICE_KEY = "dsakit_device"
-HOST_LABEL_ENV = "DSAKIT_HOST_LABEL"
 
 # The `--dsakit-report` file: `format` names it, `format_version` says which fields it has
 # (1: device, sglang, gates, must_run; 2 adds host, shard and per-test outcomes and gates; 3 counts
@@ -212,9 +208,9 @@ class SkipInventory:
 
 
 def host_label(option: str | None) -> str:
-    """The node's name in merged reports: `--dsakit-host-label`, else $DSAKIT_HOST_LABEL, else the
-    hostname."""
-    label = (option if option is not None else os.environ.get(HOST_LABEL_ENV, "")).strip()
+    """The node's name in merged reports: the run's `dsakit_host_label` (`--dsakit-host-label`,
+    $DSAKIT_HOST_LABEL or the ini key, read once by the option table), else the hostname."""
+    label = (option or "").strip()
     if label:
         return label
     import socket
@@ -250,9 +246,9 @@ def header_line(device: DeviceModel) -> str:
 
 
 class InventoryReporter:
-    """The run's skip inventory as the end of the run shows it: the header line, the summary
-    section, `--dsakit-report`, `--dsakit-must-run` (the run's DsakitSession hands it pytest's
-    hooks; `SkipRecorder` hands it each report)."""
+    """The run's skip inventory as the end of the run shows it, a part of the run's DsakitSession:
+    the header line, the summary section, a worker's hand-over and its merge; `--dsakit-report` and
+    `--dsakit-must-run` at the end of the session (`SkipRecorder` hands it each report)."""
 
     def __init__(
         self,
@@ -319,10 +315,17 @@ class InventoryReporter:
         self.selected = [item.nodeid for item in session.items]
         self.inventory.keep_declared(self.selected)
 
+    def worker_output(self) -> dict[str, Any]:
+        """What a worker's tests declared (the controller collects nothing)."""
+        return self.inventory.worker_data()
+
+    def merge(self, data: dict[str, Any]) -> None:
+        self.inventory.merge(data)
+
     def sessionfinish(self, session: pytest.Session) -> None:
-        """Late in pytest_sessionfinish (trylast): the must-run verdict, the report, a worker's hand-over."""
+        """Late in pytest_sessionfinish (trylast): the must-run verdict and the report (a worker's
+        tests are judged by its controller)."""
         if self.is_worker:
-            self.config.workeroutput[WORKER_KEY] = self.inventory.worker_data()  # type: ignore[attr-defined]
             return
         if self.reads_kept_reports:
             self.reads_kept_reports = False  # read once
@@ -428,7 +431,8 @@ class InventoryReporter:
         except UsageError as error:  # the path itself changed since configure
             self.report_error = f"not written at the end of the run: {error}"
 
-    def summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+    def summary(self, terminalreporter: Any) -> None:
+        config = self.config
         # a plain pytest.skip is not dsakit's business: it is listed (as uncoded) only in a run where
         # something skipped behind a dsakit reason code
         if self.is_worker or not (self.inventory.gated or self.announce or self.must_run or self.report_error):

@@ -13,6 +13,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from dsakit.stack.sglang_release import release_numbers
+
 # where a row's case runs when no device opens it: SGLang's suite declares a combination that no
 # device runs (an FP8 KV cache on an impl that reads BF16 K, TileLang on the topk=128 fixture)
 NOWHERE = "no device: SGLang's suite never runs this combination"
@@ -123,12 +125,6 @@ class Classified:
 
     pattern: MessagePattern
     words: str
-
-
-def release_numbers(text: str) -> tuple[int, ...]:
-    """The release numbers of a version ("0.5.23.post1" -> (0, 5, 23)); () when there are none."""
-    found = re.match(r"(\d+)\.(\d+)\.(\d+)", text.strip())
-    return tuple(int(part) for part in found.groups()) if found else ()
 
 
 @functools.lru_cache(maxsize=64)

@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 
 from dsakit import active
+from dsakit.gates.report_edits import FAULT_ISOLATION
 from dsakit.node.run_dirs import private_dir
 from dsakit.reasons import Reason
 
-PLUGIN_NAME = "dsakit-fault-isolation"  # its per-process hooks' name (the report wrapper tells its own answer apart)
-
-ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
+PLUGIN_NAME = FAULT_ISOLATION  # its hooks' name: the report chain's start tells its own answer apart
 
 CODE = "cuda-context-poisoned"
 SECTION = "CUDA context poisoned by this test"
@@ -140,14 +139,16 @@ def _as_not_run(report: pytest.TestReport, item: pytest.Item, reason: Reason) ->
 
 
 class FaultIsolation:
-    """Per-process hooks: check after each phase, attribute, then keep the run honest. Registered
-    once the run uses dsakit; its report edit runs inside the plugin's one report wrapper
-    (`edit_report`, handed to `dsakit.simulation.whole_run.FailureSections`, which starts once
-    torch is imported or a conftest answers `pytest_dsakit_device_fault`), and the setup hook
-    that skips later GPU tests (`PoisonedContext`) only once a test poisoned the context."""
+    """A part of the run's DsakitSession, once the run uses dsakit: check after each phase,
+    attribute, then keep the run honest; the summary section. Its report edit (`edit_report`) runs
+    in the run's one report chain (dsakit.gates.report_edits, which starts once torch is imported
+    or a conftest answers `pytest_dsakit_device_fault`), and the setup hook that skips later GPU
+    tests (`PoisonedContext`) is handed to `add` (the session's) only once a test poisoned the
+    context."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, add: Callable[[str, object], None]) -> None:
         self.config = config
+        self._add = add
         self.culprit: str | None = None
         self.error: str | None = None
         workerinput = getattr(config, "workerinput", None)
@@ -172,7 +173,7 @@ class FaultIsolation:
                 if error:
                     self.culprit, self.error = item.nodeid, str(error)
                     _attribute(report, item, self.error)
-                    self.config.pluginmanager.register(PoisonedContext(self), "dsakit-poisoned-context")
+                    self._add("dsakit-poisoned-context", PoisonedContext(self))
         elif report.failed and is_device_error(call.excinfo):
             if item.nodeid != self.culprit or report.when == "teardown":
                 if item.nodeid != self.culprit and report.when != "teardown":
@@ -204,7 +205,7 @@ class FaultIsolation:
         os._exit(WORKER_EXIT_STATUS)
 
     def summary(self, terminalreporter: Any) -> None:
-        """The run's summary section (the run's DsakitSession asks)."""
+        """The run's summary section."""
         if self.culprit is None or hasattr(self.config, "workerinput"):
             return
         terminalreporter.section("dsakit fault isolation")
@@ -233,9 +234,9 @@ class PoisonedContext:
 
 
 class XdistFaultHandoff:
-    """The xdist controller's side: a private folder for the workers' hand-over files (removed at
-    the end), and the crash report of a deliberately exited worker turned back into its test's
-    teardown report. The run's DsakitSession hands it xdist's hooks."""
+    """The xdist controller's side, a part of the run's DsakitSession: a private folder for the
+    workers' hand-over files (each worker's, in its workerinput; removed at close), and the crash
+    report of a deliberately exited worker turned back into its test's teardown report."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -266,10 +267,3 @@ class XdistFaultHandoff:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 
-
-def start(config: pytest.Config, add_edit: Callable[[ReportEdit], None]) -> dict[str, object]:
-    """Once the run uses dsakit: the per-process hooks by name; their report edit goes to the
-    plugin's one report wrapper (`add_edit`)."""
-    isolation = FaultIsolation(config)
-    add_edit(isolation.edit_report)
-    return {PLUGIN_NAME: isolation}

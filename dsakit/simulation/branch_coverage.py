@@ -20,17 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from dsakit.audit.device_guards import spelling_for
 from dsakit.audit.guard_eval import verdict
 from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 from dsakit.stack.sglang_release import PROBE_SCAN_FILES
-
-WORKER_KEY = "dsakit_device_branches"  # xdist workeroutput: the lines a worker saw run
-EVIDENCE_KEY = "dsakit_device_branch_probes"  # and the probes it saw answer for its machine
-
 
 @dataclass(frozen=True)
 class DeviceBranch:
@@ -463,8 +457,8 @@ def verdicts(branches: Iterable[tuple[DeviceBranch, bool, str]], ran: Mapping[st
 class BranchCoverage:
     """The run's device-branch coverage, under a simulated device: scans SGLang's files once at
     start, watches lines in a test-running process, hands a worker's lines to its controller, and
-    answers the summary line, the `-v` listing and the report's section (registered by the run's
-    DsakitSession beside the whole-run simulation)."""
+    answers the summary line, the `-v` listing and the report's section (a part of the run's
+    DsakitSession, beside the whole-run simulation)."""
 
     def __init__(self, config: Any, simulated: DeviceModel, real: DeviceModel, package_dir: Path | None) -> None:
         self.config = config
@@ -497,28 +491,28 @@ class BranchCoverage:
     def verdicts(self) -> list[BranchVerdict]:
         return verdicts(self.branches, self.watch.ran, self.simulated.key, self.evidence, self.watch.unavailable)
 
-    # ------------------------------------------------------------ pytest hooks
+    # ------------------------------------------------------------ the session's part
 
     def pytest_sessionfinish(self) -> None:
-        self.read_probes()  # before the report (trylast) and the summary; the simulation still holds
-        workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None:  # an xdist worker: its controller reports every worker's lines
-            workeroutput[WORKER_KEY] = self.watch.as_lines()
-            workeroutput[EVIDENCE_KEY] = {site: r.as_dict() for site, r in self.evidence.items()}
+        self.read_probes()  # before the session's hand-over (trylast) and the summary: the simulation still holds
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any) -> None:
-        output = getattr(node, "workeroutput", None) or {}
-        self.watch.merge(output.get(WORKER_KEY, {}))
-        for site, reason in (output.get(EVIDENCE_KEY) or {}).items():
+    def worker_output(self) -> dict[str, Any]:
+        """An xdist worker's lines and the probes it saw answer for its machine: its controller reports
+        every worker's."""
+        return {"lines": self.watch.as_lines(), "probes": {site: r.as_dict() for site, r in self.evidence.items()}}
+
+    def merge(self, data: Mapping[str, Any]) -> None:
+        self.watch.merge(data.get("lines", {}))
+        for site, reason in (data.get("probes") or {}).items():
             self.evidence.setdefault(site, Reason(str(reason["code"]), str(reason["message"])))
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if getattr(self.config, "workeroutput", None) is None:
+
+    def summary(self, terminalreporter: Any) -> None:
+        if not hasattr(self.config, "workerinput"):
             for line in self.summary_lines(terminalreporter.verbosity > 0):
                 terminalreporter.write_line(line)
 
-    def pytest_unconfigure(self) -> None:
+    def close(self) -> None:
         self.stop()
 
     def summary_lines(self, verbose: bool) -> list[str]:

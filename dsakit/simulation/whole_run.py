@@ -2,8 +2,8 @@
 
 Owns entering the simulation at configure (before collection: import-time `skipIf(torch.cuda...)`,
 SGLang's module constants and cached probes see it) and leaving it at unconfigure; the header line;
-a `SimulatedKernelLaunch` turned into a skip; the report sections of a failure under simulation,
-in the plugin's one per-test report wrapper (fault isolation's edits run inside it). An xdist
+a `SimulatedKernelLaunch` turned into a skip; the report sections of a failure under simulation
+(`explain_failure`, an edit of the run's one report chain, dsakit.gates.report_edits). An xdist
 controller runs no test: its workers simulate. Imports torch and SGLang only when a device is
 simulated.
 """
@@ -20,22 +20,17 @@ import pytest
 from dsakit import active
 
 if TYPE_CHECKING:  # the plan loads when a device is simulated, not with every session's hooks
+    from dsakit.stack.import_hooks import ImportWatch
     from dsakit.simulation.runtime import SimulationPlan
 
-ReportEdit = Callable[[pytest.TestReport, pytest.Item, pytest.CallInfo[None]], None]
-
 SECTION = "dsakit simulated device"
-REPORT_WRAPPER = "dsakit-simulation-reports"  # the plugin's one per-test report wrapper, by name
-# what makes a test phase need the report wrapper: torch (a CUDA context fault isolation checks)
-# and dsakit's device simulation (a failure under it); and any `pytest_dsakit_device_fault`
-# answer but fault isolation's own (dsakit.node.fault_isolation.PLUGIN_NAME)
-WRAPPER_MODULES = ("torch", "dsakit.simulation.probe_patches")
-WRAPPER_START = "dsakit-report-wrapper-start"
 EXPLAINED = "dsakit model_runner read"
 
 
 class WholeRun:
-    """The run's simulation: started at configure, stopped at unconfigure (also after a failed run)."""
+    """The run's simulation, a part of the run's DsakitSession (header lines, summary, close): started
+    at configure, stopped at its close (also after a failed run); its per-test hooks are registered
+    with it."""
 
     def __init__(self, config: pytest.Config, plan: SimulationPlan, in_this_process: bool) -> None:
         self.config = config
@@ -52,16 +47,14 @@ class WholeRun:
         self._refused: dict[str, int] = {}  # kernel -> tests it was refused in
         self._arch = ""
 
-    def on_stop(self, callback: Callable[[], None]) -> None:
-        self._stack.callback(callback)
-
-    def start(self) -> None:
+    def start(self, hooks: ImportWatch) -> None:
         """Stand-ins now (the simulated GPU's import-time branches import its kernel libraries); the
         rest as each module arrives: torch's facts, placement or the two views when torch imports,
         kernel guards when Triton / a JIT loader / DeepGEMM / an arch-only entry point's module
-        imports, probes when SGLang's modules import. A suite that never imports torch pays nothing."""
+        imports, probes when SGLang's modules import, each through the run's import watcher `hooks`. A
+        suite that never imports torch pays nothing."""
         from dsakit.simulation import kernels, runtime
-        from dsakit.stack.import_hooks import AfterImport, Patches
+        from dsakit.stack.import_hooks import Patches
         from dsakit.simulation.probe_patches import announced, patch_arrived, watched_modules
 
         self._modules_before = set(sys.modules)
@@ -74,8 +67,6 @@ class WholeRun:
                 if same_vendor:
                     self.imported_first = kernels.import_present_libraries(self.device)
                 self.stand_ins = kernels.install_stand_ins(patches, self.device, same_vendor=same_vendor)
-            hooks = AfterImport()
-            patches.callback(hooks.close)
             device, simulation = self.device, self.plan
             real = simulation.real_key if simulation.portable else None
             # SGLang's own kernel entry points (KERNEL_GUARDS) run where the plan is portable
@@ -124,7 +115,7 @@ class WholeRun:
                 if name == "sglang" or name.startswith("sglang."):
                     sys.modules.pop(name, None)
 
-    # ------------------------------------------------------------ what the run's DsakitSession asks
+    # ------------------------------------------------------------ the session's part
 
     def header_lines(self) -> list[str]:
         where = "this process" if self.in_this_process else "every xdist worker"
@@ -223,30 +214,14 @@ class WholeRun:
             self.stop()
 
 
-class FailureSections:
-    """The plugin's one per-test report wrapper (one pluggy wrapper per phase, not one per concern):
-    the report edits other concerns hand in (`add_edit`: fault isolation's, once the run uses
-    dsakit), then this module's own for a process that ran under a simulation (whole-run, marker or
-    fixture): a kernel launch skips; a failure names the device it ran as, and a model-runner read
-    is explained."""
-
-    def __init__(self) -> None:
-        self.edits: tuple[ReportEdit, ...] = ()
-
-    def add_edit(self, edit: ReportEdit) -> None:
-        """`edit(report, item, call)` runs on every report, before the simulation's own edits."""
-        self.edits = (*self.edits, edit)
-
-    @pytest.hookimpl(wrapper=True)  # a new-style wrapper: an old-style one costs every test more
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report: pytest.TestReport = yield
-        for edit in self.edits:
-            edit(report, item, call)
-        if not report.failed or call.excinfo is None or active.simulated_device() is None:
-            return report  # nothing is simulated now
-        simulation = sys.modules["dsakit.simulation.probe_patches"]  # what simulates imported it
-        _explain(report, item, call.excinfo, simulation, simulation.active_simulation())
-        return report
+def explain_failure(report: pytest.TestReport, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """The simulation's edit in the run's report chain (dsakit.gates.report_edits), added once this
+    process can simulate (dsakit.simulation.probe_patches imported: whole-run, marker or fixture):
+    a failure while a device is simulated is explained."""
+    if not report.failed or call.excinfo is None or active.simulated_device() is None:
+        return  # nothing is simulated now
+    simulation = sys.modules["dsakit.simulation.probe_patches"]  # what simulates imported it
+    _explain(report, item, call.excinfo, simulation, simulation.active_simulation())
 
 
 def _explain(report: pytest.TestReport, item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException],
@@ -360,50 +335,3 @@ def _in_chain(error: BaseException | None, kind: type[BaseException]) -> Any:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
-
-
-class WrapperStart:
-    """Registers the report wrapper (`FailureSections`) once a test phase can need it, so that a
-    run that never imports torch nor simulates a device pays no hook call per test phase
-    (bench/bench_kit_overhead.py): at once where one of `WRAPPER_MODULES` is imported already,
-    else when one is first looked for (this meta-path finder finds nothing and leaves then, or at
-    unconfigure), or when a plugin or conftest implementing `pytest_dsakit_device_fault` registers.
-    Registered mid-run, the wrapper is the outermost `pytest_runtest_makereport` wrapper."""
-
-    def __init__(self, config: pytest.Config, sections: FailureSections) -> None:
-        self.config = config
-        self.sections = sections
-        self.started = False
-
-    def watch(self) -> None:
-        if any(name in sys.modules for name in WRAPPER_MODULES):
-            self.start()
-        else:
-            sys.meta_path.insert(0, self)  # a finder by duck typing (find_spec)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
-        if fullname in WRAPPER_MODULES:
-            self.start()  # before the module runs: the phase importing it ends inside the wrapper
-
-    def start(self) -> None:
-        if self.started:
-            return
-        self.started = True
-        self.leave()
-        self.config.pluginmanager.register(self.sections, REPORT_WRAPPER)
-
-    def leave(self) -> None:
-        """Out of sys.meta_path (the run's DsakitSession calls it at unconfigure, when nothing asked)."""
-        if any(finder is self for finder in sys.meta_path):
-            sys.meta_path.remove(self)
-
-    def pytest_plugin_registered(self, plugin: object, plugin_name: str) -> None:
-        # historic: also called for every plugin registered before this one
-        if self.started:
-            return
-        impls = self.config.hook.pytest_dsakit_device_fault.get_hookimpls()
-        if impls:  # none until the run uses dsakit: the import below is paid only from then on
-            from dsakit.node.fault_isolation import PLUGIN_NAME
-
-            if any(impl.plugin_name != PLUGIN_NAME for impl in impls):
-                self.start()

@@ -1,23 +1,26 @@
 """Patching other packages for the length of a run, undone at its end.
 
-Owns the one meta-path finder that runs a callback when a module has finished importing (now, if it
-already has): the whole-run simulation patches torch, Triton, the JIT loaders and SGLang's probe
-modules the moment they exist, and the kernel-launch contracts wrap entry points, so a suite that
-never imports them pays nothing; `Patches` (setattr with undo); `rebind_everywhere` (a function
-replaced in every module that bound it). Must not change what is imported or how: the finder wraps
-the loader the other finders return. A leaf: imports nothing of dsakit.
+Owns the run's one import watcher (`ImportWatch`, a meta-path finder): a callback when a module has
+finished importing (now, if it already has): the whole-run simulation patches torch, Triton, the JIT
+loaders and SGLang's probe modules the moment they exist, and the kernel-launch contracts wrap entry
+points, so a suite that never imports them pays nothing; and one when a module is first looked for
+(the report wrapper starts before the phase importing torch ends); `Patches` (setattr with
+undo); `rebind_everywhere` (a function replaced in every module that bound it). Must not change
+what is imported or how: the finder wraps the loader the other finders return. A leaf: imports nothing of dsakit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.abc
-import importlib.machinery
 import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 Callback = Callable[[types.ModuleType], None]
 
@@ -25,12 +28,12 @@ Callback = Callable[[types.ModuleType], None]
 class _AfterExec(importlib.abc.Loader):
     """The real loader, with the callbacks run once the module's code has run."""
 
-    def __init__(self, loader: Any, name: str, owner: AfterImport) -> None:
+    def __init__(self, loader: Any, name: str, owner: ImportWatch) -> None:
         self._loader = loader
         self._name = name
         self._owner = owner
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+    def create_module(self, spec: ModuleSpec) -> types.ModuleType | None:
         create = getattr(self._loader, "create_module", None)
         return create(spec) if create is not None else None
 
@@ -43,11 +46,17 @@ class _AfterExec(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class AfterImport(importlib.abc.MetaPathFinder):
-    """`hooks.watch("torch", patch_torch)`; `hooks.close()` removes the finder."""
+class ImportWatch(importlib.abc.MetaPathFinder):
+    """The run's one import watcher (importlib.abc is loaded in every pytest run: its assertion
+    rewriter is one): `watch("torch", patch_torch)` runs the callback once the module has run its
+    code (now, if it already has); `looked_for(("torch",), start)` runs `start()` when one of the
+    names is first looked for, before the module runs, found or not (now, if one is loaded).
+    `close()` removes it from sys.meta_path; until then a finder with nothing left to watch answers
+    None at once."""
 
     def __init__(self) -> None:
         self._callbacks: dict[str, list[Callback]] = {}
+        self._before: list[tuple[tuple[str, ...], Callable[[], None]]] = []  # names, callback
         self._finding: set[str] = set()
         sys.meta_path.insert(0, self)
 
@@ -58,7 +67,19 @@ class AfterImport(importlib.abc.MetaPathFinder):
             return
         self._callbacks.setdefault(name, []).append(callback)
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def looked_for(self, names: tuple[str, ...], callback: Callable[[], None]) -> None:
+        if any(name in sys.modules for name in names):
+            callback()
+            return
+        self._before.append((names, callback))
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        if self._before:
+            due = [callback for names, callback in self._before if fullname in names]
+            if due:
+                self._before = [entry for entry in self._before if fullname not in entry[0]]
+                for callback in due:
+                    callback()
         callbacks = self._callbacks.get(fullname)
         if not callbacks or fullname in self._finding:
             return None
@@ -81,9 +102,10 @@ class AfterImport(importlib.abc.MetaPathFinder):
         return self._callbacks.pop(name, [])
 
     def close(self) -> None:
-        if self in sys.meta_path:
+        if any(finder is self for finder in sys.meta_path):
             sys.meta_path.remove(self)
         self._callbacks.clear()
+        self._before.clear()
 
 
 _MISSING = object()

@@ -75,8 +75,9 @@ PINNED_RELEASE = "0.5.23"
 TOPK_V2_KERNEL_NAMES = ("topk_transform_paged_v2", "topk_transform_512_v2")
 
 
-# a PEP 440 release as SGLang publishes them: 0.5.23, 0.6.0, 0.5.10.post1, 0.5.0rc2, 0.5.24.dev3
-_RELEASE = re.compile(r"v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?")
+# a PEP 440 release as SGLang publishes them: 0.5.23, 0.6.0, 0.5.10.post1, 0.5.0rc2, 0.5.24.dev3; a
+# local label (0.5.23+cu128, a build's) compares as its release
+_RELEASE = re.compile(r"v?(\d+(?:\.\d+)*)(?:(a|b|rc)(\d+))?(?:\.post(\d+))?(?:\.dev(\d+))?(?:\+[a-zA-Z0-9.]+)?")
 _PRE = {"a": 0, "b": 1, "rc": 2}
 
 ReleaseKey = tuple[tuple[int, ...], int, int, int, int]  # numbers, pre-release phase and number, post, dev
@@ -98,6 +99,15 @@ def release_key(version: str) -> ReleaseKey:
     if dev is not None and phase is None and post is None:
         pre_key = (-1, 0)
     return (numbers, *pre_key, -1 if post is None else int(post), int(dev) if dev is not None else 1 << 30)
+
+
+def release_numbers(version: str) -> tuple[int, ...]:
+    """The release numbers of `version`, as `release_key` reads them (0.5.23.post1 -> (0, 5, 23),
+    0.6.0 -> (0, 6)); () for text that is no release number ("unknown", "not installed")."""
+    try:
+        return release_key(version)[0]
+    except UsageError:
+        return ()
 
 
 def release_order(text: str) -> tuple[int, ReleaseKey | tuple[()], str]:

@@ -21,11 +21,9 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import pytest
-
 from dsakit.errors import KernelContractViolation
 from dsakit.mocks.call_site import site_outside
-from dsakit.stack.import_hooks import AfterImport, Patches, rebind_everywhere
+from dsakit.stack.import_hooks import ImportWatch, Patches, rebind_everywhere
 from dsakit.stack.kernel_libraries import library_paths
 from dsakit.topk.kernel_contracts import KernelEntry, Violation, entries_by_module, violations
 
@@ -196,44 +194,43 @@ def guard_module(patches: Patches, module: types.ModuleType, entries: Sequence[t
 
 
 class LaunchGuard:
-    """The run's kernel-launch contracts: installed at configure (by the run's DsakitSession, where
-    --dsakit-kernel-contracts asks for them), undone at unconfigure."""
+    """The run's kernel-launch contracts, a part of the run's DsakitSession (where
+    --dsakit-kernel-contracts asks for them): installed at configure, after the simulation (its
+    guards get wrapped, not the reverse); the header line, the summary, a worker's launch tally
+    handed to its controller; undone at close."""
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
         self.patches = Patches()
         self.wrapped: list[str] = []
-        self._hooks: AfterImport | None = None
 
-    def pytest_report_header(self) -> str:
-        return ("dsakit: kernel-launch contracts on: every launch of the top-k and DSA metadata entry points "
+    def header_lines(self) -> list[str]:
+        return ["dsakit: kernel-launch contracts on: every launch of the top-k and DSA metadata entry points "
                 "(dsakit/topk/kernel_contracts.py) checks its arguments first, CUDA graphs before each replay; "
-                "the metadata kernels' outputs when they return")
+                "the metadata kernels' outputs when they return"]
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def summary(self, terminalreporter: Any) -> None:
         terminalreporter.write_line(tally_line(_TALLY))
         if self.wrapped and terminalreporter.verbosity > 0:
             terminalreporter.write_line(f"dsakit: kernel-launch contracts wrapped {len(self.wrapped)} entry "
                                         f"points: {', '.join(sorted(self.wrapped))}")
 
-    def pytest_sessionfinish(self) -> None:
-        workeroutput = getattr(self.config, "workeroutput", None)
-        if workeroutput is not None:  # an xdist worker: the controller's summary counts its launches
-            workeroutput[TALLY_KEY] = _tally_copy()
+    def worker_output(self) -> dict[str, dict[str, int]]:
+        """An xdist worker's launches: the controller's summary counts them."""
+        return _tally_copy()
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any) -> None:
-        for kind, counts in (getattr(node, "workeroutput", None) or {}).get(TALLY_KEY, {}).items():
+    def merge(self, data: Mapping[str, Mapping[str, int]]) -> None:
+        for kind, counts in data.items():
             for kernel, count in counts.items():
                 _count(kind, kernel, count)
 
-    def pytest_unconfigure(self) -> None:
+    def close(self) -> None:
         self.uninstall()
 
-    def install(self) -> None:
+    def install(self, hooks: ImportWatch) -> None:
+        """Each entry point's module wrapped when it imports (now, if it has), through the run's
+        import watcher."""
         _TALLY.clear()
-        hooks = self._hooks = AfterImport()
-        self.patches.callback(hooks.close)
         for name, entries in entries_by_module().items():
             hooks.watch(name, self._guard(entries))
         hooks.watch("torch", lambda torch: _guard_graphs(self.patches, torch))
@@ -243,12 +240,6 @@ class LaunchGuard:
 
     def uninstall(self) -> None:
         self.patches.restore()
-
-    def summary(self) -> Mapping[str, Any]:
-        return {"wrapped": list(self.wrapped), "tally": _tally_copy()}
-
-
-TALLY_KEY = "dsakit_kernel_contracts"
 
 
 def tally_line(tally: Mapping[str, Mapping[str, int]]) -> str:

@@ -506,16 +506,17 @@ def damaged_golden_message(path: str | Path, damage: str, test_file: str) -> str
             f"(git checkout -- {path})")
 
 
-def configure_update(config: pytest.Config) -> None:
+def configure_update(config: pytest.Config) -> UpdateGuard | None:
     """pytest_configure under `--snapshot-update`: refuse `--collect-only` (no test runs, so syrupy
-    would delete every golden as unused), and register the guard that keeps goldens when the
-    update stops early (`UpdateGuard`)."""
+    would delete every golden as unused); the guard that keeps goldens when the update stops early
+    (`UpdateGuard`, a part of the run's DsakitSession; None in an xdist worker)."""
     if config.option.collectonly:
         raise pytest.UsageError(
             "--snapshot-update with --collect-only would delete every golden (no test runs, so all "
             "read as unused); drop --collect-only to regenerate goldens, or --snapshot-update to list tests")
-    if not hasattr(config, "workerinput"):  # xdist workers never delete: the controller decides
-        config.pluginmanager.register(UpdateGuard(config), "dsakit-snapshot-update-guard")
+    if hasattr(config, "workerinput"):  # xdist workers never delete: the controller decides
+        return None
+    return UpdateGuard(config)
 
 
 class UpdateGuard:
@@ -524,7 +525,8 @@ class UpdateGuard:
     Ctrl-C or a crashed worker would delete the goldens of every test that never ran (and of the
     one that failed before its assertion). When selection goldens are in play and the session did
     not run every selected test, or a test failed, syrupy's cleanup is switched off for this
-    session (`--snapshot-no-cleanup`) before it finishes, and the summary says so."""
+    session (`--snapshot-no-cleanup`) before it finishes, and the summary says so. Its two hooks
+    keep their own places (before syrupy's finish, after syrupy's report); the session closes it."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -552,9 +554,9 @@ class UpdateGuard:
                 "written). Unused goldens are deleted only by an update that runs the whole selection "
                 "with no failure.", yellow=True)
 
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
+    def close(self) -> None:
         if self.kept:
-            config.option.no_cleanup = self._no_cleanup
+            self.config.option.no_cleanup = self._no_cleanup
 
 
 def _syrupy_unused(config: pytest.Config) -> int:

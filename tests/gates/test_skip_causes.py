@@ -243,8 +243,8 @@ def test_every_row_is_written_so_in_the_kit_of_each_release_of_its_range(
         version: str, sglang_release_tree: Callable[[str], Path]) -> None:
     """Each row's source text is in the kit of every release its table covers, and a row of a range
     that ends (or starts) at a release is not in the kit beyond it: the ranges are read, not guessed."""
-    from dsakit.gates.sglang_skips import TABLES, release_numbers
-    from dsakit.stack.sglang_release import KIT_DSA_FILE, installed_release, release_from_tree
+    from dsakit.gates.sglang_skips import TABLES
+    from dsakit.stack.sglang_release import KIT_DSA_FILE, installed_release, release_from_tree, release_numbers
 
     release = installed_release() if version == "installed" else release_from_tree(str(sglang_release_tree(version)))
     kit = (release.package_dir / KIT_DSA_FILE).read_text(encoding="utf-8")

@@ -124,15 +124,14 @@ def test_planned_skips_count_for_the_selected_tests_only() -> None:
     assert [(s.test, s.message) for s in inv.skips] == [("t.py::test_b", "[cuda] no GPU")]
 
 
-def test_host_label_option_then_environment_then_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_label_option_else_hostname() -> None:
+    """The option's value (`--dsakit-host-label`, $DSAKIT_HOST_LABEL or the ini key, read once by the
+    option table: tests/gates/test_report_shards.py runs each), else the hostname."""
     import socket
 
-    monkeypatch.setenv(inventory.HOST_LABEL_ENV, " env-node ")
     assert inventory.host_label(" h200 ") == "h200"
-    assert inventory.host_label(None) == "env-node"
-    assert inventory.host_label("  ") == socket.gethostname()
-    monkeypatch.delenv(inventory.HOST_LABEL_ENV)
     assert inventory.host_label(None) == socket.gethostname()
+    assert inventory.host_label("  ") == socket.gethostname()
 
 
 def test_shard_of_needs_both_group_and_splits() -> None:
@@ -316,7 +315,9 @@ def test_a_worker_hands_its_declarations_over_and_decides_nothing() -> None:
     reporter.inventory.add("t.py::test_a", [Reason("cuda", "no GPU")])
     session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
     reporter.sessionfinish(session)  # type: ignore[arg-type]
-    assert reporter.config.workeroutput == {inventory.WORKER_KEY: {"declared": {"t.py::test_a": ["fa3"]}, "used": True}}
+    # what the run's session hands the controller, under the inventory's name
+    assert reporter.worker_output() == {"declared": {"t.py::test_a": ["fa3"]}, "used": True}
+    assert reporter.config.workeroutput == {}  # the session's one hand-over writes it, not the part
     assert session.exitstatus == pytest.ExitCode.OK and reporter.failures == {} and reporter.untested == []
 
 
@@ -389,8 +390,8 @@ class _Summary:
 def _summary_of(reporter: InventoryReporter, *, skipped: int = 0, collectonly: bool = False,
                 verbose: int = 0) -> list[tuple[str, tuple[str, ...]]]:
     terminal = _Summary(skipped)
-    reporter.summary(terminal, SimpleNamespace(option=SimpleNamespace(  # type: ignore[arg-type]
-        collectonly=collectonly, verbose=verbose)))
+    reporter.config.option.collectonly, reporter.config.option.verbose = collectonly, verbose
+    reporter.summary(terminal)
     return terminal.lines
 
 

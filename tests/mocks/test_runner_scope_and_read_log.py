@@ -136,12 +136,9 @@ def test_the_read_log_summary_counts_repeats_and_sorts_by_kind_path_and_site() -
 def test_the_read_log_travels_from_an_xdist_worker_to_the_controller() -> None:
     read = read_log.ContractRead(read_log.WRITE, "draft", "page_sizes", "y.py:1 in f")
     read_log.record(read)
-    worker = types.SimpleNamespace(workeroutput={})
-    read_log.hand_over(worker)
-    assert worker.workeroutput == {"dsakit_contract_reads": [
-        {"kind": "undeclared-write", "role": "draft", "path": "page_sizes", "site": "y.py:1 in f"}]}
-    read_log.hand_over(types.SimpleNamespace())  # the controller: nothing to put
+    handed = read_log.worker_output()  # the run's session carries it in its one hand-over
+    assert handed == [{"kind": "undeclared-write", "role": "draft", "path": "page_sizes", "site": "y.py:1 in f"}]
     read_log.clear()
-    read_log.take_over(types.SimpleNamespace(workeroutput=worker.workeroutput))
-    read_log.take_over(types.SimpleNamespace())  # a worker that died sent nothing
+    read_log.merge(handed)
+    read_log.merge([])  # a worker that built no mock
     assert read_log.contract_reads() == [read]

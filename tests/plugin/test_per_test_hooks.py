@@ -142,11 +142,11 @@ def test_a_conftest_answering_the_fault_hook_starts_the_report_wrapper(pytester:
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:randomly", "-s")
     result.assert_outcomes(passed=1)
     hooks = _facts(result)["hooks"]
-    assert isinstance(hooks, dict) and hooks["pytest_runtest_makereport"] == ["dsakit-simulation-reports"]
+    assert isinstance(hooks, dict) and hooks["pytest_runtest_makereport"] == ["dsakit-report-edits"]
 
 
 def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pytester: pytest.Pytester) -> None:
-    from dsakit.simulation.whole_run import WrapperStart
+    from dsakit.stack.import_hooks import ImportWatch
 
     pytester.makepyfile(test_nothing="def test_a():\n    pass\n")
     script = pytester.makepyfile(check=(
@@ -156,10 +156,19 @@ def test_the_report_wrappers_import_watch_leaves_sys_meta_path_as_it_was(pyteste
         "print('SAME', int(code), before == list(sys.meta_path))\n"))
     done = pytester.run(sys.executable, str(script))
     assert "SAME 0 True" in done.stdout.str()
-    assert WrapperStart.find_spec(WrapperStart.__new__(WrapperStart), "json") is None  # a finder that finds nothing
-    from dsakit.node.fault_isolation import PLUGIN_NAME, start
+    watch = ImportWatch()
+    started: list[str] = []
+    try:
+        watch.looked_for(("not_a_module_anywhere",), lambda: started.append("looked for"))
+        assert watch.find_spec("not_a_module_anywhere") is None and started == ["looked for"]  # finds nothing
+        assert watch.find_spec("not_a_module_anywhere") is None and started == ["looked for"]  # once
+    finally:
+        watch.close()
+    assert all(finder is not watch for finder in sys.meta_path)
+    from dsakit.gates.report_edits import FAULT_ISOLATION
+    from dsakit.node.fault_isolation import PLUGIN_NAME
 
-    assert PLUGIN_NAME in start(pytester.parseconfig(*PLUGIN), lambda edit: None)  # the name the wrapper ignores
+    assert PLUGIN_NAME == FAULT_ISOLATION  # the name the wrapper's start ignores
 
 
 def test_a_dsakit_option_starts_the_per_test_hooks_at_configure(pytester: pytest.Pytester) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dsakit.errors import UsageError
-from dsakit.stack.sglang_release import (PINNED_RELEASE, SUPPORTED_RELEASES, release_key, release_order,
-                                   releases_between, releases_from)
+from dsakit.stack.sglang_release import (PINNED_RELEASE, SUPPORTED_RELEASES, release_key, release_numbers,
+                                   release_order, releases_between, releases_from)
 from tests.checkout_stubs import run, set_release_table, stub_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,15 @@ def test_equal_releases_and_text_that_is_no_release() -> None:
         release_key("unknown")
     assert sorted(["not installed", "0.5.9", "unknown", "0.5.17"], key=release_order) == [
         "0.5.9", "0.5.17", "not installed", "unknown"]
+    assert release_key("0.5.23+cu128") == release_key("0.5.23")  # a build's local label
+
+
+def test_release_numbers_are_the_keys_numbers() -> None:
+    """The one parser: a skip table's range compares release numbers only (a post or dev release of
+    0.5.23 reads 0.5.23's rows); text that is no release has none."""
+    assert release_numbers("0.5.23.post1") == release_numbers("0.5.23rc1") == release_numbers("0.5.23") == (0, 5, 23)
+    assert release_numbers("0.6.0") == (0, 6) < release_numbers("0.6.1")
+    assert release_numbers("unknown") == release_numbers("") == ()
 
 
 def test_ranges_are_open_ended_or_closed_by_version() -> None:
