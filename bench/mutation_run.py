@@ -80,6 +80,18 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "kernel_contracts": (["dsakit/topk/kernel_contracts.py", "dsakit/topk/launch_guard.py"],
                          ["tests/topk/test_kernel_contracts.py", "tests/topk/test_contract_boundaries.py",
                           "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py"]),
+    # the simulation's verdicts (issue 45): the plan and its CPU view, the arch-only kernel table, the
+    # arch rules and the reference stand-ins (pytester: the CPU-placed and portable runs are in-process)
+    "simulation": (["dsakit/simulation/runtime.py", "dsakit/simulation/kernel_archs.py",
+                    "dsakit/simulation/arch_rules.py", "dsakit/simulation/reference_kernels.py"],
+                   ["tests/simulation/test_arch_rules.py", "tests/simulation/test_kernel_arch_rows.py",
+                    "tests/simulation/test_cpu_placement_rules.py", "tests/simulation/test_portable.py"]),
+    # the run session (issue 45): the run's device and its parts, reached through pytester's inner runs
+    "session": (["dsakit/session.py"],
+                ["tests/plugin/test_run_device.py"]),
+    # the skip paragraph and its causes alone (issue 45; `inventory` also names them, with inventory.py)
+    "skip_causes": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py"],
+                    ["tests/gates/test_skip_causes.py", "tests/gates/test_skip_inventory_parts.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
     "report_merge": (["dsakit/node/report_merge.py"],
                      ["tests/node/test_report_merge.py", "tests/node/test_report_merge_fields.py"]),
@@ -110,7 +122,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
 # report) are reached only through an inner pytest run, and pytester's in-process one reaches the
 # mutant (a test whose inner run is a subprocess calls nothing of the module here: the profile
 # leaves it out of every swapped mutant)
-PYTESTER_GROUPS = {"report_merge", "inventory", "pr_check"}
+PYTESTER_GROUPS = {"report_merge", "inventory", "pr_check", "simulation", "session", "skip_causes"}
 
 # ---------------------------------------------------------------- mutants (mutmut 2's operators)
 
