@@ -88,7 +88,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "tests/simulation/test_cpu_placement_rules.py", "tests/simulation/test_portable.py"]),
     # the run session (issue 45): the run's device and its parts, reached through pytester's inner runs
     "session": (["dsakit/session.py"],
-                ["tests/plugin/test_run_device.py"]),
+                ["tests/plugin/test_run_device.py", "tests/plugin/test_run_options.py",
+                 "tests/plugin/test_retired_settings.py", "tests/plugin/test_plugin_fixtures.py",
+                 "tests/plugin/test_outcomes.py", "tests/gates/test_gates_marker.py"]),
     # the skip paragraph and its causes alone (issue 45; `inventory` also names them, with inventory.py)
     "skip_causes": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py"],
                     ["tests/gates/test_skip_causes.py", "tests/gates/test_skip_inventory_parts.py"]),
