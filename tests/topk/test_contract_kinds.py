@@ -1,0 +1,120 @@
+"""Each kind of kernel-launch check on its own (issue 45 item 4: the mutation run's core): the exact
+violation it reports (argument, rule, row, value: what the user reads in the error), and what it
+leaves to the kernel's own argument parsing (a value that is no torch tensor, a bool, a 0-D tensor,
+a float where an int is counted). Each case evaluates one check in a one-check entry."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+
+from dsakit.topk import kernel_contracts as kc
+from dsakit.topk.kernel_contracts import MAX_K, Check, KernelEntry, Violation, violations
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="[module:torch] the checks read tensors")
+
+
+def _one(check: Check, **arguments: Any) -> list[Violation]:
+    return violations(KernelEntry("a kernel", "module:function", (check,)), arguments)
+
+
+def _i32(values: Any) -> Any:
+    import torch
+
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def _not_torch() -> list[Any]:
+    """Values a check leaves to the kernel's own argument parsing: no torch tensor."""
+    import numpy
+
+    return [None, 3, "x", numpy.ones((2, 3), dtype=numpy.float16)]  # numpy: a shape and a dtype, no dim()
+
+
+def test_a_dtype_check_names_every_accepted_dtype_and_the_one_given() -> None:
+    import torch
+
+    check = kc.dtype("scores", "float32", "bfloat16")
+    assert _one(check, scores=torch.zeros(2, 3, dtype=torch.float16)) == [
+        Violation("scores", "dtype must be float32 or bfloat16", value="float16")]
+    assert _one(check, scores=torch.zeros(2, 3, dtype=torch.bfloat16)) == []
+    assert all(_one(check, scores=v) == [] for v in _not_torch())
+
+
+def test_a_dimension_check_shows_the_shape() -> None:
+    import torch
+
+    check = kc.ndim("scores", 2)
+    assert _one(check, scores=torch.zeros(1, 2, 3)) == [Violation("scores", "must be 2-D", value="shape (1, 2, 3)")]
+    assert _one(check, scores=torch.zeros(1, 2)) == []
+    assert all(_one(check, scores=v) == [] for v in _not_torch())
+
+
+def test_a_row_layout_check_reads_the_last_dimension_only() -> None:
+    import torch
+
+    check = kc.rows_contiguous("scores")
+    rule = "its last dimension must be contiguous (stride 1): the kernel reads rows as arrays"
+    assert _one(check, scores=torch.zeros(4, 3).t()) == [Violation("scores", rule, value="strides (1, 3)")]
+    middle = torch.zeros(2, 3, 4).permute(0, 2, 1)  # stride 1 in the middle, 4 in the last dimension
+    assert _one(check, scores=middle) == [Violation("scores", rule, value="strides (12, 1, 4)")]
+    assert _one(check, scores=torch.zeros(6)[::2]) == [Violation("scores", rule, value="strides (2,)")]
+    assert _one(check, scores=torch.zeros(3, 4)) == [] and _one(check, scores=torch.zeros(4, 3).t().t()) == []
+    assert _one(check, scores=torch.tensor(1.0)) == []  # 0-D: no rows to read
+    assert all(_one(check, scores=v) == [] for v in _not_torch())
+
+
+def test_a_row_count_check_says_which_argument_sets_the_count() -> None:
+    check, cumulative = kc.same_rows("seq_lens", "scores"), kc.same_rows("cu", "seq_lens", 1)
+    assert _one(check, seq_lens=_i32([1, 2, 3]), scores=_i32([[0], [0]])) == [
+        Violation("seq_lens", "must have 2 rows (scores has 2)", value="shape (3,)")]
+    assert _one(check, seq_lens=_i32([1, 2]), scores=_i32([[0], [0]])) == []
+    assert _one(cumulative, cu=_i32([0, 1]), seq_lens=_i32([1, 2])) == [
+        Violation("cu", "must have 3 rows (seq_lens has 2 + 1)", value="shape (2,)")]
+    assert _one(cumulative, cu=_i32([0, 1, 3]), seq_lens=_i32([1, 2])) == []
+    assert _one(check, seq_lens=_i32([1, 2, 3]), scores=_i32([7, 7])) == [  # a 1-D bound counts its entries
+        Violation("seq_lens", "must have 2 rows (scores has 2)", value="shape (3,)")]
+    for arg, of in ((_i32(5), _i32([1, 2])), (_i32([1, 2, 3]), _i32(5))):  # 0-D: no rows to count
+        assert _one(check, seq_lens=arg, scores=of) == []
+    for value in _not_torch():
+        assert _one(check, seq_lens=value, scores=_i32([[0], [0]])) == []
+        assert _one(check, seq_lens=_i32([1, 2, 3]), scores=value) == []
+
+
+@pytest.mark.parametrize(("k", "refused"), [(MAX_K, False), (MAX_K + 1, True), (1, False), (0, True), (-3, True)])
+def test_k_is_checked_as_an_int_or_as_an_output_tensors_width(k: int, refused: bool) -> None:
+    import torch
+
+    expected = [Violation("k", f"k must be in 1..{MAX_K}", value=f"k = {k}")] if refused else []
+    assert _one(kc.k_in_range("k"), k=k) == expected
+    if k > 0:
+        assert _one(kc.k_in_range("k"), k=torch.zeros(2, k, dtype=torch.int32)) == expected
+
+
+def test_k_leaves_what_is_no_int_count_to_the_kernel() -> None:
+    import torch
+
+    check = kc.k_in_range("k")
+    for value in (True, False, float(MAX_K + 1), 0.0, torch.zeros(MAX_K + 1), torch.zeros(1, 1, MAX_K + 1)):
+        assert _one(check, k=value) == [], value  # a bool, a float, a tensor that is no (rows, k) output
+
+
+def test_a_positive_int_check() -> None:
+    check = kc.positive("page_size")
+    assert _one(check, page_size=0) == [Violation("page_size", "must be > 0", value=0)]
+    assert _one(check, page_size=-2) == [Violation("page_size", "must be > 0", value=-2)]
+    assert _one(check, page_size=1) == []
+    for value in (False, -1.0, 0.0, None, _i32([0])):
+        assert _one(check, page_size=value) == [], value
+
+
+@pytest.mark.parametrize("extra", [0, 1, 3])
+def test_a_row_rule_shows_the_first_rows_and_counts_the_rest(extra: int) -> None:
+    check = kc.lengths_within("seq_lens", "scores")
+    bad = list(range(-1, -kc.SHOWN - extra - 1, -1))  # every row negative
+    found = _one(check, seq_lens=_i32(bad), scores=_i32([[0]] * len(bad)))
+    assert [(v.argument, v.row, v.value) for v in found[:kc.SHOWN]] == [("seq_lens", r, bad[r]) for r in range(kc.SHOWN)]
+    assert found[kc.SHOWN:] == ([Violation("seq_lens", f"{extra} more rows break the same rule")] if extra else [])
