@@ -155,3 +155,16 @@ def test_the_counter_rule_reads_batch_and_heads_from_a_4d_query_on_the_archs_sm_
                   query=few) == f"16 bytes < {trtllm_counter_bytes(2, 4, sms)} needed on {sms} SMs"
     for counters, q in ((None, query), (_t(4, dtype="int32"), None), (_t(4, dtype="int32"), _t(4, 128, 576))):
         assert _value("counter_bytes", args, arch=arch, counters=counters, query=q) is None
+
+
+def test_a_breach_pairs_the_real_archs_rule_for_the_same_argument() -> None:
+    def rule(archs: tuple[str, ...], argument: str, allowed: tuple[int, ...]) -> ArchRule:
+        return ArchRule(archs, argument, "int_in", (argument,), f"{argument} in {allowed}", "source", allowed)
+
+    entry = ArchEntry("a kernel", ("module:function",), (
+        rule(("sm90",), "heads", (64, 128)), rule(("sm90",), "block_kv", (64,)),
+        rule(("sm100",), "heads", (128,)), rule(("sm100",), "block_kv", (32, 64))), "a caller")
+    found = breaches(entry, {"heads": 128, "block_kv": 16}, "sm100", "sm90")
+    assert [(b.rule.argument, b.value, b.here) for b in found] == [("block_kv", 16, entry.rules[1])]
+    assert breaches(entry, {"heads": 128, "block_kv": 64}, "sm100", "sm90") == []
+    assert [b.here for b in breaches(entry, {"heads": 128, "block_kv": 16}, "sm100", "sm120")] == [None]
