@@ -118,3 +118,93 @@ def test_a_row_rule_shows_the_first_rows_and_counts_the_rest(extra: int) -> None
     found = _one(check, seq_lens=_i32(bad), scores=_i32([[0]] * len(bad)))
     assert [(v.argument, v.row, v.value) for v in found[:kc.SHOWN]] == [("seq_lens", r, bad[r]) for r in range(kc.SHOWN)]
     assert found[kc.SHOWN:] == ([Violation("seq_lens", f"{extra} more rows break the same rule")] if extra else [])
+
+
+# ---------------------------------------------------------------- the value checks
+
+
+def test_a_live_row_count_is_an_int_and_nothing_else() -> None:
+    check = kc.lengths_within("seq_lens", count="bs")
+    lengths = _i32([1, -2, 3, -4])
+    assert [v.row for v in _one(check, seq_lens=lengths, bs=2)] == [1]  # rows past bs are padding
+    for no_count in (None, 2.0, True, "2"):  # not an int count: every row is live
+        assert [v.row for v in _one(check, seq_lens=lengths, bs=no_count)] == [1, 3], no_count
+    assert _one(check, seq_lens=None, bs=2) == [] and _one(check, seq_lens=[1, -2], bs=2) == []
+
+
+def test_a_length_bound_names_what_sets_the_width() -> None:
+    by_scores = kc.lengths_within("seq_lens", "scores")
+    assert _one(by_scores, seq_lens=_i32([3, 4]), scores=_i32([[0] * 3] * 2)) == [
+        Violation("seq_lens", "a length must be at most scores.shape[-1] = 3", 1, 4)]
+    by_table = kc.lengths_within("lengths", width_of=("page_table_size_1", 1))
+    table = _i32([[0] * 5] * 2)
+    assert _one(by_table, lengths=_i32([5, 6]), page_table_size_1=table) == [
+        Violation("lengths", "a length must be at most page_table_size_1.shape[1] = 5", 1, 6)]
+    assert _one(by_table, lengths=_i32([5, 6]), page_table_size_1=None) == []  # no table: no bound
+
+
+def test_ragged_row_starts_bound_each_window_and_may_hold_more_entries() -> None:
+    check = kc.lengths_within("lengths", "score", "row_starts")
+    score = _i32([[0] * 8] * 2)
+    rule = "row start + length must lie in [0, score.shape[-1] = 8]"
+    assert _one(check, lengths=_i32([2, 3]), score=score, row_starts=_i32([0, 5, 8])) == []  # a trailing end entry
+    assert _one(check, lengths=_i32([2, 3]), score=score, row_starts=_i32([-1, 6])) == [
+        Violation("lengths", rule, 0, 2), Violation("lengths", rule, 1, 3)]
+
+
+def test_a_fall_is_found_from_the_second_row_on() -> None:
+    check = kc.monotone("row_starts")
+    rule = "must not decrease from one row to the next"
+    assert _one(check, row_starts=_i32([5, 3, 4])) == [Violation("row_starts", rule, 1, 3)]
+    assert _one(check, row_starts=_i32([0, 0, 4])) == []  # equal starts: an empty row
+    assert _one(check, row_starts=None) == [] and _one(check, row_starts=[5, 3]) == []
+
+
+def test_an_index_check_needs_both_tensors() -> None:
+    check = kc.index_within("req_pool_indices", "req_to_token")
+    pool = _i32([[0, 0]] * 3)
+    assert [v.row for v in _one(check, req_pool_indices=_i32([2, 3]), req_to_token=pool)] == [1]
+    assert _one(check, req_pool_indices=None, req_to_token=pool) == []
+    assert _one(check, req_pool_indices=_i32([2, 3]), req_to_token=None) == []
+
+
+def test_a_page_check_reads_the_live_pages_of_the_tables_rows() -> None:
+    check = kc.pages_within("page_table", "seq_lens", "page_size")
+    rule = "each row's live pages (ceil(length / page_size 1)) must be entries >= 0 inside the table"
+    table = _i32([[0, -1, -1], [-1, -1, -1]])
+    assert _one(check, page_table=table, seq_lens=_i32([1, 0]), page_size=1) == []  # a row of length 0 has none
+    assert _one(check, page_table=table, seq_lens=_i32([2, -3]), page_size=1) == [
+        Violation("page_table", rule, 0, "a live page entry is negative (not a page of the pool)")]
+    assert _one(check, page_table=table, seq_lens=_i32([4, 0]), page_size=1) == [
+        Violation("page_table", rule, 0, "4 live pages > table width 3")]
+    assert _one(check, page_table=table, seq_lens=_i32([1, 0, 9, 9]), page_size=1) == []  # rows past the table's
+    for changed in ({"page_table": None}, {"seq_lens": None}, {"page_size": None}, {"page_size": 0}, {"page_size": 1.0}):
+        assert _one(check, **{"page_table": table, "seq_lens": _i32([4, 0]), "page_size": 1, **changed}) == [], changed
+
+
+def test_a_plan_is_named_by_its_type_where_it_is_no_tensor() -> None:
+    check = kc.plan_for("metadata", "seq_lens")
+    rule = "must be plan_topk_v2's int32 plan of shape (3, 2) for this batch"
+    assert _one(check, metadata=[[0, 0]] * 3, seq_lens=_i32([1, 2])) == [Violation("metadata", rule, value="list")]
+    assert _one(check, metadata=_i32([[0, 0]] * 3), seq_lens=_i32([1, 2])) == []
+    assert _one(check, metadata=None, seq_lens=None) == []  # no lengths: nothing to plan for
+
+
+def test_a_row_bound_names_the_rows_or_the_dimension() -> None:
+    rows, columns = kc.at_most_rows("bs", "seq_lens"), kc.at_most_rows("max_len", "req_to_token", 1)
+    pool = _i32([[0] * 5] * 3)
+    assert _one(rows, bs=4, seq_lens=pool) == [Violation("bs", "must be at most seq_lens's 3 rows", value=4)]
+    assert _one(rows, bs=3, seq_lens=pool) == []
+    assert _one(columns, max_len=6, req_to_token=pool) == [
+        Violation("max_len", "must be at most req_to_token.shape[1] = 5", value=6)]
+    assert _one(columns, max_len=6, req_to_token=_i32([0] * 5)) == []  # 1-D: no dimension 1 to bound by
+    assert _one(rows, bs=4, seq_lens=None) == [] and _one(rows, bs=4.0, seq_lens=pool) == []
+
+
+def test_a_postcondition_reads_only_the_rows_the_kernel_wrote() -> None:
+    check = kc.written_lengths("out", ("bs", "next_n"))
+    entry = KernelEntry("a kernel", "module:function", (), writes=(check,))
+    out = _i32([0, 1, 2, 3, -1, -1])  # 2 requests x 2 tokens written; the rest is the caller's padding
+    assert violations(entry, {"out": out, "bs": 2, "next_n": 2}, written=True) == []
+    assert [v.row for v in violations(entry, {"out": out, "bs": 3, "next_n": 2}, written=True)] == [4, 5]
+    assert violations(entry, {"out": out, "bs": 2}, written=True) == []  # a row count unknown: nothing read
