@@ -208,3 +208,30 @@ def test_a_postcondition_reads_only_the_rows_the_kernel_wrote() -> None:
     assert violations(entry, {"out": out, "bs": 2, "next_n": 2}, written=True) == []
     assert [v.row for v in violations(entry, {"out": out, "bs": 3, "next_n": 2}, written=True)] == [4, 5]
     assert violations(entry, {"out": out, "bs": 2}, written=True) == []  # a row count unknown: nothing read
+
+
+@pytest.mark.parametrize(("tables", "width"), [
+    ({"page_table_1": _i32([[0] * 6] * 2)}, "page_table_1.shape[1] = 6"),
+    ({"real_page_table": _i32([[0, 0]] * 2), "real_page_size": 3}, "real_page_table.shape[1] * 3 = 6"),  # 0.5.17-0.5.21
+    ({"real_page_table": _i32([[0, 0]] * 2), "physical_page_size": 3}, "real_page_table.shape[1] * 3 = 6"),  # 0.5.23
+    ({"page_table_1": _i32([0] * 9), "real_page_table": _i32([[0, 0]] * 2), "real_page_size": 3},
+     "real_page_table.shape[1] * 3 = 6"),  # a 1-D page_table_1 is no table
+], ids=["page_table_1", "real_page_size", "physical_page_size", "1-D page_table_1"])
+def test_a_written_length_is_bounded_by_the_page_tables_width_in_tokens(tables: dict[str, Any], width: str) -> None:
+    entry = KernelEntry("a kernel", "module:function", (), writes=(kc.written_lengths("out", ("bs",)),))
+    arguments = {"out": _i32([6, 7]), "bs": 2, "seq_lens": _i32([4, 4]), **tables}
+    assert violations(entry, arguments, written=True) == [Violation(
+        "out", f"the kernel wrote a length past the page table's width ({width} tokens) and past the longest "
+        "the inputs allow (max(seq_lens[:bs]) + next_n = 4)", 1, 7)]
+    longer = {**arguments, "seq_lens": _i32([4, 7])}  # a length the inputs allow is the kernels' documented clamp
+    assert violations(entry, longer, written=True) == []
+
+
+@pytest.mark.parametrize("tables", [
+    {}, {"real_page_table": _i32([[0, 0]] * 2)}, {"real_page_table": _i32([[[0, 0]]] * 2), "real_page_size": 3},
+    {"real_page_table": _i32([0, 0]), "real_page_size": 3}, {"page_table_1": [[0] * 6] * 2},
+], ids=["no table", "no page size", "3-D table", "1-D table", "a list"])
+def test_without_a_page_table_width_no_written_length_is_too_long(tables: dict[str, Any]) -> None:
+    entry = KernelEntry("a kernel", "module:function", (), writes=(kc.written_lengths("out", ("bs",)),))
+    assert violations(entry, {"out": _i32([6, 70]), "bs": 2, "seq_lens": _i32([4, 4]), **tables}, written=True) == []
+    assert violations(entry, {"out": [6, -1], "bs": 2}, written=True) == []  # no tensor written: nothing to read
