@@ -39,3 +39,45 @@ def test_a_reports_device_is_its_table_entry() -> None:
     assert table_key(DeviceModel("real", "amd", "AMD Instinct MI250X", (9, 0), "gfx90a").as_dict()) == "gfx90a"
     assert table_key(DeviceModel("real", "amd", "an unlisted AMD GPU", (9, 0), "gfx1100").as_dict()) is None
     assert table_key({"key": "real"}) is None  # no vendor: no entry
+
+
+def _cause(*codes: str, device: str = "sm90") -> Cause:
+    from dsakit.gates.skip_causes import explain
+    from dsakit.reasons import Reason
+
+    return explain("", [Reason(code, f"the {code} sentence") for code in codes], None, device)
+
+
+def test_a_dsakit_reason_says_where_its_case_runs_by_its_gates_kind() -> None:
+    from dsakit.gates.table import gate_for
+
+    device = _cause("sm~10")
+    assert (device.words, device.runs_on, device.note) == ("sm~10 needs the SM 10.x family on NVIDIA", ("sm100", "sm103"), "")
+    for code, note in (("module:flashinfer", "where {} is installed"), ("sglang:dsa-backend", "on {}"),
+                       ("jit:tvm-ffi-nvcc", "where {} is available")):
+        cause = _cause(code)
+        assert (cause.runs_on, cause.note) == ((), note.format(gate_for(code).requirement)), code
+    poisoned = _cause("cuda-context-poisoned", device="sm103")
+    assert (poisoned.words, poisoned.runs_on, poisoned.note) == (
+        "not run after another test poisoned the CUDA context", ("sm103",), "rerun alone")
+    other = _cause("topk-k-unsupported")  # a reason code that is no gate
+    assert (other.words, other.runs_on, other.note) == ("[topk-k-unsupported] the topk-k-unsupported sentence", (), "")
+
+
+def test_a_skips_other_closed_gates_are_its_also_once_each() -> None:
+    cause = _cause("fa3", "module:flashinfer", "fa3", "module:flashinfer", "sm~10")
+    assert (cause.code, cause.also) == ("fa3", ("module:flashinfer", "sm~10"))
+    assert _cause("fa3", "fa3").also == ()
+
+
+def test_a_skip_without_a_message_or_a_reason_is_uncoded() -> None:
+    from dsakit.gates.skip_causes import explain
+
+    assert explain("  ", [], "0.5.21", "sm90") == Cause(UNCODED, "no reason given", "not explained", (), "unknown")
+
+
+def test_the_devices_opening_a_code_in_table_order() -> None:
+    from dsakit.gates.skip_causes import devices_opening
+
+    assert devices_opening(("sm~10",)) == ("sm100", "sm103")
+    assert devices_opening(("gfx in gfx950,gfx942", "fa3")) == ("sm90", "gfx942", "gfx950")
