@@ -81,3 +81,17 @@ def test_the_devices_opening_a_code_in_table_order() -> None:
 
     assert devices_opening(("sm~10",)) == ("sm100", "sm103")
     assert devices_opening(("gfx in gfx950,gfx942", "fa3")) == ("sm90", "gfx942", "gfx950")
+
+
+def test_sglangs_message_classified_keeps_where_its_row_says_it_runs() -> None:
+    from dsakit.gates.sglang_skips import NOWHERE
+    from dsakit.gates.skip_causes import explain
+
+    cause = explain("DSA decode impl `fa3` does not support FP8 KV cache", [], "0.5.21", "sm90")
+    assert (cause.code, cause.words, cause.runs_on, cause.note) == ("fp8-kv", "FP8 KV decode needs flashmla_kv", (), NOWHERE)
+
+
+def test_a_group_without_skips_has_no_representative_message() -> None:
+    from dsakit.gates.skip_causes import CauseGroup
+
+    assert CauseGroup("fa3").reason == ""
