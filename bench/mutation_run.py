@@ -88,7 +88,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                    ["tests/simulation/test_arch_rules.py", "tests/simulation/test_kernel_arch_rows.py",
                     "tests/simulation/test_cpu_placement_rules.py", "tests/simulation/test_portable.py",
                     "tests/simulation/test_runtime_plan_and_cpu_view.py", "tests/simulation/test_kernel_arch_lookups.py",
-                    "tests/simulation/test_arch_rule_kinds.py"]),
+                    "tests/simulation/test_arch_rule_kinds.py", "tests/simulation/test_reference_batch.py"]),
     # the run session (issue 45): the run's device and its parts, reached through pytester's inner runs
     "session": (["dsakit/session.py"],
                 ["tests/plugin/test_run_device.py", "tests/plugin/test_run_options.py",
