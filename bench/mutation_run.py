@@ -97,7 +97,8 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # the skip paragraph and its causes alone (issue 45; `inventory` also names them, with inventory.py)
     "skip_causes": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py"],
                     ["tests/gates/test_skip_causes.py", "tests/gates/test_skip_inventory_parts.py",
-                     "tests/gates/test_sglang_skip_ranges.py", "tests/gates/test_skip_cause_records.py"]),
+                     "tests/gates/test_sglang_skip_ranges.py", "tests/gates/test_skip_cause_records.py",
+                     "tests/gates/test_skip_cause_groups.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
     "report_merge": (["dsakit/node/report_merge.py"],
                      ["tests/node/test_report_merge.py", "tests/node/test_report_merge_fields.py"]),
