@@ -235,3 +235,10 @@ def test_without_a_page_table_width_no_written_length_is_too_long(tables: dict[s
     entry = KernelEntry("a kernel", "module:function", (), writes=(kc.written_lengths("out", ("bs",)),))
     assert violations(entry, {"out": _i32([6, 70]), "bs": 2, "seq_lens": _i32([4, 4]), **tables}, written=True) == []
     assert violations(entry, {"out": [6, -1], "bs": 2}, written=True) == []  # no tensor written: nothing to read
+
+
+def test_a_length_is_bounded_by_the_scores_last_dimension() -> None:
+    check = kc.lengths_within("seq_lens", "scores")
+    scores = _i32([[[0] * 5] * 3] * 2)  # (rows, 3, 5): the rule names shape[-1]
+    assert _one(check, seq_lens=_i32([5, 6]), scores=scores) == [
+        Violation("seq_lens", "a length must be at most scores.shape[-1] = 5", 1, 6)]
