@@ -242,3 +242,78 @@ def test_a_length_is_bounded_by_the_scores_last_dimension() -> None:
     scores = _i32([[[0] * 5] * 3] * 2)  # (rows, 3, 5): the rule names shape[-1]
     assert _one(check, seq_lens=_i32([5, 6]), scores=scores) == [
         Violation("seq_lens", "a length must be at most scores.shape[-1] = 5", 1, 6)]
+
+
+# ---------------------------------------------------------------- postconditions, kind by kind
+
+
+def _wrote(check: Check, **arguments: Any) -> list[Violation]:
+    return violations(KernelEntry("a kernel", "module:function", (), writes=(check,)), arguments, written=True)
+
+
+def test_a_negative_written_length_says_why_it_crashes() -> None:
+    check = kc.written_lengths("out", ("bs",))
+    assert _wrote(check, out=_i32([-1, 2]), bs=2) == [Violation(
+        "out", "the kernel wrote a negative length (its consumers read lengths as uint32: a ~4e9-token row reads "
+        "out of bounds, the MTP CUDA-graph crash class; padded rows must be clamped to 0, as "
+        "fused_dsa_draft_extend_metadata does)", 0, -1)]
+    assert _wrote(check, out=_i32([9, 2]), bs=2, page_table_1=_i32([[0] * 3] * 2)) == []  # no seq_lens: no bound
+
+
+def test_a_written_cumulative_array_starts_at_0_and_steps_by_the_lengths() -> None:
+    check = kc.cumulative("cu", "lengths", ("bs",))
+    assert _wrote(check, cu=_i32([0, 2, 5, 1]), lengths=_i32([2, 3, 7]), bs=2) == []  # rows past bs + 1: padding
+    assert _wrote(check, cu=_i32([1, 3, 6]), lengths=_i32([2, 3]), bs=2) == [Violation("cu", "must start at 0", 0, 1)]
+    assert _wrote(check, cu=_i32([0, -1, 2]), lengths=_i32([-1, 3]), bs=2) == [
+        Violation("cu", "must not decrease from one row to the next", 1, -1)]
+    assert _wrote(check, cu=_i32([0, 2, 4]), lengths=_i32([2, 3]), bs=2) == [
+        Violation("cu", "must step by lengths (ending at their total, 5)", 2, "4 != 2 + lengths[1] = 5")]
+    for changed in ({"cu": None}, {"lengths": [2, 3]}, {"cu": _i32([])}, {"bs": None}):
+        assert _wrote(check, **{"cu": _i32([1, 2, 4]), "lengths": _i32([2, 3]), "bs": 2, **changed}) == [], changed
+
+
+def test_a_written_selection_lies_within_its_length_and_the_top_k() -> None:
+    check = kc.selection_within("sel", "lengths", ("bs",))
+    rule = "a DSA length must lie in [0, min(lengths[row], dsa_index_topk = 4)]"
+    lengths = _i32([0, 3, 9, -2])
+    assert _wrote(check, sel=_i32([0, 3, 4, 0]), lengths=lengths, bs=4, dsa_index_topk=4) == []
+    assert _wrote(check, sel=_i32([1, 4, 5, -1]), lengths=lengths, bs=4, dsa_index_topk=4) == [
+        Violation("sel", rule, 0, 1), Violation("sel", rule, 1, 4), Violation("sel", rule, 2, 5),
+        Violation("sel", rule, 3, -1)]
+    pooled = "a DSA length must lie in [0, min(lengths[row], dsa_index_topk = 4 + index_kpool 3 - 1)]"
+    assert _wrote(check, sel=_i32([0, 3, 6, 0]), lengths=lengths, bs=4, dsa_index_topk=4, index_kpool=3) == []
+    assert _wrote(check, sel=_i32([0, 3, 7, 0]), lengths=lengths, bs=4, dsa_index_topk=4, index_kpool=3) == [
+        Violation("sel", pooled, 2, 7)]
+    assert _wrote(check, sel=_i32([0, 3, 5, 0]), lengths=lengths, bs=4, dsa_index_topk=4, index_kpool=0) == [
+        Violation("sel", rule, 2, 5)]  # no pool: the top-k alone
+    assert _wrote(check, sel=_i32([9] * 4), lengths=lengths, bs=4) == []  # no top-k given: no bound
+    assert _wrote(check, sel=None, lengths=lengths, bs=4, dsa_index_topk=4) == []
+
+
+def test_written_live_pages_are_pages_of_the_pool() -> None:
+    check = kc.live_pages_in_pool("page_table_1", "lengths", ("bs",), "max_len")
+    pool = _i32([list(range(8))])  # req_to_token maps tokens 0..7
+    rule = "a live entry must be a page of the pool (0 <= entry <= max(req_to_token) // 1 = 7)"
+    table = _i32([[0, 7, -1], [8, 1, 2], [-5, 0, 0]])
+    assert _wrote(check, page_table_1=table, req_to_token=pool, lengths=_i32([2, 1, 0]), bs=3, max_len=3) == [
+        Violation("page_table_1", rule, 1, 8)]
+    assert _wrote(check, page_table_1=table, req_to_token=pool, lengths=_i32([2, 0, -4]), bs=3, max_len=3) == []
+    assert _wrote(check, page_table_1=table, req_to_token=pool, lengths=_i32([3, 0, 0]), bs=3, max_len=2) == []  # max_len
+    assert _wrote(check, page_table_1=table, req_to_token=pool, lengths=_i32([3, 0, 0]), bs=3, max_len=3) == [
+        Violation("page_table_1", rule, 0, -1)]
+    assert _wrote(check, page_table_1=table, req_to_token=pool, lengths=_i32([2, 1, 1, 9]), bs=4, max_len=3) == [
+        Violation("page_table_1", rule, 1, 8), Violation("page_table_1", rule, 2, -5)]  # rows past the table's
+    for changed in ({"page_table_1": None}, {"req_to_token": None}, {"max_len": None}, {"page_table_1": _i32([8, 8])},
+                    {"req_to_token": _i32([[]])}):
+        args = {"page_table_1": table, "req_to_token": pool, "lengths": _i32([2, 1, 0]), "bs": 3, "max_len": 3}
+        assert _wrote(check, **{**args, **changed}) == [], changed
+
+
+def test_live_pages_of_a_paged_table_count_in_pages_of_the_physical_size() -> None:
+    check = kc.live_pages_in_pool("real_page_table", "lengths", ("bs",), "max_len")
+    pool = _i32([list(range(8))])  # tokens 0..7: pages 0 and 1 of 4 tokens
+    args = {"req_to_token": pool, "lengths": _i32([5]), "bs": 1, "max_len": 8}
+    assert _wrote(check, real_page_table=_i32([[0, 1, 9]]), physical_page_size=4, **args) == []
+    assert _wrote(check, real_page_table=_i32([[0, 2, 9]]), physical_page_size=4, **args) == [Violation(
+        "real_page_table", "a live entry must be a page of the pool (0 <= entry <= max(req_to_token) // 4 = 1)", 0, 2)]
+    assert _wrote(check, real_page_table=_i32([[0, 2, 9]]), **args) == []  # no page size: nothing to count in
