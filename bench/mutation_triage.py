@@ -246,6 +246,10 @@ EQUIVALENT += [
        "a property getter or get_device() is called with the tensor alone: args[-1] is args[0]")
       for before in ("return _marked(args[0])", "return cuda0 if _marked(args[0]) else func(*args, **kwargs)",
                      "return 0 if _marked(args[0]) else func(*args, **kwargs)")),
+    (_RT, 'if owner is data and getattr(func, "__name__", "") == "__set__":  # param.data = t (Module.cuda)',
+     'if owner is data and getattr(func, "__name__", "XXXX") == "__set__":  # param.data = t (Module.cuda)',
+     "the data descriptor's getter and setter have a __name__: the default is never used"),
+    (_RT, "return args[0]", "return args[(-1)]", "pin_memory() is called on the tensor alone: args[-1] is args[0]"),
     (_RT, 'kwargs["pin_memory"] = False', 'kwargs["pin_memory"] = None', "torch reads pin_memory=None as False"),
     (_RT, "targets = [a for a in args[1:] if isinstance(a, (str, torch.device))]",
      "targets = [a for a in args[0:] if isinstance(a, (str, torch.device))]",
