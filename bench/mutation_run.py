@@ -95,7 +95,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # pytester baseline alone took over 18 min on the loaded 2-core box (2026-12-03)
     "session": (["dsakit/session.py::REAL,DEVICE_KEY,NAME,RunDevice,session_of"],
                 ["tests/plugin/test_run_device.py", "tests/plugin/test_run_options.py",
-                 "tests/plugin/test_retired_settings.py"]),
+                 "tests/plugin/test_retired_settings.py", "tests/plugin/test_run_device_resolution.py"]),
     # the skip paragraph and its causes alone (issue 45; `inventory` also names them, with inventory.py)
     "skip_causes": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py"],
                     ["tests/gates/test_skip_causes.py", "tests/gates/test_skip_inventory_parts.py",
