@@ -180,7 +180,8 @@ def test_moves_to_cuda_copy_a_cpu_tensor_and_keep_a_cuda_one(placed: Any) -> Non
     for moved in (here.cuda(), here.to("cuda"), here.to(device="cuda"), here.cuda(device=None), here.to("cuda", torch.float16)):
         assert moved.is_cuda and moved is not here and _lives_on(moved) == "cpu"
     assert not here.is_cuda  # the CPU original stays on the CPU
-    assert on_gpu.cuda() is on_gpu and on_gpu.to("cuda") is on_gpu  # already there: torch returns the tensor
+    assert on_gpu.cuda() is on_gpu and on_gpu.cuda(0) is on_gpu and on_gpu.to("cuda") is on_gpu  # already there
+    assert here.cuda(0).is_cuda and here.cuda(0) is not here
     assert here.cpu() is here and here.to("cpu") is here  # already on the CPU: the same
     assert (here + on_gpu).is_cuda and (on_gpu * 2).is_cuda and not (here * 2).is_cuda
 
@@ -288,7 +289,7 @@ def test_a_cpu_placed_run_refuses_cuda_graphs_as_a_kernel_launch(installed: Any)
     assert isinstance(torch.cuda.CUDAGraph, type) and isinstance(torch.cuda.graph, type)  # annotations still work
     assert torch.cuda.CUDAGraph.__name__ == "CUDAGraph" and torch.cuda.graph.__name__ == "graph"
     for capture in (torch.cuda.CUDAGraph, lambda: torch.cuda.graph(None), torch.cuda.graph_pool_handle):
-        with pytest.raises(SimulatedKernelLaunch, match=r"CUDA graph capture \(torch.cuda.graph / CUDAGraph\)"):
+        with pytest.raises(SimulatedKernelLaunch, match=r"\] CUDA graph capture \(torch\.cuda\.graph / CUDAGraph\) \(called at "):
             capture()
 
 
@@ -337,3 +338,14 @@ def test_an_exact_plan_installs_nothing_and_a_gpu_node_cpu_run_only_the_view() -
     finally:
         patches.restore()
     assert not torch._C._is_torch_function_mode_enabled()
+
+
+def test_a_device_of_unknown_memory_answers_none_free() -> None:
+    torch = pytest.importorskip("torch")
+    unknown = DeviceModel("sm103", "nvidia", "NVIDIA B300", (10, 3))  # no memory size in its entry
+    patches = Patches()
+    runtime.install(patches, plan(unknown, CPU_BOX), runtime.real_queries(torch))
+    try:
+        assert torch.cuda.mem_get_info() == (0, 0)
+    finally:
+        patches.restore()
