@@ -79,7 +79,29 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # the kernel-launch contracts: the table's pre- and postconditions and the guard (issues 43, 45)
     "kernel_contracts": (["dsakit/topk/kernel_contracts.py", "dsakit/topk/launch_guard.py"],
                          ["tests/topk/test_kernel_contracts.py", "tests/topk/test_contract_boundaries.py",
-                          "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py"]),
+                          "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py",
+                          "tests/topk/test_contract_kinds.py"]),
+    # the simulation's verdicts (issue 45): the plan and its CPU view, the arch-only kernel table, the
+    # arch rules and the reference stand-ins (pytester: the CPU-placed and portable runs are in-process)
+    "simulation": (["dsakit/simulation/runtime.py", "dsakit/simulation/kernel_archs.py",
+                    "dsakit/simulation/arch_rules.py", "dsakit/simulation/reference_kernels.py"],
+                   ["tests/simulation/test_arch_rules.py", "tests/simulation/test_kernel_arch_rows.py",
+                    "tests/simulation/test_cpu_placement_rules.py", "tests/simulation/test_portable.py",
+                    "tests/simulation/test_runtime_plan_and_cpu_view.py", "tests/simulation/test_kernel_arch_lookups.py",
+                    "tests/simulation/test_arch_rule_kinds.py", "tests/simulation/test_reference_batch.py",
+                    "tests/simulation/test_reference_ragged_call.py"]),
+    # the run session's verdict (issue 45): the run's device as RunDevice resolves it (every spelling of
+    # 'real', a simulated key, --dsakit-device-from-torch, the plan), reached in-process and through
+    # pytester's inner runs. DsakitSession (the hand-offs to each part) is not measured here: its
+    # pytester baseline alone took over 18 min on the loaded 2-core box (2026-12-03)
+    "session": (["dsakit/session.py::REAL,DEVICE_KEY,NAME,RunDevice,session_of"],
+                ["tests/plugin/test_run_device.py", "tests/plugin/test_run_options.py",
+                 "tests/plugin/test_retired_settings.py", "tests/plugin/test_run_device_resolution.py"]),
+    # the skip paragraph and its causes alone (issue 45; `inventory` also names them, with inventory.py)
+    "skip_causes": (["dsakit/gates/sglang_skips.py", "dsakit/gates/skip_causes.py"],
+                    ["tests/gates/test_skip_causes.py", "tests/gates/test_skip_inventory_parts.py",
+                     "tests/gates/test_sglang_skip_ranges.py", "tests/gates/test_skip_cause_records.py",
+                     "tests/gates/test_skip_cause_groups.py"]),
     # what a user's verdict depends on (issue 34): the fleet merge, the skip inventory, pr-check
     "report_merge": (["dsakit/compare/report_merge.py"],
                      ["tests/compare/test_report_merge.py", "tests/compare/test_report_merge_fields.py"]),
@@ -110,7 +132,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
 # report) are reached only through an inner pytest run, and pytester's in-process one reaches the
 # mutant (a test whose inner run is a subprocess calls nothing of the module here: the profile
 # leaves it out of every swapped mutant)
-PYTESTER_GROUPS = {"report_merge", "inventory", "pr_check"}
+PYTESTER_GROUPS = {"report_merge", "inventory", "pr_check", "simulation", "session", "skip_causes"}
 
 # ---------------------------------------------------------------- mutants (mutmut 2's operators)
 

@@ -234,6 +234,83 @@ EQUIVALENT += [
      "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
 ]
 
+_RT, _AR, _KC = "dsakit/simulation/runtime.py", "dsakit/simulation/arch_rules.py", "dsakit/topk/kernel_contracts.py"
+_SC = "dsakit/gates/skip_causes.py"
+_FIRST_ARG = "a one-argument kind (every rule of it in the table reads one argument): args[-1] is args[0]"
+EQUIVALENT += [
+    (_RT, "same_vendor = real.is_gpu and real.vendor == device.vendor", "same_vendor = (real.vendor == device.vendor)",
+     "a machine without a GPU has vendor 'cpu', which matches only a cpu device: placed on 'device' either way"),
+    (_RT, 'query.__name__ = getattr(real, "__name__", "query")', 'query.__name__ = getattr(real, "__name__", "XXqueryXX")',
+     "torch.cuda's queries are functions: they have a __name__, the default is never used"),
+    *((_RT, before, before.replace("args[0]", "args[(-1)]"),
+       "a property getter or get_device() is called with the tensor alone: args[-1] is args[0]")
+      for before in ("return _marked(args[0])", "return cuda0 if _marked(args[0]) else func(*args, **kwargs)",
+                     "return 0 if _marked(args[0]) else func(*args, **kwargs)")),
+    (_RT, 'if owner is data and getattr(func, "__name__", "") == "__set__":  # param.data = t (Module.cuda)',
+     'if owner is data and getattr(func, "__name__", "XXXX") == "__set__":  # param.data = t (Module.cuda)',
+     "the data descriptor's getter and setter have a __name__: the default is never used"),
+    (_RT, "return args[0]", "return args[(-1)]", "pin_memory() is called on the tensor alone: args[-1] is args[0]"),
+    (_RT, "wants_cpu = wants_cpu or any(not _is_cuda(a) for a in targets) or (",
+     'wants_cpu = (any(not _is_cuda(a) for a in targets) or ("device" in kwargs and not wants_cuda)',
+     "in the moves branch func is Tensor.to, never Tensor.cpu: the wants_cpu dropped is False there"),
+    (_RT, 'kwargs["pin_memory"] = False', 'kwargs["pin_memory"] = None', "torch reads pin_memory=None as False"),
+    (_RT, "targets = [a for a in args[1:] if isinstance(a, (str, torch.device))]",
+     "targets = [a for a in args[0:] if isinstance(a, (str, torch.device))]",
+     "args[0] is the tensor moved, never a str or a torch.device: the filter drops it"),
+    (_RT, 'if first is not None and result is first and getattr(func, "__name__", "").endswith("_"):',
+     'if first is not None and result is first and getattr(func, "__name__", "XXXX").endswith("_"):',
+     "every function a torch function mode is handed has a __name__: the default is never used"),
+    (_RT, 'if first is not None and result is first and getattr(func, "__name__", "").endswith("_"):',
+     'if ((result is first) and getattr(func, "__name__", "").endswith("_")):',
+     "first is None only for a call without positional arguments: `result is first` then means a None result, "
+     "returned early or late alike"),
+    (_RT, "if result is first and _marked(result):", "if _marked(result):",
+     "a .cpu() / .to(cpu) result that is not the tensor itself is a fresh tensor, never marked"),
+    (_RT, "if wants_cuda and func is not to_cuda and result is first and not _marked(result):",
+     "if (wants_cuda and (result is first) and (not _marked(result))):",
+     "for .cuda() the result is the marked tensor itself or a fresh clone: `result is first and not marked` never holds"),
+    (_RT, "if hasattr(cuda, name):", "if True:",
+     "every name the CPU-placed runtime answers exists in torch.cuda of SGLang's pinned torch: none is added"),
+    *((_AR, "value = _arg(a, rule.args[0])", "value = _arg(a, rule.args[(-1)])", _FIRST_ARG),),
+    *((_AR, 'return None if int(value.shape[0]) == batch + 1 else f"{int(value.shape[0])} entries for batch_size {batch}"',
+       after, "reached only for a 1-D tensor (the guard above): shape[-1] is shape[0]")
+      for after in ('return None if int(value.shape[(-1)]) == batch + 1 else f"{int(value.shape[0])} entries for batch_size {batch}"',
+                    'return None if int(value.shape[0]) == batch + 1 else f"{int(value.shape[(-1)])} entries for batch_size {batch}"')),
+    *((_AR, "sms = DEVICES[arch].multiprocessors or 0", after,
+       "every arch a counter rule is declared for (SM 10.x) has its SM count in the device table: the fallback is never used")
+      for after in ("sms = DEVICES[arch].multiprocessors or 1", "sms = DEVICES[arch].multiprocessors",
+                    "sms = DEVICES[arch].multiprocessors or (-1)")),
+    (_AR, "need = trtllm_counter_bytes(int(query.shape[0]), int(query.shape[-2]), sms)",
+     "need = trtllm_counter_bytes(int(query.shape[0]), int(query.shape[+2]), sms)",
+     "reached only for a 4-D query (the guard above): shape[2] is shape[-2]"),
+    *(("dsakit/simulation/reference_kernels.py", "if q1 <= q0:", after,
+       "a request with no query tokens computes an empty slice: skipping it only saves the work")
+      for after in ("if q1 < q0:", "if False:")),
+    (_KC, "value = _arg(a, check.args[0])", "value = _arg(a, check.args[(-1)])", _FIRST_ARG),
+    *((_KC, before, before.replace("Violation(check.args[0]", "Violation(check.args[(-1)]", 1), _FIRST_ARG) for before in (
+        "return [Violation(check.args[0], f\"dtype must be {' or '.join(check.param)}\", value=_dtype_name(value))]",
+        'return [Violation(check.args[0], f"must be {check.param}-D", value=f"shape {tuple(value.shape)}")]',
+        'return [Violation(check.args[0], "its last dimension must be contiguous (stride 1): the kernel reads rows as arrays",',
+        'return [Violation(check.args[0], f"k must be in 1..{MAX_K}", value=f"k = {k}")]',
+        'return [Violation(check.args[0], "must be > 0", value=value)]')),
+    (_KC, "k = value.shape[-1] if _is_tensor(value) and value.dim() == 2 else value",
+     "k = value.shape[+1] if _is_tensor(value) and value.dim() == 2 else value", "a 2-D tensor's shape[1] is its shape[-1]"),
+    (_KC, "if count is not None:", "if True:", "flat[:None] is the whole tensor"),
+    (_KC, "begin = _ints(starts, count) if _is_tensor(starts) else [0] * len(values)",
+     "begin = _ints(starts) if _is_tensor(starts) else [0] * len(values)",
+     "zip stops at the shorter list, and the lengths are already cut to count"),
+    (_KC, "dim = check.param or 0", "dim = check.param", "at_most_rows() always sets param (the dimension, 0 by default)"),
+    (_SC, 'key = str(device.get("key", ""))', 'key = str(device.get("key", "XXXX"))',
+     "neither '' nor 'XXXX' is a device-table key: the lookup falls through alike"),
+    (_SC, 'return self.messages.most_common(1)[0][0] if self.messages else ""',
+     'return self.messages.most_common(2)[0][0] if self.messages else ""',
+     "the first of the two most common is the most common"),
+    ("dsakit/gates/sglang_skips.py", 'numbers = release_numbers(release or "")', 'numbers = release_numbers(release or "XXXX")',
+     "neither '' nor 'XXXX' holds release numbers"),
+    ("dsakit/gates/sglang_skips.py", "if not numbers:", "if False:",
+     "no numbers sort before every table's first release: no table holds them, the same empty answer"),
+]
+
 # (module, line number, the line before, the line after, why): where the same change on another line
 # of the module is not equivalent; the line number is the module's as measured (re-check it after edits)
 EQUIVALENT_AT: list[tuple[str, int, str, str, str]] = [
