@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dsakit.gates.device_model import DeviceModel, simulated_model
-from dsakit.sglang_facts.import_hooks import Patches
+from dsakit.stack.import_hooks import Patches
 from dsakit.simulation import runtime
 from dsakit.simulation.probe_patches import SimulatedKernelLaunch
 from dsakit.simulation.runtime import ON_CUDA, plan
