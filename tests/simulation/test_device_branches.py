@@ -203,8 +203,8 @@ def test_a_device_decision_handed_on_as_a_value_is_a_branch_too(tmp_path: Path) 
         == ("ran", "True")
     store = found["fuse_index_store=is_sm100_or_newer()"]
     assert (store.status, store.takes) == ("not-reached", "True")
-    assert store.why == ("never reached: Backend.compress_decode() never ran (the suite never builds that "
-                         "configuration)")
+    assert store.why == "Backend.compress_decode() never ran: the suite never builds that configuration"
+    assert store.reason is not None and store.reason.code == "configuration-never-built"
     swap_ab = found["if self.is_dsv41 and get_platform().is_sm100"]
     assert (swap_ab.status, swap_ab.takes) == ("other-arm", "body where self.is_dsv41")
     assert "also needs self.is_dsv41, which no test set" in swap_ab.why
@@ -278,7 +278,7 @@ def _branch(guard: str, function: str = "Backend.f") -> tuple:
     from dsakit.simulation.branch_coverage import DeviceBranch
 
     return (DeviceBranch("srt/layers/attention/dsa_backend.py", 10, guard, function, 9 if function else 10, 11, None,
-                         12), True, "")
+                         end=12), True, "")
 
 
 def test_a_constant_computed_before_the_simulation_is_named_as_the_cause() -> None:
@@ -357,6 +357,11 @@ def test_a_module_imported_before_the_simulation_says_its_import_time_branches_r
     """A conftest imports SGLang's DSA indexer on this machine before `--dsakit-device sm103` starts:
     its module-level `if _is_cuda:` branches ran then, for this machine; -v and the report say so
     rather than "the suite never builds that configuration"."""
+    from dsakit.gates.device_model import real_device
+
+    if real_device().vendor == "nvidia":
+        pytest.skip("on an NVIDIA GPU `_is_cuda` answers as simulated sm103 does: these import-time branches are "
+                    "not ones sm103 decides differently (a CPU or AMD machine shows them)")
     pytester.makeconftest("import sglang.srt.layers.attention.dsa.dsa_indexer  # noqa: F401\n")
     pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
     result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-v", "--dsakit-device", "sm103",
