@@ -87,13 +87,20 @@ def _tensor(value: Any) -> bool:
     return hasattr(value, "shape") and hasattr(value, "dtype")
 
 
+def _size_at(value: Any, dim: int) -> int | None:
+    """value.shape[dim], or None where value is no tensor or has no such dimension."""
+    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+        return None
+    return int(value.shape[dim])
+
+
 def _dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """args[0].shape[dim] is one of the allowed sizes (param: (dim, allowed))."""
     value = _arg(a, rule.args[0])
     dim, allowed = rule.param
-    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+    size = _size_at(value, dim)
+    if size is None:
         return None
-    size = int(value.shape[dim])
     return None if size in allowed else size
 
 
@@ -154,9 +161,9 @@ def _dim_not_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """args[0].shape[dim] is none of the refused sizes (param: (dim, refused))."""
     value = _arg(a, rule.args[0])
     dim, refused = rule.param
-    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+    size = _size_at(value, dim)
+    if size is None:
         return None
-    size = int(value.shape[dim])
     return size if size in refused else None
 
 
@@ -217,9 +224,9 @@ def _build_dim_in(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     shapes, so the rule reads the binary the GPU would load."""
     dim, allowed, allowed_built, marker, binaries = rule.param
     value = _arg(a, rule.args[0])
-    if not _tensor(value) or not -len(value.shape) <= dim < len(value.shape):
+    size = _size_at(value, dim)
+    if size is None:
         return None
-    size = int(value.shape[dim])
     build = build_carries(marker, binaries)
     if size in (allowed_built if build is not None and build[1] else allowed):
         return None
