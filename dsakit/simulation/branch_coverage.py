@@ -294,8 +294,9 @@ def divergent(branches: Iterable[DeviceBranch], simulated: DeviceModel,
         sim_can, here_can = sim.fires or bool(sim.condition), here.fires or bool(here.condition)
         if sim_can != here_can:
             found.append((branch, sim_can, "" if sim.fires else sim.condition))
-        elif sim.fires != here.fires:  # both can, one unconditionally: its arm is the device's
-            found.append((branch, sim.fires, ""))
+        elif sim.fires != here.fires:  # both can, one unconditionally: its arm is the device's, and the
+            # simulated else arm of `not is_sm100_or_newer() or blocks <= 0` also needs the condition false
+            found.append((branch, sim.fires, "" if sim.fires else f"not ({sim.condition})"))
     return found
 
 

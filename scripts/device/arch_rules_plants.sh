@@ -5,9 +5,9 @@
 # UPSTREAM_DIR: a folder holding SGLang's test/registered/... files (as upstream_suites_on_the_node.sh);
 # its test_dsa.py + test_deepseek_v4.py run (FILES= overrides the list). "contracts": dsakit's contracts/.
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
-# line of SGLang 0.5.21's dsa_backend.py (seven classes: workspace, cumulative lengths,
+# line of SGLang 0.5.21's dsa_backend.py (eight classes: workspace, cumulative lengths,
 # multi-CTA counters, numerics through a stand-in, a length tensor's dtype, a length tensor on the host,
-# the q-length bound of the grid) in its own copy of that module (loaded in its place at
+# the q-length bound of the grid, head dims) in its own copy of that module (loaded in its place at
 # import), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device DEVICE`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for the simulated run the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
@@ -17,7 +17,7 @@ shift
 # pad64 is kept as a check of the build-dependent head rule, not among the plants: the H200 pack's
 # sglang-kernel 0.4.5 FlashMLA has Fwd_Sm100_Head64_Impl (its flashmla_ops carries the class), so a B300
 # runs 64 heads and padding to 64 there is no bug (SGLang's "128 (Blackwell)" predates that kernel).
-PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1}
+PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1 value_k}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}
@@ -56,6 +56,11 @@ plant_edit() {
             return flashinfer.prefill.trtllm_ragged_attention_deepseek(|            seq_lens = metadata.cache_seqlens_int32.long()
             return flashinfer.prefill.trtllm_ragged_attention_deepseek(|the SM 10.x ragged prefill hands TRT-LLM int64 kv lengths (the kernel reads them as int32)" ;;
     cum_kv_host) echo "cum_seq_lens_kv=cu_seqlens_k,|cum_seq_lens_kv=cu_seqlens_k.cpu(),|the SM 10.x ragged prefill hands TRT-LLM host-side cumulative kv lengths (a host pointer the GPU dereferences)" ;;
+    value_k) echo "                key=k,
+                value=v,
+                workspace_buffer=self.workspace_buffer,|                key=k,
+                value=k,
+                workspace_buffer=self.workspace_buffer,|the SM 10.x ragged prefill hands TRT-LLM the 192-wide keys as values (its DeepSeek build is (192, 192, 128))" ;;
     max_q1) echo "max_q_len=metadata.max_seq_len_q,|max_q_len=1,|the SM 10.x ragged prefill bounds the q length by 1 (the grid covers one row per request)" ;;
     none) echo "||no plant: the baseline" ;;
     *) return 1 ;;

@@ -74,19 +74,23 @@ def test_the_scan_finds_the_device_gated_ifs_and_their_arms(tmp_path: Path) -> N
 
 def test_the_branches_a_b300_decides_otherwise_than_an_h200() -> None:
     """sm103 against sm90: the SM >= 10 arms, the Hopper arm's else, and a guard the device decides
-    on one side and leaves to configuration on the other (`wide and ...`: the B300's arm needs `wide`)."""
+    on one side and leaves to configuration on the other (`wide and ...`: the B300's arm needs `wide`; the
+    else arm of `not sm100 or blocks <= 0` needs the blocks)."""
     from dsakit.simulation.branch_coverage import DeviceBranch
 
     def branch(guard: str) -> DeviceBranch:
         return DeviceBranch("f.py", 1, guard, "f", 1, 2, None)
 
     guards = ["self.device_sm_major >= 10", "wide and self.device_sm_major >= 10", "self.device_sm_major == 9",
-              "_is_cuda", "_is_cuda and (self.device_sm_major >= 10 or trtllm)"]
+              "_is_cuda", "_is_cuda and (self.device_sm_major >= 10 or trtllm)",
+              "not is_sm100_or_newer() or blocks <= 0"]
     found = {b.guard: (takes, needs) for b, takes, needs in
              divergent(map(branch, guards), simulated_model("sm103"), simulated_model("sm90"))}
     assert found == {"self.device_sm_major >= 10": (True, ""), "wide and self.device_sm_major >= 10": (True, "wide"),
                      "self.device_sm_major == 9": (False, ""),
-                     "_is_cuda and (self.device_sm_major >= 10 or trtllm)": (True, "")}
+                     "_is_cuda and (self.device_sm_major >= 10 or trtllm)": (True, ""),
+                     # SGLang 0.5.21 v41_indexer: the B300's else arm also needs candidate blocks
+                     "not is_sm100_or_newer() or blocks <= 0": (False, "not (blocks <= 0)")}
 
 
 def test_lines_that_ran_give_each_branch_its_verdict(tmp_path: Path) -> None:
