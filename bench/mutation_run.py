@@ -68,7 +68,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                ["tests/topk/test_topk_checks.py", "tests/topk/test_topk_check_messages.py", "contracts/test_topk_selection.py"]),
     "audit": ([f"dsakit/audit/{m}.py" for m in (  # smallest first
         "explain", "attr_tree", "guard_eval", "release_match", "command", "registry", "findings",
-        "suite_device", "device_guards", "report", "usage", "mock_finder")],
+        "suite_device", "device_guards", "report", "usage", "suite_files", "mock_finder")],
               ["tests/audit/test_audit.py", "tests/audit/test_audit_value_tree_and_inputs.py", "tests/audit/test_audit_guard_eval.py",
                "tests/audit/test_audit_explain.py", "tests/audit/test_audit_report.py",
                "tests/audit/test_audit_release_match.py", "tests/audit/test_audit_attention_registry.py",

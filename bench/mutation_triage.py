@@ -88,7 +88,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('dsakit/audit/mock_finder.py', 'self.functions: dict[str, list[tuple[SourceFile, _FunctionNode, ast.ClassDef | None]]] = {}',
      'self.functions: dict[str, list[tuple[SourceFile, _FunctionNode, ast.ClassDef & None]]] = {}',
      "an annotation: the module has `from __future__ import annotations`, so it is never evaluated"),
-    ('dsakit/audit/mock_finder.py', "return f\"{file.display}:{getattr(node, 'lineno', 0)}\"",
+    ('dsakit/audit/suite_files.py', "return f\"{file.display}:{getattr(node, 'lineno', 0)}\"",
      "return f\"{file.display}:{getattr(node, 'lineno', 1)}\"",
      "every node _site gets is a parsed statement or expression, which has a lineno: the default is never used"),
     ('dsakit/audit/mock_finder.py', 'module = file.modules.get(name, "").lstrip(".").split(".")[-1]',

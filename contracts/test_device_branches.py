@@ -61,7 +61,7 @@ def reads_on(entry: ContractEntry, backend: str, device: DeviceModel) -> bool:
 def _conditional_read_sites() -> dict[str, set[str]]:
     """path -> file:line of every device-conditional read the source scan finds in this SGLang."""
     from dsakit.stack.sglang_release import installed_release
-    from dsakit.sglang_facts.source_scan import scan_runner_reads
+    from dsakit.sglang_facts.backend_reads import scan_runner_reads
 
     sites: dict[str, set[str]] = {}
     for read in scan_runner_reads(installed_release()):

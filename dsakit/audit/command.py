@@ -15,14 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dsakit.audit.findings import audit_mock
-from dsakit.audit.mock_finder import (
-    RunnerAttributes,
-    SourceFile,
-    SuiteIndex,
-    UnparsableFile,
-    candidates,
-    parse_file,
-)
+from dsakit.audit.suite_files import SourceFile, UnparsableFile, parse_file
+from dsakit.audit.mock_finder import RunnerAttributes, SuiteIndex, candidates
 from dsakit.audit.release_match import mismatch_line
 from dsakit.audit.report import AuditResult
 from dsakit.audit.usage import Backend, Routes, find_usage
@@ -30,13 +24,8 @@ from dsakit.contracts.schema import Contract
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
 from dsakit.stack.sglang_release import HIP_RADIX_FILE, SGLangRelease, installed_release, release_from_tree
-from dsakit.sglang_facts.source_scan import (
-    RunnerFlow,
-    backend_files,
-    runner_assignments,
-    scan_files_flow,
-    scan_runner_flow,
-)
+from dsakit.sglang_facts.runner_source import runner_assignments
+from dsakit.sglang_facts.backend_reads import RunnerFlow, backend_files, scan_files_flow, scan_runner_flow
 
 _SKIPPED_DIRS = {"__pycache__", ".git", ".venv", "venv", "node_modules", ".tox", ".mypy_cache", ".pytest_cache"}
 

@@ -17,7 +17,7 @@ from dsakit.audit.report import outcome_text, render_reads
 from dsakit.errors import UsageError
 from dsakit.gates.device_model import SIMULATED, DeviceModel, simulated_model
 from dsakit.stack.sglang_release import MODEL_RUNNER_FILE, SGLangRelease, release_from_tree
-from dsakit.sglang_facts.source_scan import RunnerRead, scan_files_flow
+from dsakit.sglang_facts.backend_reads import RunnerRead, scan_files_flow
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Findings of the audit as data: per mock, each entry it lacks that its backend reads, and where.
 
-Owns the comparison of a mock's `AttrTree` with the reads `source_scan` finds for the backends the
+Owns the comparison of a mock's `AttrTree` with the reads `backend_reads` finds for the backends the
 mock reaches on each device it runs on (`usage` routes, `suite_device`), and the per-device verdict
 of each read's guard (`guard_eval`). A missing entry fails when a read of it fires on a judged
 device in the default configuration; reads that need a non-default configuration, soft reads
@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsakit.audit.guard_eval import verdict
-from dsakit.audit.mock_finder import MockValue, Scope, SourceFile
+from dsakit.audit.suite_files import Scope, SourceFile
+from dsakit.audit.mock_finder import MockValue
 from dsakit.audit.suite_device import NOT_SIMULATED, suite_devices
 from dsakit.audit.usage import Backend, BackendCall, Route, Routes, evidence_keys
 from dsakit.contracts.schema import Contract
 from dsakit.gates.device_model import DeviceModel
 from dsakit.sglang_facts.contract_check import coverage
 from dsakit.stack.sglang_release import SGLangRelease
-from dsakit.sglang_facts.source_scan import RunnerFlow, RunnerRead
+from dsakit.sglang_facts.backend_reads import RunnerFlow, RunnerRead
 
 _SHORT_PREFIX = "sglang/srt/layers/attention/"
 

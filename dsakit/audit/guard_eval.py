@@ -1,6 +1,6 @@
 """Which simulated devices a guarded SGLang read fires on: partial evaluation of the guard.
 
-Owns the evaluation of an `if` condition (source text, from `source_scan.RunnerRead.guard`) on
+Owns the evaluation of an `if` condition (source text, from `backend_reads.RunnerRead.guard`) on
 one `DeviceModel`: device probes (the spellings of `dsakit.audit.device_guards`) become the device
 table's answers, what is left is configuration. Configuration counts as *off by default*: flags false, `== 'choice'` false,
 `is None` true. Never imports torch or SGLang.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsakit.audit.attr_tree import AttrTree
+from dsakit.audit.suite_files import SourceFile, Scope, node_site, last_name, attribute_chain, own_nodes, file_functions
 
 _FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -27,24 +28,6 @@ _PLAIN_BASES = {"object", "ABC", "Generic", "Protocol"}
 _PLAIN_METACLASSES = {"type", "ABCMeta"}  # set no attributes an audit would look for
 _MAX_DEPTH = 12
 _BUILDERS = {"type", "SimpleNamespace", "create_autospec", *_MOCK_CLASSES}  # calls that build a mock themselves
-
-
-@dataclass
-class SourceFile:
-    path: Path
-    display: str
-    tree: ast.Module
-    imports: dict[str, str]  # local name -> original name (`from m import A as B`: B -> A; module in `modules`)
-    modules: dict[str, str]  # local name -> module it was imported from
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Where an expression is evaluated: a file, and the function (and class) around it."""
-
-    file: SourceFile
-    function: _FunctionNode | None = None
-    cls: ast.ClassDef | None = None
 
 
 MockKey = tuple[str, str, int]
@@ -82,105 +65,10 @@ class MockValue:
 
 @dataclass(frozen=True)
 class RunnerAttributes:
-    """The real ModelRunner's attributes (from `source_scan.runner_assignments`): all, and class-level."""
+    """The real ModelRunner's attributes (from `runner_source.runner_assignments`): all, and class-level."""
 
     everything: frozenset[str]
     class_level: frozenset[str]
-
-
-def _site(file: SourceFile, node: ast.AST) -> str:
-    return f"{file.display}:{getattr(node, 'lineno', 0)}"
-
-
-def _last_name(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    return None
-
-
-def _chain(node: ast.expr) -> list[str] | None:
-    """`a.b.c` -> ["a", "b", "c"]; None for anything but names and attributes."""
-    names: list[str] = []
-    while isinstance(node, ast.Attribute):
-        names.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    names.append(node.id)
-    return names[::-1]
-
-
-def _own_nodes(function: _FunctionNode) -> Iterator[ast.AST]:
-    """The nodes of a function body, not descending into nested functions or classes."""
-    pending: list[ast.AST] = list(function.body)
-    while pending:
-        node = pending.pop(0)
-        yield node
-        pending.extend(
-            child for child in ast.iter_child_nodes(node)
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
-        )
-
-
-class UnparsableFile(Exception):
-    """A scanned file the audit cannot read as Python; the message says why and what would be right."""
-
-
-def parse_file(path: Path, display: str) -> SourceFile:
-    """One scanned file, decoded as Python decodes it (UTF-8, or the PEP 263 coding cookie).
-
-    Raises UnparsableFile for an unreadable, binary, undecodable or syntactically broken file.
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UnparsableFile(f"cannot be read ({error.strerror or error})") from None
-    if b"\0" in data:
-        raise UnparsableFile("is binary (it holds NUL bytes), not Python source") from None
-    try:
-        tree = ast.parse(data, filename=str(path))
-    except SyntaxError as error:
-        message = str(error.msg)
-        if "unknown encoding" in message:
-            raise UnparsableFile(f"declares an encoding Python does not know ({message}); use a codec "
-                                 "name such as utf-8 or latin-1 in its coding cookie") from None
-        encoding = _undecodable_as(data)
-        if encoding in ("utf-8", "utf-8-sig"):
-            raise UnparsableFile(f"is not UTF-8 and declares no other encoding ({message}); save it as "
-                                 "UTF-8 or add a coding cookie such as '# -*- coding: latin-1 -*-'") from None
-        if encoding is not None:
-            raise UnparsableFile(f"is not {encoding}, the encoding its coding cookie declares ({message}); "
-                                 "save it in that encoding or declare the one it is in") from None
-        raise UnparsableFile(f"has a syntax error at line {error.lineno}: {message}") from None
-    except (ValueError, LookupError) as error:  # an unknown codec in the cookie, NUL bytes (3.11)
-        raise UnparsableFile(f"cannot be decoded as Python source ({error})") from None
-    imports: dict[str, str] = {}
-    modules: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
-                imports[alias.asname or alias.name] = alias.name
-                modules[alias.asname or alias.name] = "." * node.level + (node.module or "")
-    return SourceFile(path, display, tree, imports, modules)
-
-
-def _undecodable_as(data: bytes) -> str | None:
-    """The encoding Python reads `data` in (its coding cookie, else UTF-8) when the bytes are not
-    valid in it; None when they decode (a syntax error is then the source's own, e.g. a bad escape)."""
-    import io
-    import tokenize
-
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError:  # its first two lines are not UTF-8 and name no encoding (an unknown one is caught before)
-        return "utf-8"
-    try:
-        data.decode(encoding)
-    except UnicodeDecodeError:
-        return encoding
-    return None
 
 
 class SuiteIndex:
@@ -234,7 +122,7 @@ class SuiteIndex:
 
     def class_value(self, file: SourceFile, cls: ast.ClassDef, *, name: str = "") -> MockValue:
         tree = self.class_tree(file, cls)
-        return MockValue("class", cls.name, _site(file, cls), tree, name or cls.name, class_site=_site(file, cls))
+        return MockValue("class", cls.name, node_site(file, cls), tree, name or cls.name, class_site=node_site(file, cls))
 
     def class_tree(self, file: SourceFile, cls: ast.ClassDef, *, on_self: bool = True) -> AttrTree:
         """What an instance (on_self) or the class object (`dir(cls)`: class level) provides."""
@@ -257,21 +145,21 @@ class SuiteIndex:
         for item in cls.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if item.name == "__getattr__":
-                    tree.open = f"class {cls.name} defines __getattr__ ({_site(file, item)})"
-                tree.set(item.name, AttrTree.opaque("a method or property"), _site(file, item))
+                    tree.open = f"class {cls.name} defines __getattr__ ({node_site(file, item)})"
+                tree.set(item.name, AttrTree.opaque("a method or property"), node_site(file, item))
             elif isinstance(item, ast.ClassDef):
-                tree.set(item.name, self.class_tree(file, item, on_self=False), _site(file, item))
+                tree.set(item.name, self.class_tree(file, item, on_self=False), node_site(file, item))
             elif isinstance(item, ast.Assign):
                 for target in item.targets:
                     if isinstance(target, ast.Name):
-                        tree.set(target.id, self.value(item.value, class_scope).tree, _site(file, item))
+                        tree.set(target.id, self.value(item.value, class_scope).tree, node_site(file, item))
             elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                dataclass_field = on_self and any(_last_name(d if not isinstance(d, ast.Call) else d.func)
+                dataclass_field = on_self and any(last_name(d if not isinstance(d, ast.Call) else d.func)
                                                   == "dataclass" for d in cls.decorator_list)
                 if item.value is not None:
-                    tree.set(item.target.id, self.value(item.value, class_scope).tree, _site(file, item))
+                    tree.set(item.target.id, self.value(item.value, class_scope).tree, node_site(file, item))
                 elif dataclass_field:
-                    tree.set(item.target.id, AttrTree.opaque("a dataclass field"), _site(file, item))
+                    tree.set(item.target.id, AttrTree.opaque("a dataclass field"), node_site(file, item))
         if on_self:
             for item in cls.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -288,7 +176,7 @@ class SuiteIndex:
         `made.x = ...` on what `super().__new__` returns) and `__init__` (`cls.x = ...`), and on the
         instance in its `__call__` (on_self). What it cannot read (a computed name, the class handed
         to a helper, a metaclass outside the scanned files) opens the tree: never a silent OK."""
-        name = _last_name(meta)
+        name = last_name(meta)
         if name in _PLAIN_METACLASSES:
             return AttrTree()
         found = self.find_class(name, file) if name is not None else None
@@ -305,30 +193,30 @@ class SuiteIndex:
                 continue
             params = [a.arg for a in [*item.args.posonlyargs, *item.args.args]]
             made = {params[0]} if item.name == "__init__" and params else set()
-            made |= {t.id for node in _own_nodes(item) if isinstance(node, ast.Assign)
-                     and isinstance(node.value, ast.Call) and _last_name(node.value.func) in ("__new__", "__call__")
+            made |= {t.id for node in own_nodes(item) if isinstance(node, ast.Assign)
+                     and isinstance(node.value, ast.Call) and last_name(node.value.func) in ("__new__", "__call__")
                      for t in node.targets if isinstance(t, ast.Name)}
             scope = Scope(meta_file, item, meta_cls)
             for root in made:
                 _apply_additions(self, tree, [root], scope, own=True)
             namespace = params[3] if item.name == "__new__" and len(params) >= 4 else ""
             handed = [[root] for root in (*made, namespace) if root]
-            for node in _own_nodes(item):
+            for node in own_nodes(item):
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and namespace and \
-                        isinstance(target := node.targets[0], ast.Subscript) and _chain(target.value) == [namespace]:
+                        isinstance(target := node.targets[0], ast.Subscript) and attribute_chain(target.value) == [namespace]:
                     key = target.slice
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                        tree.set(key.value, self.value(node.value, scope).tree, _site(meta_file, node))
+                        tree.set(key.value, self.value(node.value, scope).tree, node_site(meta_file, node))
                     else:
-                        tree.open = f"metaclass {meta_cls.name} sets a computed name at {_site(meta_file, node)}"
-                elif isinstance(node, ast.Call) and _last_name(node.func) not in ("setattr", "__new__", "__call__") \
-                        and any(_chain(a) in handed for a in node.args):
+                        tree.open = f"metaclass {meta_cls.name} sets a computed name at {node_site(meta_file, node)}"
+                elif isinstance(node, ast.Call) and last_name(node.func) not in ("setattr", "__new__", "__call__") \
+                        and any(attribute_chain(a) in handed for a in node.args):
                     tree.open = (f"metaclass {meta_cls.name} hands the class to {ast.unparse(node.func)}() at "
-                                 f"{_site(meta_file, node)}, which the audit does not follow")
+                                 f"{node_site(meta_file, node)}, which the audit does not follow")
         return tree
 
     def _base_tree(self, file: SourceFile, cls: ast.ClassDef, base: ast.expr, on_self: bool) -> AttrTree:
-        name = _last_name(base)
+        name = last_name(base)
         if name is None or name in _PLAIN_BASES:
             return AttrTree()
         found = self.find_class(name, file)
@@ -351,7 +239,7 @@ class SuiteIndex:
 
     def value(self, node: ast.expr, scope: Scope, depth: int = 0) -> MockValue:
         """What `node` denotes as a mock in `scope` (kind "opaque" when the audit cannot see it)."""
-        site = _site(scope.file, node)
+        site = node_site(scope.file, node)
         if depth > _MAX_DEPTH:
             return MockValue("opaque", "", site, AttrTree.opaque("too many indirections"))
         if isinstance(node, ast.Call):
@@ -359,7 +247,7 @@ class SuiteIndex:
         if isinstance(node, ast.Name):
             return self._name_value(node.id, scope, depth, site)
         if isinstance(node, ast.Attribute):
-            chain = _chain(node)
+            chain = attribute_chain(node)
             if chain and len(chain) == 2 and chain[0] in ("self", "cls") and scope.cls is not None:
                 return self._member_value(chain[1], scope, depth, site)
             return MockValue("opaque", "", site, AttrTree.opaque(f"{ast.unparse(node)} is not a literal mock"))
@@ -406,12 +294,12 @@ class SuiteIndex:
         return []
 
     def _call_value(self, node: ast.Call, scope: Scope, depth: int) -> MockValue:
-        site = _site(scope.file, node)
+        site = node_site(scope.file, node)
         func = node.func
-        if isinstance(func, ast.Call) and _last_name(func.func) == "type":
+        if isinstance(func, ast.Call) and last_name(func.func) == "type":
             made = self._call_value(func, scope, depth + 1)  # type("X", (), {...})(): an instance
             return MockValue(made.kind, made.label, site, made.tree, made.name, column=node.col_offset)
-        name = _last_name(func)
+        name = last_name(func)
         if name == "type" and len(node.args) == 3:
             return self._type_value(node, scope, depth)
         if name == "SimpleNamespace":
@@ -437,7 +325,7 @@ class SuiteIndex:
         return MockValue("opaque", "", site, AttrTree.opaque(f"{ast.unparse(func)}(...) is not a literal mock"))
 
     def _type_value(self, node: ast.Call, scope: Scope, depth: int) -> MockValue:
-        site = _site(scope.file, node)
+        site = node_site(scope.file, node)
         title = str(node.args[0].value) if isinstance(node.args[0], ast.Constant) else "?"
         tree = AttrTree()
         namespace = node.args[2]
@@ -446,14 +334,14 @@ class SuiteIndex:
                 if key is None:
                     tree.open = f"type(..., {{**{ast.unparse(item)}}}) at {site}"
                 elif isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    tree.set(key.value, self.value(item, scope, depth + 1).tree, _site(scope.file, key))
+                    tree.set(key.value, self.value(item, scope, depth + 1).tree, node_site(scope.file, key))
                 else:
                     tree.open = f"type(...) with a computed key at {site}"
         else:
             tree.open = f"type(...) with a namespace that is not a dict literal at {site}"
         bases = node.args[1]
         for base in bases.elts if isinstance(bases, ast.Tuple) else []:
-            base_name = _last_name(base)
+            base_name = last_name(base)
             found = self.find_class(base_name, scope.file) if base_name else None
             if found is not None:
                 tree.merge(self.class_tree(*found))
@@ -462,7 +350,7 @@ class SuiteIndex:
         return MockValue("type()", f'type("{title}", ...)()', site, tree, column=node.col_offset)
 
     def _magicmock_value(self, node: ast.Call, name: str, scope: Scope, depth: int) -> MockValue:
-        site = _site(scope.file, node)
+        site = node_site(scope.file, node)
         spec: ast.expr | None = None
         for keyword in node.keywords:
             if keyword.arg in ("spec", "spec_set"):
@@ -481,7 +369,7 @@ class SuiteIndex:
 
     def spec_tree(self, spec: ast.expr, scope: Scope, depth: int) -> AttrTree:
         """A spec'd mock allows the names of `dir(spec)`; each child is a MagicMock (open)."""
-        name = _last_name(spec)
+        name = last_name(spec)
         names: set[str] | None = None
         if isinstance(spec, (ast.Name, ast.Attribute)) and name is not None:
             found = self.find_class(name, scope.file)
@@ -529,13 +417,13 @@ class SuiteIndex:
         for item in scope.cls.body:
             if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
-            for node in _own_nodes(item):
-                if isinstance(node, ast.Assign) and any(_chain(t) in (["self", member], ["cls", member])
+            for node in own_nodes(item):
+                if isinstance(node, ast.Assign) and any(attribute_chain(t) in (["self", member], ["cls", member])
                                                         for t in node.targets):
                     method_scope = Scope(scope.file, item, scope.cls)
                     value = self.value(node.value, method_scope, depth + 1)
                     if value.is_mock:
-                        root = ["self" if _chain(node.targets[0]) == ["self", member] else "cls", member]
+                        root = ["self" if attribute_chain(node.targets[0]) == ["self", member] else "cls", member]
                         value = _with_additions(self, value, root, method_scope)
                         value.name = value.name or f"self.{member}"
                     return value
@@ -545,7 +433,7 @@ class SuiteIndex:
                      depth: int = 0) -> list[MockValue]:
         """Every value a helper or fixture may return (or yield): each `return`, each branch."""
         found: list[MockValue] = []
-        for node in _own_nodes(function):
+        for node in own_nodes(function):
             if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
                 for value in self.alternatives(node.value, Scope(file, function, cls), depth + 1):
                     found.append(_named(value, function.name) if value.is_mock and value.kind == "class" else value)
@@ -554,7 +442,7 @@ class SuiteIndex:
     def returned(self, file: SourceFile, function: _FunctionNode, cls: ast.ClassDef | None,
                  depth: int = 0) -> MockValue | None:
         """What a fixture or helper returns (or yields), as a mock; None when it returns nothing."""
-        for node in _own_nodes(function):
+        for node in own_nodes(function):
             if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
                 value = self.value(node.value, Scope(file, function, cls), depth + 1)
                 if value.is_mock:
@@ -575,7 +463,7 @@ def _fixture_names(function: _FunctionNode) -> list[str]:
     """A function's own name, plus `@pytest.fixture(name="x")`."""
     names = [function.name]
     for decorator in function.decorator_list:
-        if isinstance(decorator, ast.Call) and _last_name(decorator.func) == "fixture":
+        if isinstance(decorator, ast.Call) and last_name(decorator.func) == "fixture":
             for keyword in decorator.keywords:
                 if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
                     names.append(str(keyword.value.value))
@@ -589,7 +477,7 @@ def _parameters(function: _FunctionNode) -> set[str]:
 
 def _binding(function: _FunctionNode, name: str) -> ast.expr | None:
     """The first value assigned to a local `name` in `function`."""
-    for node in _own_nodes(function):
+    for node in own_nodes(function):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             return node.value
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
@@ -621,7 +509,7 @@ def _with_additions(index: SuiteIndex, value: MockValue, root: list[str], scope:
     if not added and tree.open == value.tree.open:  # a computed setattr / update(**...) alone opens it
         return value
     label = value.label if value.kind != "class" else f"{value.label} instance"
-    where = _site(scope.file, scope.function) if scope.function is not None else value.site
+    where = node_site(scope.file, scope.function) if scope.function is not None else value.site
     return MockValue(value.kind, label, value.site if value.kind != "class" else where, tree,
                      value.name, [*value.added, *added], value.class_site)
 
@@ -632,32 +520,32 @@ def _apply_additions(index: SuiteIndex, tree: AttrTree, root: list[str], scope: 
     if function is None:
         return []
     added: list[str] = []
-    nodes = _own_nodes(function) if own else ast.walk(function)
+    nodes = own_nodes(function) if own else ast.walk(function)
     for node in nodes:
         writes: list[tuple[list[str], ast.expr | None, ast.AST]] = []
         if isinstance(node, ast.Assign):
-            writes = [(c, node.value, node) for t in node.targets if (c := _chain(t)) is not None]
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and (c := _chain(node.target)) is not None:
+            writes = [(c, node.value, node) for t in node.targets if (c := attribute_chain(t)) is not None]
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and (c := attribute_chain(node.target)) is not None:
             writes = [(c, node.value, node)]
-        elif isinstance(node, ast.Call) and _last_name(node.func) == "setattr" and len(node.args) == 3:
-            owner = _chain(node.args[0])
+        elif isinstance(node, ast.Call) and last_name(node.func) == "setattr" and len(node.args) == 3:
+            owner = attribute_chain(node.args[0])
             attribute = node.args[1]
             if owner is not None and owner == root[: len(owner)] and len(owner) >= len(root):
                 if isinstance(attribute, ast.Constant) and isinstance(attribute.value, str):
                     writes = [([*owner, attribute.value], node.args[2], node)]
                 else:
-                    tree.open = f"setattr with a computed name at {_site(scope.file, node)}"
+                    tree.open = f"setattr with a computed name at {node_site(scope.file, node)}"
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr in ("update", "configure_mock")):
-            owner = _chain(node.func.value)
+            owner = attribute_chain(node.func.value)
             if owner in ([*root, "__dict__"], root):
                 for keyword in node.keywords:
                     if keyword.arg is None:
-                        tree.open = f"{ast.unparse(node.func)}(**...) at {_site(scope.file, node)}"
+                        tree.open = f"{ast.unparse(node.func)}(**...) at {node_site(scope.file, node)}"
                     else:
                         writes.append(([*root, keyword.arg], keyword.value, node))
                 if node.args:
-                    tree.open = f"{ast.unparse(node.func)}(...) at {_site(scope.file, node)}"
+                    tree.open = f"{ast.unparse(node.func)}(...) at {node_site(scope.file, node)}"
         for chain, value, where in writes:
             if len(chain) <= len(root) or chain[: len(root)] != root:
                 continue
@@ -670,7 +558,7 @@ def _apply_additions(index: SuiteIndex, tree: AttrTree, root: list[str], scope: 
             child = index.value(value, scope).tree if value is not None else AttrTree.opaque("")
             if path[-1] in node_tree.children and isinstance(where, ast.AugAssign):
                 continue
-            node_tree.set(path[-1], child, _site(scope.file, where))
+            node_tree.set(path[-1], child, node_site(scope.file, where))
             added.append(".".join(path))
     return added
 
@@ -691,7 +579,7 @@ def candidates(index: SuiteIndex) -> list[MockValue]:
                 key = (str(file.path), cls.lineno)
                 if key in runner_classes:
                     continue
-                bases = [index.find_class(n, file) for b in cls.bases if (n := _last_name(b))]
+                bases = [index.find_class(n, file) for b in cls.bases if (n := last_name(b))]
                 if RUNNER_CLASS.search(name) or any(
                     b is not None and (str(b[0].path), b[1].lineno) in runner_classes for b in bases
                 ):
@@ -700,29 +588,19 @@ def candidates(index: SuiteIndex) -> list[MockValue]:
                     found.setdefault(value.key, value)
                     changed = True
     for file in index.files:
-        for function, owner in _functions(file):
+        for function, owner in file_functions(file):
             scope = Scope(file, function, owner)
             if RUNNER_NAME.search(function.name):
                 for returned in index.returned_all(file, function, owner):
                     if returned.is_mock and returned.kind != "class":
                         found.setdefault(returned.key, returned)
-            for node in _own_nodes(function):
+            for node in own_nodes(function):
                 if not isinstance(node, ast.Assign):
                     continue
                 for target in node.targets:
-                    chain = _chain(target)
+                    chain = attribute_chain(target)
                     if chain and RUNNER_NAME.search(chain[-1]) and len(chain) <= 2:
                         for value in index.alternatives(target, scope):
                             if value.is_mock and value.kind != "class":
                                 found.setdefault(value.key, value)
     return list(found.values())
-
-
-def _functions(file: SourceFile) -> Iterator[tuple[_FunctionNode, ast.ClassDef | None]]:
-    for node in file.tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield node, None
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield item, node

@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 
 from dsakit.stack import sglang_source
-from dsakit.audit.mock_finder import SourceFile
+from dsakit.audit.suite_files import SourceFile
 from dsakit.stack.sglang_release import SGLangRelease
 
 

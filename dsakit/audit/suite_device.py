@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.guard_eval import decided
-from dsakit.audit.mock_finder import Scope
+from dsakit.audit.suite_files import Scope
 from dsakit.gates.device_model import DeviceModel
 
 REGISTRATIONS = {"register_cuda_ci": "nvidia", "register_amd_ci": "amd", "register_xpu_ci": "xpu",

@@ -14,7 +14,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from dsakit.audit.mock_finder import MockKey, MockValue, Scope, SourceFile, SuiteIndex, _functions, _own_nodes
+from dsakit.audit.suite_files import Scope, SourceFile, file_functions, own_nodes
+from dsakit.audit.mock_finder import MockKey, MockValue, SuiteIndex
 from dsakit.audit.registry import Choice, factory_choices, registry
 from dsakit.stack.sglang_release import (
     DEEPSEEK_V4_BACKEND_FILE,
@@ -44,7 +45,7 @@ class Backend:
         return tuple(self.name.split("."))
 
     def flow_file(self, release: SGLangRelease) -> str:
-        """The file key `source_scan.RunnerFlow` uses for this backend's reads."""
+        """The file key `backend_reads.RunnerFlow` uses for this backend's reads."""
         return self.file if self.own else f"{release.package_dir.name}/{self.file}"
 
 
@@ -214,7 +215,7 @@ def _literal(node: ast.expr, scope: Scope) -> str | None:
     if not isinstance(node, ast.Name):
         return None
     bodies = [scope.function] if scope.function is not None else []
-    values = [n.value for body in bodies for n in _own_nodes(body)
+    values = [n.value for body in bodies for n in own_nodes(body)
               if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
     values += [n.value for n in scope.file.tree.body
                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
@@ -317,12 +318,12 @@ def find_usage(index: SuiteIndex, routes: Routes) -> Usage:
     usage = Usage()
     for file in index.files:
         skips = _skip_classes(file)
-        scopes = [Scope(file, function, cls) for function, cls in _functions(file)]
+        scopes = [Scope(file, function, cls) for function, cls in file_functions(file)]
         nested = [Scope(file, node, s.cls) for s in scopes for node in _own_nodes_deep(s)]
         for scope in [*scopes, *nested]:
             assert scope.function is not None
             contexts: tuple[dict[int, str], dict[int, str], str] | None = None
-            for node in _own_nodes(scope.function):
+            for node in own_nodes(scope.function):
                 if not isinstance(node, ast.Call):
                     continue
                 found = routes.of(node, scope)

@@ -266,7 +266,8 @@ def tree_reads(flag: str, src: str) -> Reads:
     about a file no test imports), never a traceback or a silent pass."""
     from dsakit.errors import UnparsableSource
     from dsakit.stack.sglang_release import release_from_tree
-    from dsakit.sglang_facts.source_scan import runner_assignments, scan_runner_reads
+    from dsakit.sglang_facts.runner_source import runner_assignments
+    from dsakit.sglang_facts.backend_reads import scan_runner_reads
 
     release = release_from_tree(src)
     try:

@@ -19,15 +19,8 @@ from dsakit.contracts.schema import NAMESPACE, Contract, ContractEntry, Role
 from dsakit.errors import UsageError
 from dsakit.reasons import Reason
 from dsakit.stack.sglang_release import SGLangRelease, installed_release, release_from_tree
-from dsakit.sglang_facts.source_scan import (
-    RunnerRead,
-    RunnerWrite,
-    SourceSite,
-    _relative,
-    runner_assignments,
-    scan_backend_reads,
-    scan_runner_reads,
-)
+from dsakit.sglang_facts.runner_source import SourceSite, relative_file, runner_assignments
+from dsakit.sglang_facts.backend_reads import RunnerRead, RunnerWrite, scan_backend_reads, scan_runner_reads
 
 # Codes: `read-not-in-contract` and `contract-not-set-by-runner` fail the check (exit 1);
 # `conditional-read` and `soft-read` are informational.
@@ -300,10 +293,10 @@ def backend_sets(release: SGLangRelease, backend_src: Path) -> dict[str, list[Ru
     """Every assignment below the runner in the backend's files, by path: the read scanner's
     writes, through the same aliases as its reads (`model_runner.X = ...`, `self.model_runner.X`,
     `self.runner.X` after `self.runner = model_runner`; also `+=` and annotated)."""
-    from dsakit.sglang_facts.source_scan import backend_files, scan_files_flow
+    from dsakit.sglang_facts.backend_reads import backend_files, scan_files_flow
 
     files = backend_files(backend_src)
-    mine = {_relative(release, path) for path in files}
+    mine = {relative_file(release, path) for path in files}
     found: dict[str, list[RunnerWrite]] = {}
     for write in scan_files_flow(release, files).writes:
         if write.site.file in mine:

@@ -1,6 +1,6 @@
 """The source scan behind the declared ModelRunner sites (`dsakit.contracts.runner_sites`' table).
 
-Owns one release's row of that table, read with `source_scan` (the runner's assignments and their
+Owns one release's row of that table, read with `runner_source` (the runner's assignments and their
 methods, the ServerArgs fields, the digests of the files read), and the table's text. Must not be
 what the mock reads: the mock reads the table. `python scripts/runner_sites.py --write` runs it.
 """
@@ -13,7 +13,12 @@ from typing import Any
 
 from dsakit.contracts.runner_sites import FORMAT, releases, server_args_files, tree_digests
 from dsakit.stack.sglang_release import SGLangRelease
-from dsakit.sglang_facts.source_scan import runner_assignments, runner_files, runner_owners, server_args_fields
+from dsakit.sglang_facts.runner_source import (
+    runner_assignments,
+    runner_files,
+    runner_owners,
+    server_args_fields,
+)
 
 
 def release_row(release: SGLangRelease) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsakit.audit.mock_finder import Scope, SourceFile, _functions, parse_file
+from dsakit.audit.suite_files import Scope, SourceFile, file_functions, parse_file
 from dsakit.audit.registry import Choice
 from dsakit.audit.usage import (
     BACKENDS,
@@ -39,7 +39,7 @@ def _file(tmp_path: Path, source: str, name: str = "test_u.py") -> SourceFile:
 
 
 def _scope(file: SourceFile, function: str) -> Scope:
-    for node, cls in _functions(file):
+    for node, cls in file_functions(file):
         if node.name == function:
             return Scope(file, node, cls)
     raise AssertionError(function)

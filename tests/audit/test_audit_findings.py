@@ -17,7 +17,8 @@ from dsakit.audit.mock_finder import MockValue
 from dsakit.audit.suite_device import stand_in
 from dsakit.gates.device_model import SIMULATED
 from dsakit.stack.sglang_release import SGLangRelease
-from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
+from dsakit.sglang_facts.runner_source import SourceSite
+from dsakit.sglang_facts.backend_reads import RunnerRead
 
 DEVICES = {"sm90": SIMULATED["sm90"], "sm100": SIMULATED["sm100"], "gfx942": SIMULATED["gfx942"],
            "xpu": stand_in("xpu")}

@@ -11,17 +11,8 @@ from pathlib import Path
 import pytest
 
 from dsakit.audit.attr_tree import AttrTree
-from dsakit.audit.mock_finder import (
-    MockValue,
-    RunnerAttributes,
-    Scope,
-    SourceFile,
-    SuiteIndex,
-    UnparsableFile,
-    _functions,
-    candidates,
-    parse_file,
-)
+from dsakit.audit.suite_files import Scope, SourceFile, UnparsableFile, file_functions, parse_file
+from dsakit.audit.mock_finder import MockValue, RunnerAttributes, SuiteIndex, candidates
 
 RUNNER = RunnerAttributes(frozenset({"page_size", "model_config", "forward"}), frozenset({"forward"}))
 
@@ -39,7 +30,7 @@ def _value(tmp_path: Path, source: str, expression: str = "runner", function: st
            more: dict[str, str] | None = None, owner: str | None = None) -> MockValue:
     files = _files(tmp_path, {"test_m.py": source, **(more or {})})
     index = SuiteIndex(files, RUNNER)
-    for node, cls in _functions(files[0]):
+    for node, cls in file_functions(files[0]):
         if node.name == function and (cls.name if cls is not None else None) == owner:
             return index.value(ast.parse(expression, mode="eval").body, Scope(files[0], node, cls))
     raise AssertionError(function)
@@ -390,7 +381,7 @@ def test_a_fixture_of_the_tests_own_file_wins_over_a_conftest_one(tmp_path: Path
         "test_own.py": "import pytest\n\n\n@pytest.fixture\ndef runner():\n    return SimpleNamespace(own=1)\n\n\n"
                        "def test_it(runner):\n    pass\n"})
     index = SuiteIndex(files, RUNNER)
-    node, cls = next((n, c) for n, c in _functions(files[1]) if n.name == "test_it")
+    node, cls = next((n, c) for n, c in file_functions(files[1]) if n.name == "test_it")
     value = index.value(ast.parse("runner", mode="eval").body, Scope(files[1], node, cls))
     assert value.tree.names() == ["own"]
 
@@ -478,7 +469,7 @@ def test_fixtures_of_the_same_file_and_class_and_of_a_conftest(tmp_path: Path) -
                        "        self.member = SimpleNamespace(member=1)\n\n    def test_it(self, runner, only_here, in_class):\n"
                        "        pass\n"})
     index = SuiteIndex(files, RUNNER)
-    node, cls = next((n, c) for n, c in _functions(files[1]) if n.name == "test_it")
+    node, cls = next((n, c) for n, c in file_functions(files[1]) if n.name == "test_it")
     scope = Scope(files[1], node, cls)
 
     def names(expression: str) -> list[str]:

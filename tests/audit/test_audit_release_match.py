@@ -8,7 +8,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from dsakit.audit.mock_finder import SourceFile
+from dsakit.audit.suite_files import SourceFile
 from dsakit.audit.release_match import _module_names, mismatch_line, missing_imports
 from dsakit.stack.sglang_release import SGLangRelease
 

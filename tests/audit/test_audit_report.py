@@ -13,11 +13,13 @@ import pytest
 from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.device_guards import probe_table
 from dsakit.audit.findings import MissingEntry, MockFinding, ReadFinding
-from dsakit.audit.mock_finder import MockValue, Scope, SourceFile
+from dsakit.audit.suite_files import Scope, SourceFile
+from dsakit.audit.mock_finder import MockValue
 from dsakit.audit.report import CONFIG_RULE, AuditResult, outcome_text, render_reads
 from dsakit.audit.usage import Backend, BackendCall, Route
 from dsakit.stack.sglang_release import SGLangRelease
-from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
+from dsakit.sglang_facts.runner_source import SourceSite
+from dsakit.sglang_facts.backend_reads import RunnerRead
 
 RELEASE = SGLangRelease(Path("/opt/sgl/sglang"), "0.5.99")
 DSA = Backend("DeepseekSparseAttnBackend", "srt/layers/attention/dsa_backend.py", "DeepseekSparseAttnBackend")

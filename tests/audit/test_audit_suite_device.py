@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from dsakit.audit.attr_tree import AttrTree
-from dsakit.audit.mock_finder import Scope, SourceFile
+from dsakit.audit.suite_files import Scope, SourceFile
 from dsakit.audit.suite_device import mock_device, stand_in, suite_devices
 from dsakit.gates.device_model import SIMULATED
 

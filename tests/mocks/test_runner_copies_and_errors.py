@@ -117,7 +117,7 @@ def test_an_undeclared_write_of_what_no_runner_sets_is_declared_as_set_by_the_ba
 
 @pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
 def test_an_attribute_the_real_runner_sets_is_declared_with_its_assignment_site(write: bool) -> None:
-    from dsakit.sglang_facts.source_scan import runner_site
+    from dsakit.sglang_facts.runner_source import runner_site
 
     real = runner_site("mem_fraction_static")  # ModelRunner.__init__ sets it; the contract does not declare it
     assert real.endswith(" (ModelRunner sets it)"), real

@@ -95,7 +95,7 @@ def test_the_script_refuses_a_bad_tree_argument() -> None:
 
 
 def test_an_attribute_the_runner_sets_is_worded_with_its_site_and_method(installed_sglang: SGLangRelease) -> None:
-    from dsakit.sglang_facts.source_scan import runner_assignments
+    from dsakit.sglang_facts.runner_source import runner_assignments
 
     site = runner_assignments(installed_sglang)["mem_fraction_static"]
     message = _read(dsakit.MockModelRunner("target"), "mem_fraction_static")
@@ -113,7 +113,7 @@ def test_an_attribute_the_runner_never_sets_says_so_naming_the_release(installed
 
 
 def test_a_dotted_attribute_is_worded_by_its_parent_or_its_serverargs_field(installed_sglang: SGLangRelease) -> None:
-    from dsakit.sglang_facts.source_scan import runner_assignments, server_args_fields
+    from dsakit.sglang_facts.runner_source import runner_assignments, server_args_fields
 
     sets = runner_assignments(installed_sglang)
     field = server_args_fields(installed_sglang)["dsa_decode_backend"]
@@ -141,7 +141,7 @@ def test_an_unchanged_copy_of_the_release_is_worded_as_the_release(
 
 def test_a_tree_whose_model_runner_differs_says_the_site_is_the_releases(
         installed_sglang: SGLangRelease, tmp_path: Path, imported: Callable[[SGLangRelease], None]) -> None:
-    from dsakit.sglang_facts.source_scan import runner_assignments
+    from dsakit.sglang_facts.runner_source import runner_assignments
 
     site = runner_assignments(installed_sglang)["mem_fraction_static"]
     tree = _copy_of(installed_sglang, tmp_path)

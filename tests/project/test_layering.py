@@ -62,8 +62,8 @@ def test_a_lazy_import_against_the_order_is_refused(tree: Path, module: str, tar
     assert f"- {importer} -> {target} (l." in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("target", ["dsakit.sglang_facts.source_scan", "dsakit.sglang_facts.runner_site_scan"])
-def test_an_import_of_the_source_scan_from_the_mock_is_refused(tree: Path, target: str) -> None:
+@pytest.mark.parametrize("target", ["dsakit.sglang_facts.runner_source", "dsakit.sglang_facts.backend_reads", "dsakit.sglang_facts.runner_site_scan"])
+def test_an_import_of_a_source_scan_from_the_mock_is_refused(tree: Path, target: str) -> None:
     """The layers allow mocks -> sglang_facts; the mock's wording of where the real ModelRunner sets an
     attribute reads the declared table (dsakit.contracts.runner_sites), never the source scan."""
     mock = tree / "dsakit" / "mocks" / "strict_node.py"

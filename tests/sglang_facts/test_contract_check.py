@@ -30,7 +30,8 @@ from dsakit.stack.sglang_release import (
     installed_release,
     release_from_tree,
 )
-from dsakit.sglang_facts.source_scan import RunnerRead, runner_site, scan_runner_reads
+from dsakit.sglang_facts.runner_source import runner_site
+from dsakit.sglang_facts.backend_reads import RunnerRead, scan_runner_reads
 
 _COPIED_FILES = (
     MODEL_RUNNER_FILE, DSA_BACKEND_FILE, DEEPSEEK_V4_BACKEND_FILE, TOPK_V2_FILE, RUNTIME_CONTEXT_FILE,
@@ -362,7 +363,7 @@ def test_not_set_by_runner_finding_has_no_sites_in_json(tree: Path) -> None:
 
 
 def test_runner_assignments_follow_every_in_file_base_past_an_imported_one(tmp_path: Path) -> None:
-    from dsakit.sglang_facts.source_scan import runner_assignments
+    from dsakit.sglang_facts.runner_source import runner_assignments
 
     release = _mini_tree(tmp_path, "class Backend:\n    pass\n")
     (release.package_dir / MODEL_RUNNER_FILE).write_text(
@@ -410,10 +411,10 @@ def _chain(tmp_path: Path, depth: int) -> dict[str, RunnerRead]:
 
 
 def test_calls_are_followed_exactly_three_helpers_deep(tmp_path: Path) -> None:
-    from dsakit.sglang_facts import source_scan
+    from dsakit.sglang_facts import backend_reads
 
     [read] = _chain(tmp_path / "three", 3).values()
-    assert len(read.via) == source_scan._FOLLOW_DEPTH == 3
+    assert len(read.via) == backend_reads._FOLLOW_DEPTH == 3
     assert read.via[-1].endswith("chain.py:5 (f2)")
     assert _chain(tmp_path / "four", 4) == {}
 
@@ -512,7 +513,7 @@ def test_runner_attributes_set_by_a_mixin_in_another_file_are_found(tmp_path: Pa
     (package / MODEL_RUNNER_FILE).write_text(
         head + f"\n\nclass ModelRunnerOutput:\n    def __init__(self):\n        self.not_the_runners = 1\n\n\n"
         f"class ModelRunner({base}):\n    def __init__(self):\n        self.a = 1\n")
-    from dsakit.sglang_facts.source_scan import runner_assignments
+    from dsakit.sglang_facts.runner_source import runner_assignments
 
     sites = runner_assignments(release_from_tree(tmp_path))
     assert str(sites["token_to_kv_pool"]) == "sglang/srt/model_executor/runner_mixin.py:6"
@@ -594,6 +595,6 @@ def test_a_latin1_model_runner_with_its_coding_cookie_parses(tmp_path: Path) -> 
     (release.package_dir / MODEL_RUNNER_FILE).write_bytes(
         b"# -*- coding: latin-1 -*-\nclass ModelRunner:\n    def __init__(self):\n"
         b"        self.device = 'caf\xe9'\n")
-    from dsakit.sglang_facts.source_scan import runner_assignments
+    from dsakit.sglang_facts.runner_source import runner_assignments
 
     assert str(runner_assignments(release)["device"]) == "sglang/srt/model_executor/model_runner.py:4"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from dsakit.contracts.schema import Contract, ContractEntry, per_role
 from dsakit.sglang_facts import contract_check as cc
-from dsakit.sglang_facts.source_scan import RunnerRead, SourceSite
+from dsakit.sglang_facts.runner_source import SourceSite
+from dsakit.sglang_facts.backend_reads import RunnerRead
 
 CONTRACT = Contract("small", [
     ContractEntry("page_size", "int", 64, readers=("A",)),

@@ -17,7 +17,8 @@ from dsakit.audit.registry import registry
 from dsakit.stack.sglang_release import MODEL_RUNNER_FILE, PROBE_SCAN_FILES, installed_release, release_from_tree
 from dsakit.topk import flags
 from dsakit.simulation import probes as device_probes
-from dsakit.sglang_facts.source_scan import runner_assignments, scan_runner_reads, server_args_fields
+from dsakit.sglang_facts.runner_source import runner_assignments, server_args_fields
+from dsakit.sglang_facts.backend_reads import scan_runner_reads
 
 
 sglang = pytest.mark.usefixtures("installed_sglang")  # skips [sglang-not-installed] where there is none
