@@ -80,6 +80,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "kernel_contracts": (["dsakit/topk/kernel_contracts.py", "dsakit/topk/launch_guard.py"],
                          ["tests/topk/test_kernel_contracts.py", "tests/topk/test_contract_boundaries.py",
                           "tests/topk/test_metadata_postconditions.py", "tests/topk/test_launch_guard.py",
+                          "tests/topk/test_launch_guard_part.py",
                           "tests/topk/test_contract_kinds.py"]),
     # the simulation's verdicts (issue 45): the plan and its CPU view, the arch-only kernel table, the
     # arch rules and the reference stand-ins (pytester: the CPU-placed and portable runs are in-process)
