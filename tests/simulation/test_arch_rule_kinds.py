@@ -105,6 +105,7 @@ def test_a_cumulative_array_has_batch_size_plus_one_entries() -> None:
     assert _value("cumulative", args, cu=_t(5, dtype="int32"), batch_size=3) == "5 entries for batch_size 3"
     assert _value("cumulative", args, cu=_t(3, dtype="int32"), batch_size=3) == "3 entries for batch_size 3"
     assert _value("cumulative", args, cu=_t(4, 1, dtype="int32"), batch_size=3) is None  # 2-D: not this rule's
+    assert _value("cumulative", args, cu=_t(5, 1, dtype="int32"), batch_size=3) is None  # nor a wrong 2-D one
     assert _value("cumulative", args, cu=None, batch_size=3) is None
     assert _value("cumulative", args, cu=_t(9, dtype="int32"), batch_size=None) is None
 

@@ -169,6 +169,17 @@ def test_a_graph_class_without_one_of_its_three_methods_is_left_alone(missing: s
     launch_guard._guard_graphs(patches, types.SimpleNamespace())  # no torch.cuda at all: nothing to do
 
 
+def test_a_graph_that_is_not_a_class_is_left_alone() -> None:
+    methods = {name: (lambda self: None) for name in ("capture_begin", "capture_end", "replay")}
+    graph = types.SimpleNamespace(**methods)  # an instance, not torch.cuda.CUDAGraph the class
+    patches = Patches()
+    launch_guard._guard_graphs(patches, types.SimpleNamespace(cuda=types.SimpleNamespace(CUDAGraph=graph)))
+    try:
+        assert vars(graph) == methods
+    finally:
+        patches.restore()
+
+
 def test_a_module_attribute_that_is_not_callable_is_not_wrapped() -> None:
     module = types.ModuleType("fake_kernels_constant")
     setattr(module, "topk", 3)
@@ -184,6 +195,8 @@ def test_the_wrapper_keeps_the_entry_points_name_qualname_and_doc() -> None:
     wrapped = launch_guard.guarded(ENTRY, _kernel)
     assert (wrapped.__name__, wrapped.__qualname__, wrapped.__doc__) == (
         "_kernel", "_kernel", "A stand-in entry point.")
+    nested = launch_guard.guarded(ENTRY, _new_kernel())
+    assert (nested.__name__, nested.__qualname__) == ("kernel", "_new_kernel.<locals>.kernel")
 
     class Callable_:
         def __call__(self, scores: Any) -> str:
@@ -214,7 +227,8 @@ def test_a_refused_launch_names_the_callers_line_and_every_broken_rule(
         kernel("s", seq_lens="l")
     line = sys._getframe().f_lineno - 1
     message = str(raised.value)
-    assert f"test_launch_guard_part.py:{line}" in raised.value.site
+    assert raised.value.site.endswith(f"test_launch_guard_part.py:{line} in "
+                                      "test_a_refused_launch_names_the_callers_line_and_every_broken_rule")
     assert (f"would launch with arguments its kernel does not accept; called at {raised.value.site}:\n"
             "  seq_lens[1] = -4: must be >= 0\n  scores (torch.int32): must be float32\n(nothing was launched;") in message
     assert tally == {"launch": {ENTRY.kernel: 1}, "refused": {ENTRY.kernel: 1}}
