@@ -143,6 +143,15 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ('dsakit/gates/table.py', 'return code.startswith(("sm", "gfx")) and not code.startswith("sglang")',
      'return code.startswith(("sm", "gfx")) and not code.startswith("XXsglangXX")',
      "no code starting with 'sm' or 'gfx' starts with 'sglang': the clause is always true"),
+    ("dsakit/topk/launch_guard.py", "return site_outside(_MACHINERY, depth=2, function=True)",
+     "return site_outside(_MACHINERY, function=True)",
+     "the walk skips every /dsakit/ frame, so where below the wrapper it starts gives the same caller"),
+    ("dsakit/topk/launch_guard.py", "return site_outside(_MACHINERY, depth=2, function=True)",
+     "return site_outside(_MACHINERY, depth=1, function=True)",
+     "the walk skips every /dsakit/ frame, so where below the wrapper it starts gives the same caller"),
+    ("dsakit/topk/launch_guard.py", "signature: inspect.Signature | None = inspect.signature(original)",
+     "signature: inspect.Signature & None = inspect.signature(original)",
+     "a local variable's annotation is never evaluated"),
 ]
 
 _RM = "dsakit/compare/report_merge.py"
