@@ -7,7 +7,8 @@
 # PLANTS: names from the table below (default: none, then every plant). Each plant edits one SM 10.x-only
 # line of SGLang 0.5.21's dsa_backend.py (eight classes: workspace, cumulative lengths,
 # multi-CTA counters, numerics through a stand-in, a length tensor's dtype, a length tensor on the host,
-# the q-length bound of the grid, head dims) in its own copy of that module (loaded in its place at
+# the q-length bound of the grid, a swapped operand; sched_nc, sched_pos, mha_sm and pad64 probe the
+# issue's own classes: the SM100 schedule's context lengths, SM 10.3 dispatch, the Blackwell pad width) in its own copy of that module (loaded in its place at
 # import), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device DEVICE`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for the simulated run the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
@@ -17,7 +18,7 @@ shift
 # pad64 is kept as a check of the build-dependent head rule, not among the plants: the H200 pack's
 # sglang-kernel 0.4.5 FlashMLA has Fwd_Sm100_Head64_Impl (its flashmla_ops carries the class), so a B300
 # runs 64 heads and padding to 64 there is no bug (SGLang's "128 (Blackwell)" predates that kernel).
-PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1 value_k}
+PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1 value_k sched_nc}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}
@@ -60,8 +61,11 @@ plant_edit() {
                 value=v,
                 workspace_buffer=self.workspace_buffer,|                key=k,
                 value=k,
-                workspace_buffer=self.workspace_buffer,|the SM 10.x ragged prefill hands TRT-LLM the 192-wide keys as values (its DeepSeek build is (192, 192, 128))" ;;
+                workspace_buffer=self.workspace_buffer,|the SM 10.x ragged prefill hands TRT-LLM the keys as values (a swapped operand: judged on the stand-in's output; at DeepSeek's (192, 192, 128) dims the head-dims rule refuses it)" ;;
     max_q1) echo "max_q_len=metadata.max_seq_len_q,|max_q_len=1,|the SM 10.x ragged prefill bounds the q length by 1 (the grid covers one row per request)" ;;
+    sched_nc) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return cache_seqlens_int32.view(-1, 1).expand(-1, next_n)|the SM100 DG-native verify schedule hands DeepGEMM a stride-0 [B, next_n] view of the context lengths" ;;
+    sched_pos) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return seqlens_expanded.reshape(-1, next_n).contiguous()|the SM100 DG-native verify schedule hands DeepGEMM per-position lengths (it adds each position's offset itself)" ;;
+    mha_sm) echo "or (device_sm >= 100 and device_sm < 110)|or (device_sm >= 100 and device_sm < 103)|the MHA one-shot prefill leaves out SM 10.3 (a B300 takes the MLA path)" ;;
     none) echo "||no plant: the baseline" ;;
     *) return 1 ;;
   esac
