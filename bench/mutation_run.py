@@ -90,7 +90,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                     "tests/simulation/test_cpu_placement_rules.py", "tests/simulation/test_portable.py",
                     "tests/simulation/test_runtime_plan_and_cpu_view.py", "tests/simulation/test_kernel_arch_lookups.py",
                     "tests/simulation/test_arch_rule_kinds.py", "tests/simulation/test_reference_batch.py",
-                    "tests/simulation/test_reference_ragged_call.py"]),
+                    "tests/simulation/test_reference_ragged_call.py", "tests/simulation/test_reference_mla_decode.py"]),
     # the run session's verdict (issue 45): the run's device as RunDevice resolves it (every spelling of
     # 'real', a simulated key, --dsakit-device-from-torch, the plan), reached in-process and through
     # pytester's inner runs. DsakitSession (the hand-offs to each part) is not measured here: its
