@@ -152,6 +152,17 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("dsakit/topk/launch_guard.py", "signature: inspect.Signature | None = inspect.signature(original)",
      "signature: inspect.Signature & None = inspect.signature(original)",
      "a local variable's annotation is never evaluated"),
+    ("dsakit/simulation/reference_kernels.py", "for start in range(0, batch * q_len, 16):  # 16 query tokens at a time: the gathered rows stay small",
+     "for start in range(0, batch * q_len, 15):  # 16 query tokens at a time: the gathered rows stay small",
+     "overlapping 16-row chunks compute the shared rows twice, the same way: the same output"),
+    ("dsakit/simulation/reference_kernels.py", "rows = slice(start, start + 16)", "rows = slice(start, start + 17)",
+     "overlapping chunks compute the shared rows twice, the same way: the same output"),
+    ("dsakit/simulation/reference_kernels.py", "kv = flat[slots[rows].clamp(min=0)].float()  # tokens, top_k, dim",
+     "kv = flat[slots[rows].clamp(min=(-1))].float()  # tokens, top_k, dim",
+     "slot -1 then gathers the cache's last row, which the mask of unused slots hides as it hid row 0"),
+    ("dsakit/simulation/reference_kernels.py", "if not dtypes <= {torch.bfloat16, torch.float16, torch.float32}:",
+     "if not dtypes < {torch.bfloat16, torch.float16, torch.float32}:",
+     "the query's and the cache's dtypes are at most two: a subset of the three is always a proper one"),
 ]
 
 _RM = "dsakit/compare/report_merge.py"
