@@ -163,6 +163,12 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ("dsakit/simulation/reference_kernels.py", "if not dtypes <= {torch.bfloat16, torch.float16, torch.float32}:",
      "if not dtypes < {torch.bfloat16, torch.float16, torch.float32}:",
      "the query's and the cache's dtypes are at most two: a subset of the three is always a proper one"),
+    ("dsakit/session.py", "self.fleet: list[str] | None = None", "self.fleet: list[str] & None = None", "under `from __future__ import annotations` no annotation is evaluated"),
+    ("dsakit/session.py", "self.simulated: DeviceModel | None = None", "self.simulated: DeviceModel & None = None", "under `from __future__ import annotations` no annotation is evaluated"),
+    ("dsakit/session.py", "self._real: DeviceModel | None = None", "self._real: DeviceModel & None = None", "under `from __future__ import annotations` no annotation is evaluated"),
+    ("dsakit/session.py", "self._plan: SimulationPlan | None = None", "self._plan: SimulationPlan & None = None", "under `from __future__ import annotations` no annotation is evaluated"),
+    ("dsakit/session.py", 'if raw and "," in raw:', "if True:", "a fast path: fleet_devices answers None itself for a raw value without a comma (or none at all)"),
+    ("dsakit/session.py", 'if raw and "," in raw:', "if raw:", "a fast path: fleet_devices answers None itself for a raw value without a comma (or none at all)"),
 ]
 
 _RM = "dsakit/compare/report_merge.py"
