@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,40 +46,6 @@ def _new_kernel() -> Any:
                                 page_size: Any, metadata: Any, out_raw_indices: Any = None) -> str:
         return "launched"
     return topk_transform_paged_v2
-
-
-@pytest.fixture
-def tally() -> Iterator[dict[str, dict[str, int]]]:
-    saved = launch_guard._tally_copy()
-    launch_guard._TALLY.clear()
-    try:
-        yield launch_guard._TALLY
-    finally:
-        launch_guard._TALLY.clear()
-        launch_guard._TALLY.update(saved)
-
-
-@pytest.fixture
-def graph_class() -> Iterator[type]:
-    """A stand-in torch.cuda.CUDAGraph with the guard's capture and replay wrappers installed."""
-
-    class CUDAGraph:
-        def capture_begin(self, *args: object, **kwargs: object) -> None:
-            pass
-
-        def capture_end(self) -> None:
-            pass
-
-        def replay(self) -> None:
-            pass
-
-    patches = Patches()
-    launch_guard._guard_graphs(patches, types.SimpleNamespace(cuda=types.SimpleNamespace(CUDAGraph=CUDAGraph)))
-    try:
-        yield CUDAGraph
-    finally:
-        patches.restore()
-        launch_guard._GRAPHS.stack().clear()
 
 
 def test_an_entry_point_guarded_twice_is_checked_and_counted_once_per_call(

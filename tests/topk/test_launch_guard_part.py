@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,17 +20,6 @@ from dsakit.topk.kernel_contracts import KERNEL_ENTRIES, KernelEntry, Violation,
 
 ENTRY: KernelEntry = KERNEL_ENTRIES[0]
 BAD = [Violation("seq_lens", "must be >= 0", row=1, value=-4)]
-
-
-@pytest.fixture
-def tally() -> Iterator[dict[str, dict[str, int]]]:
-    saved = launch_guard._tally_copy()
-    launch_guard._TALLY.clear()
-    try:
-        yield launch_guard._TALLY
-    finally:
-        launch_guard._TALLY.clear()
-        launch_guard._TALLY.update(saved)
 
 
 @pytest.fixture
@@ -245,22 +233,6 @@ def test_a_broken_postcondition_counts_the_write_and_the_refusal(
 
 
 # ---------------------------------------------------------------- CUDA graphs
-
-
-@pytest.fixture
-def graph_class() -> Iterator[type]:
-    class CUDAGraph:
-        def capture_begin(self) -> None: ...
-        def capture_end(self) -> None: ...
-        def replay(self) -> None: ...
-
-    patches = Patches()
-    launch_guard._guard_graphs(patches, types.SimpleNamespace(cuda=types.SimpleNamespace(CUDAGraph=CUDAGraph)))
-    try:
-        yield CUDAGraph
-    finally:
-        patches.restore()
-        launch_guard._GRAPHS.stack().clear()
 
 
 def test_a_capture_end_with_nothing_capturing_is_harmless(graph_class: type) -> None:

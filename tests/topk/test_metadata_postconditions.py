@@ -10,7 +10,6 @@ ones. The model of draft extend takes `clamp=False` to stand for the reverted MT
 from __future__ import annotations
 
 import importlib.util
-import types
 from typing import Any
 
 import pytest
@@ -213,30 +212,18 @@ def test_under_the_option_the_wrapped_kernel_raises_when_it_returns() -> None:
 
 
 @torch_needed
-def test_a_metadata_kernel_captured_in_a_graph_is_checked_after_each_replay() -> None:
+def test_a_metadata_kernel_captured_in_a_graph_is_checked_after_each_replay(guarded_graphs: Any) -> None:
     from dsakit.errors import KernelContractViolation
-    from dsakit.stack.import_hooks import Patches
     from dsakit.topk import launch_guard
 
-    class CUDAGraph:
-        def capture_begin(self, *args: object, **kwargs: object) -> None:
-            pass
+    def replayed_kernel_writes() -> None:
+        inputs["seqlens_expanded"][8] = -2  # the replayed kernel writes the padded row
 
-        def capture_end(self) -> None:
-            pass
-
-        def replay(self) -> None:
-            inputs["seqlens_expanded"][8] = -2  # the replayed kernel writes the padded row
-
-    patches = Patches()
-    try:
-        launch_guard._guard_graphs(patches, types.SimpleNamespace(cuda=types.SimpleNamespace(CUDAGraph=CUDAGraph)))
-        kernel, inputs = _kernel("draft_extend", [40, 70, 1, 1], max_len=256)
-        graph = CUDAGraph()
-        graph.capture_begin()
-        launch_guard.guarded(_entries("draft_extend")[0], kernel)(**inputs)  # no value read while capturing
-        graph.capture_end()
-        with pytest.raises(KernelContractViolation, match=r"when this CUDA graph replayed .*\n  seqlens_expanded\[8\] = -2"):
-            graph.replay()
-    finally:
-        patches.restore()
+    graph_class = guarded_graphs(on_replay=replayed_kernel_writes)
+    kernel, inputs = _kernel("draft_extend", [40, 70, 1, 1], max_len=256)
+    graph = graph_class()
+    graph.capture_begin()
+    launch_guard.guarded(_entries("draft_extend")[0], kernel)(**inputs)  # no value read while capturing
+    graph.capture_end()
+    with pytest.raises(KernelContractViolation, match=r"when this CUDA graph replayed .*\n  seqlens_expanded\[8\] = -2"):
+        graph.replay()
