@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dsakit.audit.attr_tree import AttrTree
 from dsakit.audit.suite_files import SourceFile, Scope, node_site, last_name, attribute_chain, own_nodes, file_functions

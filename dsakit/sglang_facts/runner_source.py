@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 

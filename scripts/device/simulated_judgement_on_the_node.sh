@@ -25,7 +25,6 @@ TESTS=${TESTS:-tests/simulation/test_device_branches.py tests/compare/test_repor
 
 ( s=$(date +%s); python -m dsakit warm contracts --device sm103 > "$LOGS/warm.txt" 2>&1
   echo "rc=$? wall=$(( $(date +%s) - s ))s" >> "$LOGS/warm.txt" ) &
-WARM=$!
 ( OUT=$LOGS JOBS=4 LIMIT=${LIMIT:-330} bash scripts/device/arch_rules_plants.sh "$UPSTREAM" ${PLANTS:-none value_k} \
     > "$LOGS/plants.txt" 2>&1 ) &
 mkdir -p "$WORK/upstream"; cp -r "$UPSTREAM/test" "$WORK/upstream/"  # outside the project's ini

@@ -150,6 +150,18 @@ def _mla_call(**change: Any) -> dict[str, Any]:
     return call
 
 
+def _two_d_block_tables() -> dict[str, Any]:
+    import torch
+
+    return {"block_tables": torch.zeros(2, 5, dtype=torch.int32)}
+
+
+def _fp8_cache() -> dict[str, Any]:
+    import torch
+
+    return {"query": _mla_inputs()["query"].bfloat16(), "kv_cache": torch.zeros(2, 2, dtype=torch.float8_e4m3fn)}
+
+
 @pytest.mark.parametrize("change, reason", [
     ({"sparse_mla_top_k": 0}, "dense MLA decode (sparse_mla_top_k=0)"),
     ({"return_lse": True}, "the lse: the stand-in does not produce TRT-LLM's lse"),
@@ -160,19 +172,11 @@ def _mla_call(**change: Any) -> dict[str, Any]:
     ({"enable_dcp": True}, "decode context parallelism: the stand-in does not model it"),
     ({"backend": "xqa"}, "backend='xqa': the stand-in models trtllm-gen"),
     ({"block_tables": None}, "block_tables must be the (batch, q_len, top_k) sparse indices"),
-    ({"block_tables": "2-D"}, "block_tables must be the (batch, q_len, top_k) sparse indices"),
-    ({"kv_cache": "fp8"}, "dtypes ['torch.bfloat16', 'torch.float8_e4m3fn']: the stand-in models unquantized caches"),
+    (_two_d_block_tables, "block_tables must be the (batch, q_len, top_k) sparse indices"),
+    (_fp8_cache, "dtypes ['torch.bfloat16', 'torch.float8_e4m3fn']: the stand-in models unquantized caches"),
 ])
-def test_what_the_mla_decode_stand_in_does_not_model_is_named(change: dict[str, Any], reason: str) -> None:
-    import torch
-
-    call = _mla_call(**change)
-    if change.get("block_tables") == "2-D":
-        call["block_tables"] = torch.zeros(2, 5, dtype=torch.int32)
-    if change.get("kv_cache") == "fp8":
-        call["query"] = call["query"].bfloat16()
-        call["kv_cache"] = torch.zeros(2, 2, dtype=torch.float8_e4m3fn)
-    got = rk._mla_unmodeled(call)
+def test_what_the_mla_decode_stand_in_does_not_model_is_named(change: Any, reason: str) -> None:
+    got = rk._mla_unmodeled(_mla_call(**(change() if callable(change) else change)))
     assert got is not None and got.startswith(reason)
 
 
