@@ -272,11 +272,44 @@ def _bounds_lengths(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     return None if bound >= longest else f"{bound} < the longest request's {longest}"
 
 
+def _unit_stride(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0].stride(dim) == 1 (param: dim): the kernel walks that dimension element by element."""
+    value = _arg(a, rule.args[0])
+    if not _tensor(value) or not -len(value.shape) <= rule.param < len(value.shape):
+        return None
+    stride = int(value.stride(rule.param))
+    return None if stride == 1 else f"stride({rule.param}) {stride}"
+
+
+def _contiguous(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    value = _arg(a, rule.args[0])
+    if not _tensor(value):
+        return None
+    return None if value.is_contiguous() else f"a non-contiguous view, strides {tuple(value.stride())}"
+
+
+def _covers_heads(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args[0] has at least as many elements as args[1] has heads (its shape[-2])."""
+    value, heads = _arg(a, rule.args[0]), _size_at(_arg(a, rule.args[1]), -2)
+    if not _tensor(value) or heads is None:
+        return None
+    return None if value.numel() >= heads else f"{value.numel()} values for {heads} heads"
+
+
+def _paired(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """args are all tensors or all None: a half-given group is read from unset pointers."""
+    given = {name: _tensor(_arg(a, name)) for name in rule.args}
+    if all(given.values()) or not any(given.values()):
+        return None
+    return "only " + ", ".join(name for name, is_given in given.items() if is_given) + " given"
+
+
 _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
     "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
     "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in, "dtype_in": _dtype_in,
-    "same_device": _same_device, "bounds_lengths": _bounds_lengths,
+    "same_device": _same_device, "bounds_lengths": _bounds_lengths, "unit_stride": _unit_stride,
+    "contiguous": _contiguous, "covers_heads": _covers_heads, "paired": _paired,
 }
 
 
@@ -310,6 +343,36 @@ _ARCH_RULES_MLA = (
 )
 
 
+_SWAPAB = "SGLang 0.5.21 sglang/kernels/ops/attention/dsv4/decode_attention_sm100.py swapab_attention"
+_SWAPAB_CACHE_DTYPES = ("torch.uint8", "torch.float8_e4m3fn")
+_ARCH_RULES_SWAPAB = (
+    _sm10x_rule("q.shape[0] (batch)", "dim_in", ("q",), "1 to 8 requests (MAX_BATCH)",
+                 f"{_SWAPAB}: assert 0 < b <= MAX_BATCH", (0, tuple(range(1, 9)))),
+    _sm10x_rule("q.shape[-2] (heads)", "dim_in", ("q",), "exactly 16 heads (NUM_HEADS: the MMA's N)",
+                 f"{_SWAPAB}: assert h == NUM_HEADS", (-2, (16,))),
+    _sm10x_rule("q.shape[-1] (head_dim)", "dim_in", ("q",), "512 (HEAD_DIM)", f"{_SWAPAB}: assert d == HEAD_DIM",
+                 (-1, (512,))),
+    _sm10x_rule("q.dtype", "dtype_in", ("q",), "bfloat16", f"{_SWAPAB}: assert q.dtype == torch.bfloat16",
+                 ("torch.bfloat16",)),
+    _sm10x_rule("q.stride(-1)", "unit_stride", ("q",), "1", f"{_SWAPAB}: assert q.stride(-1) == 1", -1),
+    *(rule for cache in ("kv", "extra_kv") for rule in (
+        _sm10x_rule(f"{cache}.shape[-1] (bytes per token)", "dim_in", (cache,),
+                     "584, the V4 layout's (576 data + 8 scale bytes)",
+                     f"{_SWAPAB}: assert {cache}.shape[-1] == LAYOUT.bytes_per_token (KVLayout.V4)", (-1, (584,))),
+        _sm10x_rule(f"{cache}.dtype", "dtype_in", (cache,), "uint8 or float8_e4m3fn bytes",
+                     f"{_SWAPAB}: assert {cache}.dtype in (torch.uint8, torch.float8_e4m3fn)", _SWAPAB_CACHE_DTYPES))),
+    *(_sm10x_rule(f"{name}.stride(-1)", "unit_stride", (name,), "1", f"{_SWAPAB}: assert {name}.stride(-1) == 1", -1)
+      for name in ("indices", "extra_indices")),
+    *(_sm10x_rule(name, "contiguous", (name,), "contiguous", f"{_SWAPAB}: assert {name}.is_contiguous()")
+      for name in ("lengths", "extra_lengths")),
+    _sm10x_rule("sink", "present", ("sink",), "a per-head sink tensor is required",
+                 f"{_SWAPAB}: assert sink.stride(0) == 1 and sink.numel() >= h"),
+    _sm10x_rule("sink (heads)", "covers_heads", ("sink", "q"), "at least one value per head",
+                 f"{_SWAPAB}: assert sink.numel() >= h"),
+    _sm10x_rule("(extra_kv, extra_indices, extra_lengths)", "paired", ("extra_kv", "extra_indices", "extra_lengths"),
+                 "all given or none", f"{_SWAPAB}: if extra_kv is None: assert extra_indices is None and "
+                 "extra_lengths is None"),
+)
 ARCH_RULES: tuple[ArchEntry, ...] = (
     ArchEntry(
         "FlashMLA sparse prefill (flash_mla_sparse_fwd)",
@@ -388,6 +451,13 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
         _ARCH_RULES_MLA,
         callers="sglang/srt/layers/attention/dsa_backend.py DSABackend (dsa_decode_impl 'trtllm': "
                 "flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla); trtllm_mla_backend.py (decode)",
+    ),
+    ArchEntry(
+        "DeepSeek-V4.1 swap-AB decode (swapab_attention)",
+        ("sglang.kernels.ops.attention.dsv4.decode_attention_sm100:swapab_attention",),
+        _ARCH_RULES_SWAPAB,
+        callers="sglang/srt/layers/attention/deepseek_v4_backend.py DeepseekV4AttnBackend._forward_attention "
+                "(is_dsv41 and get_platform().is_sm100 and can_use_swapab_attention(...))",
     ),
 )
 

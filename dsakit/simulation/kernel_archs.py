@@ -78,6 +78,12 @@ ARCH_ONLY: tuple[KernelFamily, ...] = (
         entry_points=("sgl_kernel.attention:cutlass_mla_decode", "sgl_kernel.attention:cutlass_mla_get_workspace_size"),
     ),
     KernelFamily(
+        "sm100-gluon", "SGLang's SM100 Gluon kernels (DeepSeek-V4.1's swap-AB decode)", _SM10X,
+        "its split-KV kernel (decode_attention_sm100_gluon.partial_gluon) is Gluon over SM 10.x's "
+        "tcgen05 MMA and tensor memory: Triton builds it for SM 10.x only (gfx950 hands its own kernel)",
+        entry_points=("sglang.kernels.ops.attention.dsv4.decode_attention_sm100:swapab_attention",),
+    ),
+    KernelFamily(
         "deep-gemm-fp4", "DeepGEMM's FP8xFP4 GEMM and MQA-logits kernels", _SM10X,
         "FP4 tensor-core instructions exist on SM 10.x only",
         entry_points=(

@@ -161,6 +161,87 @@ def _mla_run(a: Mapping[str, Any]) -> Any:
     return out
 
 
+# DeepSeek-V4's paged FP8 key layout ("V4": sglang/kernels/ops/attention/dsv4/kv_layout.py, 0.5.21): a
+# page holds page_size rows of 448 fp8 nope + 64 bf16 rope values (576 bytes), then page_size rows of 7
+# ue8m0 scales (one per 64 nope values) padded to 8 bytes; the page stride pads to a multiple of 576.
+V4_NOPE, V4_ROPE, V4_TILE = 448, 64, 64
+V4_DATA_BYTES, V4_SCALE_BYTES = V4_NOPE + 2 * V4_ROPE, 8
+V4_BYTES_PER_TOKEN = V4_DATA_BYTES + V4_SCALE_BYTES
+
+
+def dequantize_v4_keys(kv_cache: Any, slots: Any) -> Any:
+    """The float32 [len(slots), 512] keys at the flattened slots (page * page_size + offset) of a
+    V4-layout cache viewed (num_pages, page_size, [1,] 584), page stride `kv_cache.stride(0)`
+    bytes: nope = fp8 * 2 ** (scale byte - 127) per 64-value tile, rope the bf16 tail."""
+    import torch
+
+    raw = kv_cache.view(torch.uint8)
+    num_pages, page_size, page_bytes = int(raw.shape[0]), int(raw.shape[1]), int(raw.stride(0))
+    pages = torch.as_strided(raw, (num_pages, page_bytes), (page_bytes, 1), raw.storage_offset())
+    slots = slots.reshape(-1).long()
+    page, offset = (slots // page_size)[:, None], (slots % page_size)[:, None]
+    data_at = offset * V4_DATA_BYTES + torch.arange(V4_DATA_BYTES, device=slots.device)
+    scale_at = page_size * V4_DATA_BYTES + offset * V4_SCALE_BYTES + torch.arange(V4_NOPE // V4_TILE,
+                                                                                  device=slots.device)
+    data, exponents = pages[page, data_at], pages[page, scale_at]
+    nope = data[:, :V4_NOPE].contiguous().view(torch.float8_e4m3fn).float()
+    nope = nope.view(-1, V4_NOPE // V4_TILE, V4_TILE) * torch.exp2(exponents.float() - 127)[..., None]
+    rope = data[:, V4_NOPE:].contiguous().view(torch.bfloat16).float()
+    return torch.cat([nope.reshape(-1, V4_NOPE), rope], dim=1)
+
+
+def sparse_v4_decode(query: Any, kv_cache: Any, indices: Any, lengths: Any, sink: Any, *, scale: float,
+                     extra_kv_cache: Any = None, extra_indices: Any = None, extra_lengths: Any = None) -> Any:
+    """One query token per request over its selected V4-layout cache tokens, in float32: `indices`
+    (batch, [1,] top_k) are slots of `kv_cache` of which the first `lengths[b]` count (-1: unused),
+    then the same from the extra cache; keys are the whole 512-value row, values the same row;
+    `sink` a per-head logit with a zero value (out = sum_j e^s_j v_j / (sum_j e^s_j + e^sink)).
+    A row with no key outputs zeros. Returns (batch, heads, 512)."""
+    import torch
+
+    batch, heads = int(query.shape[0]), int(query.shape[-2])
+    q = query.reshape(batch, heads, query.shape[-1]).float()
+    parts = [(kv_cache, indices, lengths)]
+    if extra_kv_cache is not None:
+        parts.append((extra_kv_cache, extra_indices, extra_lengths))
+    keys, valid = [], []
+    for cache, chosen, counts in parts:
+        chosen = chosen.reshape(batch, -1).long()
+        used = (chosen >= 0) & (torch.arange(chosen.shape[1], device=chosen.device)[None, :]
+                                < counts.reshape(batch, 1).long())
+        keys.append(dequantize_v4_keys(cache, chosen.clamp(min=0)).view(batch, chosen.shape[1], -1))
+        valid.append(used)
+    k, used = torch.cat(keys, dim=1), torch.cat(valid, dim=1)
+    logits = scale * torch.einsum("bhd,bkd->bhk", q, k)
+    logits = logits.masked_fill(~used[:, None, :], -math.inf)
+    sinks = sink.reshape(-1)[:heads].float().view(1, heads, 1).expand(batch, heads, 1)
+    weights = torch.softmax(torch.cat([logits, sinks], dim=-1), dim=-1)[..., :-1]
+    out = torch.einsum("bhk,bkd->bhd", weights, k)
+    return torch.where(used.any(-1)[:, None, None], out, torch.zeros_like(out))
+
+
+SWAPAB_HEAD_DIM = 512
+SWAPAB_SCALE = SWAPAB_HEAD_DIM ** -0.5  # decode_attention_sm100.SOFTMAX_SCALE: the kernel's own, not an argument
+
+
+def _swapab_unmodeled(a: Mapping[str, Any]) -> str | None:
+    if a.get("inv_rope") is not None:
+        return "inv_rope: the stand-in does not apply the combine's inverse RoPE"
+    if a.get("partial_gluon") is not None:
+        return "a caller's partial_gluon kernel (gfx950's): the stand-in models SM100's"
+    return None
+
+
+def _swapab_run(a: Mapping[str, Any]) -> Any:
+    import torch
+
+    query = a["q"]
+    result = sparse_v4_decode(query, a["kv"], a["indices"], a["lengths"], a["sink"], scale=SWAPAB_SCALE,
+                              extra_kv_cache=a.get("extra_kv"), extra_indices=a.get("extra_indices"),
+                              extra_lengths=a.get("extra_lengths"))
+    return result.to(torch.bfloat16 if query.dtype == torch.bfloat16 else query.dtype)
+
+
 REFERENCES: dict[str, ReferenceKernel] = {
     reference.target: reference for reference in (
         ReferenceKernel("flashinfer.prefill:trtllm_ragged_attention_deepseek",
@@ -168,5 +249,8 @@ REFERENCES: dict[str, ReferenceKernel] = {
                         _ragged_run, _ragged_unmodeled),
         ReferenceKernel("flashinfer.mla._core:trtllm_batch_decode_with_kv_cache_mla",
                         "sparse MLA decode in torch (dsakit.simulation.reference_kernels)", _mla_run, _mla_unmodeled),
+        ReferenceKernel("sglang.kernels.ops.attention.dsv4.decode_attention_sm100:swapab_attention",
+                        "sparse attention over V4-layout FP8 pages with a sink, in torch "
+                        "(dsakit.simulation.reference_kernels)", _swapab_run, _swapab_unmodeled),
     )
 }

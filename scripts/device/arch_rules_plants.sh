@@ -8,7 +8,9 @@
 # line of SGLang 0.5.21's dsa_backend.py (eight classes: workspace, cumulative lengths,
 # multi-CTA counters, numerics through a stand-in, a length tensor's dtype, a length tensor on the host,
 # the q-length bound of the grid, a swapped operand; sched_nc, sched_pos, mha_sm and pad64 probe the
-# issue's own classes: the SM100 schedule's context lengths, SM 10.3 dispatch, the Blackwell pad width) in its own copy of that module (loaded in its place at
+# issue's own classes: the SM100 schedule's context lengths, SM 10.3 dispatch, the Blackwell pad width; v41_* edit
+# deepseek_v4_backend.py's DSv4.1 SM100 lines: the swap-AB decode's heads, compressed keys and sink, run
+# against contracts/test_deepseek_v4_attention.py) in its own copy of that module (loaded in its place at
 # import), checks the edit applied, and runs the suite plain (-p no:dsakit) and with
 # `-p dsakit.plugin --dsakit-device DEVICE`, JOBS (8) at once. Prints one outcome line per plant and mode, and
 # for the simulated run the first dsakit message (ArchRuleBreach / stand-in) of its log. Logs in $OUT.
@@ -34,7 +36,14 @@ else
   R=test/registered
   FILES=${FILES:-$R/attention/unittests/dsa/test_dsa.py $R/attention/unittests/dsv4/test_deepseek_v4.py}
 fi
-B=sglang/srt/layers/attention/dsa_backend.py
+ATTN=sglang/srt/layers/attention
+
+plant_file() {  # plant -> the SGLang module it edits (the DeepSeek-V4 plants: deepseek_v4_backend.py)
+  case $1 in
+    v41_*) echo $ATTN/deepseek_v4_backend.py ;;
+    *) echo $ATTN/dsa_backend.py ;;
+  esac
+}
 
 # plant -> "old|new|what": one unique line of dsa_backend.py and its B300-only bug (each a different class)
 plant_edit() {
@@ -66,6 +75,32 @@ plant_edit() {
     sched_nc) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return cache_seqlens_int32.view(-1, 1).expand(-1, next_n)|the SM100 DG-native verify schedule hands DeepGEMM a stride-0 [B, next_n] view of the context lengths" ;;
     sched_pos) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return seqlens_expanded.reshape(-1, next_n).contiguous()|the SM100 DG-native verify schedule hands DeepGEMM per-position lengths (it adds each position's offset itself)" ;;
     mha_sm) echo "or (device_sm >= 100 and device_sm < 110)|or (device_sm >= 100 and device_sm < 103)|the MHA one-shot prefill leaves out SM 10.3 (a B300 takes the MLA path)" ;;
+    v41_heads) echo "                    q[..., :16, :],|                    q[..., -16:, :],|the DSv4.1 SM100 swap-AB decode reads the last 16 heads of the padded q (the zero pad) instead of the 16 real ones" ;;
+    v41_extra) echo "                    extra_k_cache,
+                    extra_indices,
+                    extra_topk_lengths,
+                )|                    None,
+                    None,
+                    None,
+                )|the DSv4.1 SM100 swap-AB decode drops the compressed (C4 / C128) keys: SWA keys only" ;;
+    v41_sink) echo "                    swa_topk_lengths,
+                    attn_sink,
+                    extra_k_cache,|                    swa_topk_lengths,
+                    torch.zeros_like(attn_sink),
+                    extra_k_cache,|the DSv4.1 SM100 swap-AB decode hands a zero attention sink (the learned sink logits dropped)" ;;
+    v41_sched) echo "        topk_length=topk_length,
+        extra_topk_length=extra_topk_length,
+        block_size_n=|        topk_length=extra_topk_length,
+        extra_topk_length=topk_length,
+        block_size_n=|the SM100 precomputed FlashMLA decode schedule (DSv4.1) splits by swapped SWA / compressed lengths" ;;
+    v41_store_loc) echo "                    loc=slots,
+                )
+            else:|                    loc=slots.flip(0),
+                )
+            else:|the SM 10.x fused index-key store (DSv4.1 ratio 1 / 2) writes each key to another group's slot" ;;
+    v41_store_rope) echo "                    freqs,
+                    indexer.rope_head_dim,|                    freqs.flip(0),
+                    indexer.rope_head_dim,|the SM 10.x fused index-key store (DSv4.1 ratio 1 / 2) rotates each key by another group's position" ;;
     none) echo "||no plant: the baseline" ;;
     *) return 1 ;;
   esac
@@ -74,6 +109,7 @@ plant_edit() {
 plant_device() {  # the simulated device whose SGLang branch takes the planted line
   case $1 in
     counters|mla_scale) echo sm100 ;;  # SGLang's trtllm DSA decode: SM 10.0 only ("got SM10.3" skips on a B300)
+    v41_*) echo sm100 ;;  # get_platform().is_sm100 / is_blackwell / is_sm100_or_newer: sm100 and sm103 alike
     *) echo sm103 ;;
   esac
 }
@@ -81,16 +117,17 @@ plant_device() {  # the simulated device whose SGLang branch takes the planted l
 apply() {  # plant -> a folder shadowing dsa_backend.py with the edit, on stdout (rc 1: the edit did not apply)
   # Only the planted module is copied, to sglang/<its path> under the folder, and loaded in its place by the
   # folder's sitecustomize.py (a copy of the whole package would move SGLang's JIT kernels' cache keys).
-  local name=$1 spec dir
+  local name=$1 spec dir B module
   spec=$(plant_edit "$name") || { echo "unknown plant $name" >&2; return 1; }
   dir=$WORK/site-$name; mkdir -p "$dir"
   [ "$name" = none ] && { echo "$dir"; return 0; }
+  B=$(plant_file "$name"); module=${B%.py}; module=${module//\//.}
   mkdir -p "$dir/$(dirname "$B")"; cp -L "$SITE/$B" "$dir/$B"
   cat > "$dir/sitecustomize.py" <<PY
 import importlib.abc, importlib.util, sys
 class _Planted(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "sglang.srt.layers.attention.dsa_backend":
+        if name == "$module":
             return importlib.util.spec_from_file_location(name, "$dir/$B")
         return None
 sys.meta_path.insert(0, _Planted())
@@ -114,7 +151,7 @@ EOF
 run() {  # plant mode dir
   local name=$1 mode=$2 dir=$3 args=() start log=$OUT/$1-$2.txt
   case $mode in
-    plain) args=(-p no:dsakit) ;;
+    plain) if [ "$SUITE" = contracts ]; then args=(-p dsakit.plugin); else args=(-p no:dsakit); fi ;;  # contracts need dsakit's ini
     sim) args=(-p dsakit.plugin --dsakit-device "$(plant_device "$name")" --dsakit-simulation-timeout "$SIM_TIMEOUT"
                --dsakit-report "$OUT/$name-$mode.json") ;;
   esac
@@ -130,7 +167,7 @@ for name in $PLANTS; do
     applied+=("$name")
     [ "$name" = none ] || PYTHONPATH=$dir:${PYTHONPATH:-} python -c "import sitecustomize, sys; sys.exit(0 if sitecustomize.__file__.startswith('$dir') else sitecustomize.__file__)" \
       || echo "== $name: another sitecustomize loads first: the plant would not load"
-    [ -n "${DRY:-}" ] && { [ "$name" = none ] || { echo "== $name: applied:"; diff "$SITE/$B" "$dir/$B" | grep '^[<>]'; }; continue; }
+    [ -n "${DRY:-}" ] && { [ "$name" = none ] || { echo "== $name: applied:"; diff "$SITE/$(plant_file "$name")" "$dir/$(plant_file "$name")" | grep '^[<>]'; }; continue; }
     for mode in plain sim; do
       while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-8}" ]; do wait -n; done  # JOBS runs at a time (default 8)
       run "$name" "$mode" "$dir" &

@@ -34,7 +34,7 @@ def test_contract_table_is_the_contract() -> None:
 
 def test_the_readme_links_the_generated_reference_pages_and_carries_none_of_their_tables() -> None:
     pages = sorted(path.name for path in REFERENCE.glob("*.md"))
-    assert pages == ["contract.md", "simulated-probes.md"], pages
+    assert pages == ["contract.md", "simulated-kernels.md", "simulated-probes.md"], pages
     for name in pages:
         assert f"](docs/reference/{name})" in README, f"the README does not link docs/reference/{name}"
     assert "<!-- contract-table:" not in README, "the contract table lives in docs/reference/contract.md"

@@ -10,6 +10,8 @@ Reviewed against each library's own arch list:
 - sm100-jit: tcgen05 / TMEM instructions exist on SM 10.x only (flashinfer's and SGLang's JIT
   refuse other archs).
 - cutlass-mla-sm100: sgl-kernel's sm100 ops (its CUTLASS MLA decode) are built for SM 10.x only.
+- sm100-gluon: SGLang's swap-AB decode (decode_attention_sm100.swapab_attention) runs its Gluon
+  split-KV kernel over tcgen05 / TMEM, SM 10.x only; gfx950 passes its own kernel (swapab_gluon_hip).
 - deep-gemm-fp4: DeepGEMM's FP8xFP4 kernels use SM 10.x FP4 tensor-core instructions; its SM 9.0
   kernels are FP8 only.
 - fa3: sgl-kernel builds FA3 for sm80 / sm86 / sm89 / sm90a (SGLang's `_is_fa3_supported`:
@@ -29,8 +31,8 @@ from dsakit.simulation.kernel_archs import ARCH_ONLY, Verdict
 # the kernel families with an image for each device (the reviewed rows)
 IMAGES: dict[str, frozenset[str]] = {
     "sm90": frozenset({"fa3"}),
-    "sm100": frozenset({"trtllm-gen", "sm100-jit", "cutlass-mla-sm100", "deep-gemm-fp4"}),
-    "sm103": frozenset({"trtllm-gen", "sm100-jit", "cutlass-mla-sm100", "deep-gemm-fp4"}),
+    "sm100": frozenset({"trtllm-gen", "sm100-jit", "cutlass-mla-sm100", "sm100-gluon", "deep-gemm-fp4"}),
+    "sm103": frozenset({"trtllm-gen", "sm100-jit", "cutlass-mla-sm100", "sm100-gluon", "deep-gemm-fp4"}),
     "sm120": frozenset(),
     "gfx90a": frozenset(),
     "gfx942": frozenset({"aiter"}),
@@ -40,26 +42,26 @@ IMAGES: dict[str, frozenset[str]] = {
 
 # What each simulated device gets on the two machines this project runs on, cell by cell.
 ON_AN_H200 = """
-simulated  trtllm-gen  sm100-jit  cutlass-mla-sm100  deep-gemm-fp4  fa3     aiter
-sm90       absent      absent     absent             absent         run     absent
-sm100      refuse      refuse     refuse             refuse         absent  absent
-sm103      refuse      refuse     refuse             refuse         absent  absent
-sm120      absent      absent     absent             absent         absent  absent
-gfx90a     absent      absent     absent             absent         absent  absent
-gfx942     absent      absent     absent             absent         absent  refuse
-gfx950     absent      absent     absent             absent         absent  refuse
-cpu        absent      absent     absent             absent         absent  absent
+simulated  trtllm-gen  sm100-jit  cutlass-mla-sm100  sm100-gluon  deep-gemm-fp4  fa3     aiter
+sm90       absent      absent     absent             absent       absent         run     absent
+sm100      refuse      refuse     refuse             refuse       refuse         absent  absent
+sm103      refuse      refuse     refuse             refuse       refuse         absent  absent
+sm120      absent      absent     absent             absent       absent         absent  absent
+gfx90a     absent      absent     absent             absent       absent         absent  absent
+gfx942     absent      absent     absent             absent       absent         absent  refuse
+gfx950     absent      absent     absent             absent       absent         absent  refuse
+cpu        absent      absent     absent             absent       absent         absent  absent
 """
 WITHOUT_A_GPU = """
-simulated  trtllm-gen  sm100-jit  cutlass-mla-sm100  deep-gemm-fp4  fa3     aiter
-sm90       absent      absent     absent             absent         refuse  absent
-sm100      refuse      refuse     refuse             refuse         absent  absent
-sm103      refuse      refuse     refuse             refuse         absent  absent
-sm120      absent      absent     absent             absent         absent  absent
-gfx90a     absent      absent     absent             absent         absent  absent
-gfx942     absent      absent     absent             absent         absent  refuse
-gfx950     absent      absent     absent             absent         absent  refuse
-cpu        absent      absent     absent             absent         absent  absent
+simulated  trtllm-gen  sm100-jit  cutlass-mla-sm100  sm100-gluon  deep-gemm-fp4  fa3     aiter
+sm90       absent      absent     absent             absent       absent         refuse  absent
+sm100      refuse      refuse     refuse             refuse       refuse         absent  absent
+sm103      refuse      refuse     refuse             refuse       refuse         absent  absent
+sm120      absent      absent     absent             absent       absent         absent  absent
+gfx90a     absent      absent     absent             absent       absent         absent  absent
+gfx942     absent      absent     absent             absent       absent         absent  refuse
+gfx950     absent      absent     absent             absent       absent         absent  refuse
+cpu        absent      absent     absent             absent       absent         absent  absent
 """
 
 
