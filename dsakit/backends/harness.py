@@ -136,7 +136,15 @@ def deepseek_v4_kv_pool(runner: Any, *, compression_ratios: tuple[int, ...] = (4
 
     A 128-token SWA page breaks the compress planner under speculative decoding: c_plan.cuh
     (0.5.17:509, 0.5.23:501) requires `swa_page_size % ring_size == 0`, and the C128 ring is 256
-    with MTP. Checked here so a bad geometry is a UsageError, not a kernel RuntimeError."""
+    with MTP. Checked here so a bad geometry is a UsageError, not a kernel RuntimeError.
+
+    DeepSeek-V4.1 ratio-1 / ratio-2 layers (0.5.21+): each is made its own kv_source layer, so it
+    owns its latent pool (full_size // ratio slots) and its fp4 index-K pool ((full_size +
+    page_size) // ratio slots, pages of DSV41_INDEX_PAGE_SIZE) and, at ratio 2, its pair-state
+    ring (collect_sources_by_ratio, _init_compressed_pools, _init_paged_compress_states:
+    deepseek_v4_memory_pool.py:80-101, :1386-1476, :1598-1629 in 0.5.21); full_size is the slot
+    capacity, so raw slot // ratio is a valid slot for every slot the placement hands out. Those
+    two arguments are passed only when a low ratio is asked for (0.5.17 has neither)."""
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
@@ -154,6 +162,8 @@ def deepseek_v4_kv_pool(runner: Any, *, compression_ratios: tuple[int, ...] = (4
     if bad:
         raise UsageError(f"SWA page size {swa_page_size} does not hold whole compress-state rings {bad} "
                          "(c_plan.cuh: swa_page_size % ring_size == 0 && ring_size % compress_ratio == 0)")
+    low_layers = [layer for layer, ratio in enumerate(compression_ratios) if ratio in (1, 2)]
+    low_ratio_sources: dict[str, Any] = {"kv_source_layers": low_layers, "full_size": tokens} if low_layers else {}
     return DeepSeekV4TokenToKVPool(
         max_num_reqs=runner.max_running_requests,
         num_req_slots=slots,
@@ -175,6 +185,7 @@ def deepseek_v4_kv_pool(runner: Any, *, compression_ratios: tuple[int, ...] = (4
         device=runner.device,
         enable_memory_saver=False,
         compression_ratios=list(compression_ratios),
+        **low_ratio_sources,
     )
 
 
@@ -186,9 +197,13 @@ def deepseek_v4_backend(
     mode: str | None = None,
     server_args: Mapping[str, Any] | None = None,
     env: Mapping[str, str | bool | int] | None = None,
+    compression_ratios: tuple[int, ...] = (4, 128),
     **runner_overrides: Any,
 ) -> Iterator[tuple[Any, Any]]:
     """`with deepseek_v4_backend("draft", speculative=True, mode="decode") as (backend, runner):`
+
+    `compression_ratios` are the pool's layers, one ratio per layer id (`deepseek_v4_kv_pool`):
+    C4 / C128 by default, (1, 2) for DeepSeek-V4.1's ratio-1 / ratio-2 source layers.
 
     The backend object SGLang's worker would run `mode` with:
     - the speculative draft decode: a `DeepseekV4MultiStepBackend(runner, topk, num_steps)`
@@ -209,7 +224,7 @@ def deepseek_v4_backend(
     overrides = {**DEEPSEEK_V4_RUNNER_OVERRIDES, "kv_cache_dtype": torch.float8_e4m3fn, **runner_overrides}
     with SGLangScope(server_args=args, env=env):
         runner = MockModelRunner(role, overrides=overrides)
-        runner.token_to_kv_pool = deepseek_v4_kv_pool(runner)
+        runner.token_to_kv_pool = deepseek_v4_kv_pool(runner, compression_ratios=compression_ratios)
         runner.token_to_kv_pool.register_mapping(full_to_swa_mapping(runner))
         if speculative and role == "draft" and mode == "decode":
             backend = DeepseekV4MultiStepBackend(runner, int(args["speculative_eagle_topk"]),
