@@ -23,7 +23,7 @@ def test_each_table_row_is_one_declared_record() -> None:
     rules = kernel_page.rules_markdown().splitlines()[2:]
     assert len(rules) == sum(len(entry.rules) for entry in arch_rules.ARCH_RULES)
     stand_ins = kernel_page.stand_ins_markdown().splitlines()[2:]
-    assert [row.split("|")[1].strip(" `") for row in stand_ins] == list(reference_kernels.REFERENCES)
+    assert [row.split("|")[1].strip(" `") for row in stand_ins] == sorted(reference_kernels.REFERENCES)
 
 
 def test_a_pipe_in_a_cell_stays_in_its_cell() -> None:
