@@ -31,6 +31,10 @@ STEPS = SPECULATIVE_SERVER_ARGS["speculative_num_steps"]
 SHAPES = {
     "decode": BatchShape("decode", (100, 128, 257, 2101)),
     "target_verify": BatchShape("target_verify", (97, 126, 252, 2097), draft_tokens=4),
+    # a request shorter than one 64-token KV block: its SWA rows fit one block and it has no C128
+    # entry, where FlashMLA's split-KV schedule hinges on each row's own lengths (an empty list
+    # still takes a block), not on the top-k width
+    "short_verify": BatchShape("target_verify", (37, 126, 252, 2097), draft_tokens=4),
     "draft_decode": BatchShape("decode", (100, 128, 255, 2101), draft_steps=STEPS),
 }
 # (layer id, compress ratio): the harness pool's layer 0 is C4, layer 1 C128; a ratio-0 forward
@@ -39,10 +43,10 @@ LAYERS = {"target": ((0, 0), (0, 4), (1, 128)), "draft": ((0, 0),)}
 # DeepSeek-V4.1 (model_type deepseek_v41) runs 16 real heads in the 64-head padded q: on SM 10.x its
 # decode, verify and draft decode of at most 8 query tokens take the swap-AB kernel
 # (decode_attention_sm100.swapab_attention, deepseek_v4_backend._forward_attention), larger batches
-# FlashMLA with the schedule precomputed by SM100's constants (_maybe_precompute_flashmla_sched_meta).
-# Not driven yet: that schedule is sized by the simulated device's SM count, which the H200's FlashMLA
-# refuses ("tile_scheduler_metadata must have shape (impl_meta.num_sm_parts, ...)"); it needs a
-# stand-in that checks the schedule by SM100's rules and lets this GPU's FlashMLA schedule its own.
+# FlashMLA with the schedule precomputed by SM100's constants (_maybe_precompute_flashmla_sched_meta):
+# the verify cell's 16 query tokens. Under a simulated SM 10.x that schedule is judged by SM100's rules
+# (its shape for 148 SMs and FlashMLA's own rows for the call's lengths) and this GPU's FlashMLA
+# schedules for itself (dsakit.simulation.decode_schedules).
 MODEL_TYPES = {"v4": "deepseek_v4", "v41": "deepseek_v41"}
 REAL_HEADS = {"v4": HEADS, "v41": 16}
 CELLS = [
@@ -50,6 +54,7 @@ CELLS = [
     pytest.param("v4", "target", "target_verify", 0, id="target-target_verify"),
     *(pytest.param("v4", "draft", "draft_decode", step, id=f"draft-decode-step{step}") for step in range(STEPS - 1)),
     pytest.param("v41", "target", "decode", 0, id="v41-target-decode"),
+    pytest.param("v41", "target", "short_verify", 0, id="v41-target-target_verify"),
     pytest.param("v41", "draft", "draft_decode", 0, id="v41-draft-decode-step0"),
 ]
 
@@ -208,7 +213,7 @@ def test_forward_matches_the_sparse_reference(model: str, role: str, case: str, 
     import torch
 
     shape = SHAPES[case]
-    mode = "decode" if case == "draft_decode" else case
+    mode = shape.mode
     speculative = role == "draft" or mode == "target_verify"
     heads = REAL_HEADS[model]
     overrides = {"model_config.hf_config.model_type": MODEL_TYPES[model]}

@@ -77,7 +77,8 @@ from dsakit.backends.harness import deepseek_v4_backend
 # the backend's decode metadata builds FlashMLA schedules (sgl_kernel.flashmla_ops) and the ratio-1/2
 # indexer metadata (DeepGEMM's paged MQA logits schedule), although the indexer does not run here
 pytestmark = [
-    dsakit.gate("cuda", "sglang:deepseek-v4-backend", "module:sgl_kernel.flashmla_ops", "module:deep_gemm"),
+    dsakit.gate("cuda", "sglang:deepseek-v4-backend", "sglang:dsv41-low-ratio-sources",
+                "module:sgl_kernel.flashmla_ops", "module:deep_gemm"),
     pytest.mark.dsakit_jit("triton-kernels"),
 ]
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dsakit.devices import DEVICES
+from dsakit.simulation import decode_schedules
 
 SM10X = ("sm100", "sm103")
 SM90 = ("sm90",)
@@ -51,6 +52,8 @@ class ArchEntry:
     targets  "module:function" where it is defined (one per library that ships it)
     params   the positional parameter names where the function has no Python signature (C++)
     callers  where SGLang 0.5.21 calls it (what the message names as SGLang's call site)
+    runs_here  how a call that kept the simulated arch's rules runs on the real GPU: (the function,
+             its bound arguments) -> the result; None: as called
     """
 
     kernel: str
@@ -58,6 +61,7 @@ class ArchEntry:
     rules: tuple[ArchRule, ...]
     callers: str
     params: tuple[str, ...] = ()
+    runs_here: Callable[[Callable[..., Any], Mapping[str, Any]], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -304,12 +308,19 @@ def _paired(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     return "only " + ", ".join(name for name, is_given in given.items() if is_given) + " given"
 
 
+def _decode_schedule(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """A schedule precomputed for FlashMLA's sparse decode has the arch's shape and is the one
+    FlashMLA's own scheduler computes for the call (dsakit.simulation.decode_schedules)."""
+    return decode_schedules.schedule_mismatch(a, arch, _capturing)
+
+
 _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "dim_in": _dim_in, "int_in": _int_in, "present": _present, "head_dims": _head_dims,
     "cumulative": _cumulative, "ragged_workspace": _ragged_workspace, "dim_not_in": _dim_not_in,
     "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in, "dtype_in": _dtype_in,
     "same_device": _same_device, "bounds_lengths": _bounds_lengths, "unit_stride": _unit_stride,
     "contiguous": _contiguous, "covers_heads": _covers_heads, "paired": _paired,
+    "decode_schedule": _decode_schedule,
 }
 
 
@@ -372,6 +383,25 @@ _ARCH_RULES_SWAPAB = (
     _sm10x_rule("(extra_kv, extra_indices, extra_lengths)", "paired", ("extra_kv", "extra_indices", "extra_lengths"),
                  "all given or none", f"{_SWAPAB}: if extra_kv is None: assert extra_indices is None and "
                  "extra_lengths is None"),
+)
+_SPARSE_DECODE = "FlashMLA csrc/api/sparse_decode.h sparse_attn_decode_interface"
+_SCHED_META = "FlashMLA csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu get_mla_metadata_kernel"
+_OWN_SCHEDULE = ("; judged where SGLang set it on a FlashMLASchedMeta (get_mla_metadata's bare tensors are the "
+                 "running GPU's own schedule)")
+_ARCH_RULES_FLASHMLA_DECODE = (
+    _sm10x_rule("tile_scheduler_metadata (a precomputed schedule)", "decode_schedule",
+                 ("tile_scheduler_metadata", "num_splits", "q", "indices", "topk_length", "extra_indices_in_kvcache",
+                  "extra_topk_length"),
+                 "shape (max(the SM count // s_q, 1), 8) int32 (head64; // 2 for 128 heads of dim 512) with num_splits "
+                 "(b + 1,), and the rows FlashMLA's scheduler computes for the call's topk lengths (block 64, "
+                 "overhead 5): another schedule skips or repeats KV blocks" + _OWN_SCHEDULE,
+                 f"{_SPARSE_DECODE}: KU_CHECK_SHAPE(tile_scheduler_metadata, impl_meta.num_sm_parts, "
+                 f"sizeof(DecodingSchedMeta)/sizeof(int)), Decode_Sm100_Head64_Impl::get_meta; {_SCHED_META}"),
+    ArchRule(SM90, "tile_scheduler_metadata (a precomputed schedule)", "decode_schedule",
+             ("tile_scheduler_metadata", "num_splits", "q", "indices", "topk_length", "extra_indices_in_kvcache",
+              "extra_topk_length"),
+             "shape (max(the SM count // s_q // (h_q / 64), 1), 8) int32 with num_splits (b + 1,), and the rows "
+             "FlashMLA's scheduler computes" + _OWN_SCHEDULE, f"{_SPARSE_DECODE}: Decode_Sm90_Impl::get_meta; {_SCHED_META}"),
 )
 ARCH_RULES: tuple[ArchEntry, ...] = (
     ArchEntry(
@@ -458,6 +488,17 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
         _ARCH_RULES_SWAPAB,
         callers="sglang/srt/layers/attention/deepseek_v4_backend.py DeepseekV4AttnBackend._forward_attention "
                 "(is_dsv41 and get_platform().is_sm100 and can_use_swapab_attention(...))",
+    ),
+    ArchEntry(
+        "FlashMLA sparse decode (flash_mla_with_kvcache)",
+        ("sgl_kernel.flash_mla:flash_mla_with_kvcache",),
+        _ARCH_RULES_FLASHMLA_DECODE,
+        callers="sglang/srt/layers/attention/deepseek_v4_backend.py DeepseekV4AttnBackend._forward_attention "
+                "(if self.is_dsv41: _maybe_precompute_flashmla_sched_meta(...), whose _fast_flashmla_sched_shape "
+                "asks get_platform().is_blackwell)",
+        # a simulated arch's schedule (SGLang's precomputed one, or none yet) stays on SGLang's object;
+        # this GPU's FlashMLA schedules for its own SM count
+        runs_here=decode_schedules.run_with_own_schedule,
     ),
 )
 

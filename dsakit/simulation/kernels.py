@@ -382,9 +382,12 @@ def check_arch_rules(patches: Patches, module: types.ModuleType, entries: Sequen
 
         def launch(*args: Any, _entry: ArchEntry = entry, _original: Any = original, _kernel: str = kernel,
                    **kwargs: Any) -> Any:
-            breach = arch_rule_breach(_kernel, _entry, _bind(_original, _entry, args, kwargs), device, real)
+            arguments = _bind(_original, _entry, args, kwargs)
+            breach = arch_rule_breach(_kernel, _entry, arguments, device, real)
             if breach is not None:
                 raise breach
+            if _entry.runs_here is not None:
+                return _entry.runs_here(_original, arguments)
             return _original(*args, **kwargs)
 
         launch.__name__ = function

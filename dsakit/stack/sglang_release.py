@@ -35,6 +35,7 @@ SERVER_ARGS_FILE = "srt/server_args.py"
 KIT_DSA_FILE = "test/kits/attention_unittest/attention_methods/dsa_attention.py"
 V41_INDEXER_FILE = "srt/layers/attention/dsv4/v41_indexer/__init__.py"
 MLA_BUFFER_FILE = "kernels/ops/kvcache/mla_buffer.py"
+DSV41_SPARSE_FILE = "srt/layers/attention/dsv4/dsv41_sparse.py"
 # The fused DSA metadata Triton kernels (decode, target verify, draft extend): 0.5.23's place first,
 # then 0.5.17-0.5.22's.
 DSA_METADATA_KERNEL_FILES = ("kernels/ops/attention/dsa/metadata.py", "kernels/ops/attention/dsa_metadata.py")
@@ -246,6 +247,14 @@ FEATURES: dict[str, Feature] = {
             "this SGLang has no KPool metadata kernels; SGLang 0.5.20-0.5.23 have them, 0.5.17-0.5.19 do not",
         ),
         Feature(
+            "dsv41-low-ratio-sources",
+            "DeepseekV4AttnBackend.forward_low_ratio_sources with DeepSeek-V4.1's compressor "
+            "(srt/layers/attention/dsv4/dsv41_sparse.py: DeepseekV41Compressor), the low-ratio layers' "
+            "index-key and latent store",
+            "this SGLang has no DeepSeek-V4.1 low-ratio sources (forward_low_ratio_sources, "
+            "dsv4/dsv41_sparse.py); SGLang 0.5.21-0.5.23 have them, 0.5.17-0.5.20 do not",
+        ),
+        Feature(
             "hip-radix-reads-model",
             "DeepseekV4HipRadixBackend.__init__ reading model_runner.model (the AMD DeepSeek-V4 backend)",
             "this SGLang's AMD DeepSeek-V4 backend does not read model_runner.model (0.5.17 does not, "
@@ -425,6 +434,10 @@ class SGLangRelease(FrozenRecord):
             "dsv4-builds-without-gpu": lambda: _capability_read_guarded(self.file(V41_INDEXER_FILE),
                                                                         "is_sm100_or_newer"),
             "mla-kv-write-without-triton": lambda: self.defines(MLA_BUFFER_FILE, "set_mla_kv_buffer_naive"),
+            "dsv41-low-ratio-sources": lambda: (
+                self.defines(DEEPSEEK_V4_BACKEND_FILE, "DeepseekV4AttnBackend.forward_low_ratio_sources")
+                and self.defines(DSV41_SPARSE_FILE, "DeepseekV41Compressor")
+            ),
         }
         return bool(checks[feature]())
 

@@ -33,7 +33,7 @@ for device in sm103 sm100; do
       -p no:cacheprovider -v -rfs -n 4 --dsakit-device "$device" --dsakit-report "$LOGS/coverage-$device.json" \
       $FILES > "$LOGS/coverage-$device.txt" 2>&1; echo "rc=$? wall=$(( $(date +%s) - s ))s" >> "$LOGS/coverage-$device.txt" ) &
 done
-( python -m pytest -p no:cacheprovider -q -rfE $TESTS > "$LOGS/tests.txt" 2>&1; echo "rc=$?" >> "$LOGS/tests.txt" ) &
+( python -m pytest -p dsakit.plugin -p no:cacheprovider -q -rfE $TESTS > "$LOGS/tests.txt" 2>&1; echo "rc=$?" >> "$LOGS/tests.txt" ) &
 wait
 echo "== phase 1 done at $(elapsed) s"
 echo "== warm contracts --device sm103:"; tail -6 "$LOGS/warm.txt"
