@@ -388,18 +388,18 @@ _SPARSE_DECODE = "FlashMLA csrc/api/sparse_decode.h sparse_attn_decode_interface
 _SCHED_META = "FlashMLA csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu get_mla_metadata_kernel"
 _OWN_SCHEDULE = ("; judged where SGLang set it on a FlashMLASchedMeta (get_mla_metadata's bare tensors are the "
                  "running GPU's own schedule)")
+_DECODE_SCHEDULE_ARGS = ("tile_scheduler_metadata", "num_splits", "q", "indices", "topk_length",
+                         "extra_indices_in_kvcache", "extra_topk_length")
 _ARCH_RULES_FLASHMLA_DECODE = (
     _sm10x_rule("tile_scheduler_metadata (a precomputed schedule)", "decode_schedule",
-                 ("tile_scheduler_metadata", "num_splits", "q", "indices", "topk_length", "extra_indices_in_kvcache",
-                  "extra_topk_length"),
+                 _DECODE_SCHEDULE_ARGS,
                  "shape (max(the SM count // s_q, 1), 8) int32 (head64; // 2 for 128 heads of dim 512) with num_splits "
                  "(b + 1,), and the rows FlashMLA's scheduler computes for the call's topk lengths (block 64, "
                  "overhead 5): another schedule skips or repeats KV blocks" + _OWN_SCHEDULE,
                  f"{_SPARSE_DECODE}: KU_CHECK_SHAPE(tile_scheduler_metadata, impl_meta.num_sm_parts, "
                  f"sizeof(DecodingSchedMeta)/sizeof(int)), Decode_Sm100_Head64_Impl::get_meta; {_SCHED_META}"),
     ArchRule(SM90, "tile_scheduler_metadata (a precomputed schedule)", "decode_schedule",
-             ("tile_scheduler_metadata", "num_splits", "q", "indices", "topk_length", "extra_indices_in_kvcache",
-              "extra_topk_length"),
+             _DECODE_SCHEDULE_ARGS,
              "shape (max(the SM count // s_q // (h_q / 64), 1), 8) int32 with num_splits (b + 1,), and the rows "
              "FlashMLA's scheduler computes" + _OWN_SCHEDULE, f"{_SPARSE_DECODE}: Decode_Sm90_Impl::get_meta; {_SCHED_META}"),
 )

@@ -103,6 +103,11 @@ def assigned(rows: Sequence[tuple[int, ...]], batch: int) -> list[tuple[int, ...
     return [row[:1] if row[0] >= batch else tuple(row) for row in rows]
 
 
+def _is_sched_meta(value: Any) -> bool:
+    """A FlashMLASchedMeta-like object (sgl-kernel 0.4's Python API), not bare tensors."""
+    return hasattr(value, "tile_scheduler_metadata") and hasattr(value, "have_initialized")
+
+
 def precomputed_schedule(value: Any) -> tuple[Any, Any]:
     """(tile_scheduler_metadata, num_splits) that SGLang set on a FlashMLASchedMeta-like object
     (sgl-kernel 0.4's Python API), or (None, None).
@@ -110,7 +115,7 @@ def precomputed_schedule(value: Any) -> tuple[Any, Any]:
     Bare tensors are what get_mla_metadata returned, and it ran on this GPU: FlashMLA's own
     schedule for this GPU's SM count, which a real B300's get_mla_metadata computes for its own.
     They judge dsakit's substitution, not SGLang, so they are not judged."""
-    if hasattr(value, "tile_scheduler_metadata") and hasattr(value, "have_initialized"):
+    if _is_sched_meta(value):
         return value.tile_scheduler_metadata, value.num_splits
     return None, None
 
@@ -165,7 +170,7 @@ def run_with_own_schedule(original: Callable[..., Any], arguments: Mapping[str, 
     on the simulated arch, with the config FlashMLA records on first use. A call handed bare tensors
     runs as called."""
     sched = arguments.get("tile_scheduler_metadata")
-    if not (hasattr(sched, "tile_scheduler_metadata") and hasattr(sched, "have_initialized")):
+    if not _is_sched_meta(sched):
         return original(**arguments)
     own = vars(sched).get(_OWN)
     if own is None:
