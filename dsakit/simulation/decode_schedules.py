@@ -39,9 +39,9 @@ def impl_meta(arch: str, h_q: int, s_q: int, d_qk: int) -> tuple[int, int, int] 
     """(num_sm_parts, fixed_overhead_num_blocks, block_size_n) of the sparse decode implementation
     FlashMLA picks on `arch` (sparse_decode.h: Decode_Sm90_Impl, Decode_Sm100_Head64_Impl,
     Decode_Sm100_Head64x2_Impl, Decode_Sm100_Head128_Impl); None where it has none for the call."""
-    sms = DEVICES[arch].multiprocessors or 0
-    if h_q not in (64, 128) or s_q <= 0:
+    if arch not in DEVICES or h_q not in (64, 128) or s_q <= 0:
         return None
+    sms = DEVICES[arch].multiprocessors or 0
     if arch in ("sm100", "sm103"):
         if h_q == 128 and d_qk == 512:
             return max(sms // s_q // 2, 1), 3, 64

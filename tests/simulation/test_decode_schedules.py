@@ -81,6 +81,7 @@ def test_each_arch_dispatches_to_its_decode_implementations_constants() -> None:
     assert ds.impl_meta("sm103", 128, 1, 576) == (148, 5, 64)  # head64 run twice (V3.2)
     assert ds.impl_meta("sm90", 128, 2, 576) == (33, 5, 64)  # 132 SMs // s_q // (h_q / 64)
     assert ds.impl_meta("sm90", 16, 1, 512) is None  # FlashMLA refuses h_q 16
+    assert ds.impl_meta("sm999", 64, 1, 512) is None  # no such device: no implementation, not a KeyError
 
 
 # ---------------------------------------------------------------- the rule
