@@ -182,7 +182,8 @@ def _add_gpu_node_commands(commands: argparse._SubParsersAction) -> None:  # typ
     compare.set_defaults(handler=_compare)
 
     check = commands.add_parser("pr-check", help="the PR gate: base vs PR on every device (real here, else "
-                                "simulated): regressions, pre-existing failures, flaky, new model_runner reads")
+                                "simulated): regressions, newly skipped tests, pre-existing failures, flaky, new "
+                                "model_runner reads")
     check.add_argument("--base", required=True, metavar="TREE", help="the base SGLang tree")
     check.add_argument("--pr", required=True, metavar="TREE", help="the PR's SGLang tree")
     check.add_argument("--devices", metavar="LIST",

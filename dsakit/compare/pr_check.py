@@ -4,8 +4,9 @@ Owns: a base and a PR run per device (the real device where this machine is it, 
 elsewhere; side by side), one rerun of what failed (flaky), the verdict per test x device, the diff
 of the two trees' model_runner reads, the selection's mocks those new reads break, each simulated
 device's branch coverage (base vs PR) and the device-gated branches the PR changes that no run
-covered, the PR comment, the JSON and the exit code (1: a regression, or a must-run gate run on no device; 0: only
-pre-existing failures; 2: bad input, or a run that compared nothing). Never imports torch or SGLang here.
+covered, the PR comment, the JSON and the exit code (1: a regression, a test the PR newly skips, or a
+must-run gate run on no device; 0: only pre-existing failures; 2: bad input, or a run that compared
+nothing). Never imports torch or SGLang here.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from dsakit.gates.outcomes import FAILING, signature
 from dsakit.node.process_group import check_timeout, interruptible, stop_all
 from dsakit.output_paths import OutputFile, output_file, writable_dir
 
-VERDICTS = ("regression", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
+VERDICTS = ("regression", "newly-skipped", "flaky", "pre-existing", "fixed", "not-run", "skip-change", "passed")
+FAILING_VERDICTS = ("regression", "newly-skipped")  # either fails the gate: exit 1
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,10 @@ def verdicts(check: DeviceCheck) -> list[Verdict]:
         elif kind == "fixed":
             verdict = "fixed"
         elif kind == "skip-change":
-            verdict = "skip-change"
+            # passed on base, skipped on the PR: the PR stops running it on this device (a dispatch
+            # change that sends a B300 down a path the test does not cover skips, never fails)
+            newly = b is not None and p is not None and (b["outcome"], p["outcome"]) == ("passed", "skipped")
+            verdict = "newly-skipped" if newly else "skip-change"
         elif (b is None or b["outcome"] == "skipped") and (p is None or p["outcome"] == "skipped"):
             verdict = "not-run"
         else:
@@ -417,10 +422,11 @@ class PrCheck:
         return lines, pr_only
 
     def exit_code(self) -> int:
-        """1: a regression, a must-run gate run nowhere, or the PR breaking collection; 2: a run
-        that compared nothing for another reason (the selection or a tree is wrong); else 0."""
+        """1: a regression, a test the PR newly skips, a must-run gate run nowhere, or the PR breaking
+        collection; 2: a run that compared nothing for another reason (the selection or a tree is
+        wrong); else 0."""
         lines, pr_only = self.unusable()
-        if self.of("regression") or self.must_run_failures() or pr_only:
+        if any(self.of(v) for v in FAILING_VERDICTS) or self.must_run_failures() or pr_only:
             return 1
         return 2 if lines else 0
 
@@ -489,6 +495,8 @@ def comment(pr_check: PrCheck) -> Comment:
         summary=summary,
         failures=[
             _section("Regressions (pass on base, fail on the PR)", pr_check.of("regression"), pr_check),
+            _section("Newly skipped (pass on base, skip on the PR: the PR stops running them there), by device "
+                     "and skip reason", pr_check.of("newly-skipped"), pr_check),
             _section("Pre-existing failures (fail on base and PR), by device and signature",
                      pr_check.of("pre-existing"), pr_check),
             _section("Flaky or order-dependent (passed when the failures were rerun alone)",
@@ -581,7 +589,7 @@ def _branch_summary(pr_check: PrCheck) -> list[str]:
     uncovered = [c for c in pr_check.branch_changes if not c.covered]
     if uncovered:
         lines.append(f"**the PR changes {len(uncovered)} device branch(es) that no run covered**: "
-                     + "; ".join(f"`{c.where}` ({c.change}: `if {c.branch.guard}`)" for c in uncovered))
+                     + "; ".join(f"`{c.where}` ({c.change}: `{c.branch.decision}`)" for c in uncovered))
     return lines
 
 
@@ -589,7 +597,7 @@ def _branch_table(pr_check: PrCheck) -> list[Table]:
     if not pr_check.branch_changes:
         return []
     return [Table("Device branches the PR changes", ("branch", "change", "lines", "runs"),
-                  tuple((f"{c.branch.site}: if {c.branch.guard}", c.change, c.where, c.runs())
+                  tuple((f"{c.branch.site}: {c.branch.decision}", c.change, c.where, c.runs())
                         for c in pr_check.branch_changes))]
 
 
@@ -668,7 +676,9 @@ def _pr_check_in(workdir: Path, *, keep: bool, base_src: str, pr_src: str, pytes
                         print(f"--- last output of the {run.label} run:\n{run.output_tail}", file=sys.stderr)
             print("dsakit pr-check: nothing was compared on some device; fix the selection (pytest args after --) "
                   "or the trees and run again", file=sys.stderr)
-        print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), {len(result.of('pre-existing'))} "
+        print(f"dsakit pr-check: {len(result.of('regression'))} regression(s), "
+              + (f"{newly} newly skipped, " if (newly := len(result.of('newly-skipped'))) else "")
+              + f"{len(result.of('pre-existing'))} "
               f"pre-existing failure(s), {len(result.of('flaky'))} flaky"
               + (f", {uncovered} changed device branch(es) no run covered" if (uncovered := sum(
                   not c.covered for c in result.branch_changes)) else "") + f" -> exit {code}", file=sys.stderr)

@@ -80,21 +80,28 @@ class BranchRecord:
     line: int = 0
     end: int = 0
     body: int = 0
+    value: str = ""  # how a decision made as a value is handed on ("" for an `if`): see decision_text
 
     @property
     def key(self) -> tuple[str, str]:
         return self.site, self.takes
 
+    @property
+    def decision(self) -> str:
+        """`if GUARD`, or the value's spelling (`self.use_mha = GUARD`, `return GUARD`)."""
+        return decision_text(self.value, self.guard)
+
     def text(self) -> str:
         """`sglang/FILE:LINE: if GUARD -> ARM: ran` or `...: [code] message`."""
         why = "ran" if self.ran else (str(self.reason) if self.reason is not None else "never ran")
-        return f"{self.site}: if {self.guard} -> {self.takes}: {why}"
+        return f"{self.site}: {self.decision} -> {self.takes}: {why}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"site": self.site, "file": self.file, "line": self.line, "body": self.body, "end": self.end,
                 "guard": self.guard, "function": self.function, "takes": self.takes,
                 "status": "ran" if self.ran else "never-ran",
-                "reason": self.reason.as_dict() if self.reason is not None else None}
+                "reason": self.reason.as_dict() if self.reason is not None else None,
+                **({"value": self.value} if self.value else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BranchRecord:
@@ -106,7 +113,16 @@ class BranchRecord:
                    Reason(str(reason.get("code", "")), str(reason.get("message", "")))
                    if isinstance(reason, Mapping) else (Reason("", str(data["why"])) if data.get("why") else None),
                    str(data.get("file") or file), int(data.get("line") or (line if line.isdigit() else 0)),
-                   int(data.get("end") or 0), int(data.get("body") or 0))
+                   int(data.get("end") or 0), int(data.get("body") or 0), str(data.get("value") or ""))
+
+
+def decision_text(value: str, guard: str) -> str:
+    """A device decision as SGLang spells it: `if GUARD` (value ""), `fuse_index_store=GUARD` (a
+    keyword argument), `self.use_mha = GUARD`, `return GUARD`, `if-else GUARD` (`value` stripped or not)."""
+    value = value.strip()
+    if not value:
+        return f"if {guard}"
+    return f"{value}{guard}" if value.endswith("=") and not value.endswith(" =") else f"{value} {guard}"
 
 
 def further(a: BranchRecord, b: BranchRecord) -> BranchRecord:
@@ -241,7 +257,8 @@ def touched_branches(records: Iterable[tuple[str, BranchRecord]],
         inside = sorted(n for n in diffs[branch.file] if branch.line <= n <= end)
         if not inside:
             continue
-        guard_ends = branch.body - 1 if branch.body > branch.line else branch.line
+        # a decision made as a value is all guard (its arms share its line)
+        guard_ends = branch.body - 1 if branch.body > branch.line else end
         change = ("new branch" if len(inside) == end - branch.line + 1
                   else "guard changed" if inside[0] <= guard_ends else "arm changed")
         found.append(BranchChange(branch, change, tuple(inside), tuple(devices)))

@@ -22,6 +22,7 @@ from typing import Any
 
 from dsakit.audit.device_guards import spelling_for
 from dsakit.audit.guard_eval import verdict
+from dsakit.gates.device_branches import decision_text
 from dsakit.gates.device_model import DeviceModel
 from dsakit.reasons import Reason
 from dsakit.stack.sglang_release import PROBE_SCAN_FILES
@@ -38,7 +39,8 @@ class DeviceBranch:
     body       the first line of the arm the guard's truth takes (a value: `line`, both arms are on it)
     orelse     the first line of the other arm (None: no else, the code after the `if` runs)
     value      "" for an `if`; else how the decision is handed on: "fuse_index_store=" (a keyword
-               argument), "return " (a function's result), "if-else " (a conditional expression).
+               argument), "return " (a function's result), "if-else " (a conditional expression),
+               "self.use_mha = " (an assignment: a dispatch flag kept for later).
                The line ran under the simulation: the simulated device's value was passed.
     end        the `if` statement's last line (its arms included)
     """
@@ -59,7 +61,7 @@ class DeviceBranch:
 
     @property
     def text(self) -> str:
-        return f"{self.value}{self.guard}" if self.value else f"if {self.guard}"
+        return decision_text(self.value, self.guard)
 
     @property
     def module(self) -> str:
@@ -104,13 +106,33 @@ class _Scan(ast.NodeVisitor):
 
     def _value(self, expr: ast.expr, how: str) -> None:
         """A device decision handed on as a value (`fuse_index_store=is_sm100_or_newer()`, `return
-        ... and get_platform().is_blackwell`): no arm has a line of its own, the line that computes
-        it is both (a conditional expression's arms are found as its own)."""
+        ... and get_platform().is_blackwell`, `self.use_mha = ...`): no arm has a line of its own, the
+        line that computes it is both: the value's first line, which runs first (a multi-line
+        assignment's `self.use_mha = (` line may report no line event of its own; a conditional
+        expression's arms are found as its own)."""
         if isinstance(expr, ast.IfExp) or not _reads_device(expr):
             return
         line = expr.lineno
         self.found.append(DeviceBranch(self.file, line, ast.unparse(expr), ".".join(n for n, _ in self.scope),
                                        self._entry(line), line, line, how, end=expr.end_lineno or line))
+
+    def _assigned(self, targets: Sequence[ast.expr], value: ast.expr | None) -> None:
+        """A device decision kept for later (`self.use_mha = (... and (device_sm == 90 or ...) and ...)`:
+        SGLang's prefill dispatch): a test of one (`and` / `or`, a comparison, a `not`). A probe's bare
+        answer kept under a name (`device_sm = get_device_sm()`) decides nothing yet and is left out."""
+        if value is None or len(targets) != 1 or not isinstance(value, (ast.BoolOp, ast.Compare, ast.UnaryOp)):
+            return
+        if isinstance(value, ast.UnaryOp) and not isinstance(value.op, ast.Not):
+            return
+        self._value(value, f"{ast.unparse(targets[0])} = ")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._assigned(node.targets, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._assigned([node.target], node.value)
+        self.generic_visit(node)
 
     def visit_keyword(self, node: ast.keyword) -> None:
         if node.arg is not None:

@@ -11,6 +11,10 @@
 # OMP_NUM_THREADS split between them); PYTEST_N=K adds `-n K` inside each run (then CPUs / K at once).
 # PR_CHECK_SPEED=1: instead, bench/pr_check_speed.py on the same trees (pr-check against the devices'
 # `dsakit compare` runs one after another, in one run; writes $OUT/pr-check-speed.json).
+# PLANT=NAME UPSTREAM=DIR: instead of the AMD-only read, the PR is plant NAME of plant_table.sh (a B300-only
+# bug in an SM 10.x line), the selection SGLang's test_dsa.py + test_deepseek_v4.py of DIR (a folder holding
+# test/registered/..., copied outside the project's ini and run from there), devices sm90 and the plant's
+# simulated device. pr-check must exit 1: mha_sm turns passes into skips on sm103 (newly skipped).
 set -u
 DRY=""
 if [ "${1:-}" = "--dry" ]; then DRY=${2:?usage: pr_check_on_the_node.sh [--dry BASE_TREE]}; fi
@@ -23,10 +27,31 @@ else
   source .device/setup.sh
   BASE=$(python -c "import sglang, os; print(os.path.dirname(os.path.dirname(sglang.__file__)))")
 fi
-SELECTION=${SELECTION:-.device/upstream/test_dsa_indexer.py contracts}
-DEVICES=${DEVICES:-sm90,sm100,sm103,gfx942}
 PR="$WORK/pr"
 mkdir -p "$PR" && cp -a "$BASE/sglang" "$PR/sglang" || { echo "no sglang package in $BASE"; exit 2; }
+RUN_DIR=$PWD
+if [ -n "${PLANT:-}" ]; then
+  source "$(dirname "${BASH_SOURCE[0]}")/plant_table.sh"
+  spec=$(plant_edit "$PLANT") || { echo "unknown plant $PLANT (see scripts/device/plant_table.sh)"; exit 2; }
+  [ -d "${UPSTREAM:-}/test/registered" ] || { echo "PLANT needs UPSTREAM=DIR holding test/registered/..."; exit 2; }
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # dsakit from the project, run from the copy
+  RUN_DIR=$WORK/upstream; mkdir -p "$RUN_DIR" && cp -r "$UPSTREAM/test" "$RUN_DIR/"
+  R=test/registered/attention/unittests
+  SELECTION=${SELECTION:-$R/dsa/test_dsa.py $R/dsv4/test_deepseek_v4.py}
+  DEVICES=${DEVICES:-sm90,$(plant_device "$PLANT")}
+  SPEC=$spec python - "$PR/$(plant_file "$PLANT")" <<'PY' || exit 2
+import os, sys
+old, new, what = os.environ["SPEC"].split("|")
+path = sys.argv[1]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"{path}: {text.count(old)} matches of the plant's line; cannot make the PR tree")
+open(path, "w").write(text.replace(old, new))
+print(f"PR: {what}")
+PY
+else
+SELECTION=${SELECTION:-.device/upstream/test_dsa_indexer.py contracts}
+DEVICES=${DEVICES:-sm90,sm100,sm103,gfx942}
 python - "$PR/sglang/srt/layers/attention/dsa_backend.py" <<'PY' || exit 2
 import sys
 path = sys.argv[1]
@@ -38,8 +63,9 @@ text = text.replace(old, old + "            # PR: AITER's decode split count com
                     "            self.aiter_num_kv_splits = model_runner.aiter_num_kv_splits\n")
 open(path, "w").write(text)
 PY
+fi
 VERSION=$(python -c "from dsakit.stack.sglang_release import release_from_tree as r; print(r('$BASE').version)")
-echo "base $BASE (SGLang $VERSION), PR $PR (the same plus the AMD-only read), $(nproc) CPUs"
+echo "base $BASE (SGLang $VERSION), PR $PR (the same plus ${PLANT:-the AMD-only read}), $(nproc) CPUs"
 if [ "${PR_CHECK_SPEED:-}" = 1 ]; then
   # shellcheck disable=SC2086 # SELECTION is a list of paths
   python bench/pr_check_speed.py --base "$BASE" --pr "$PR" --devices "$DEVICES" --json "$OUT/pr-check-speed.json" \
@@ -48,8 +74,8 @@ if [ "${PR_CHECK_SPEED:-}" = 1 ]; then
 fi
 start=$(date +%s.%N)
 # shellcheck disable=SC2086 # SELECTION is a list of paths
-python -m dsakit pr-check --base "$BASE" --pr "$PR" --devices "$DEVICES" \
-  --json "$OUT/pr-check.json" --markdown "$OUT/pr-check.md" -- $SELECTION ${PYTEST_N:+-n $PYTEST_N} \
+(cd "$RUN_DIR" && python -m dsakit pr-check --base "$BASE" --pr "$PR" --devices "$DEVICES" \
+  --json "$OUT/pr-check.json" --markdown "$OUT/pr-check.md" -- $SELECTION ${PYTEST_N:+-n $PYTEST_N}) \
   > "$OUT/pr-check.txt" 2>&1
 rc=$?
 echo "dsakit pr-check exit $rc in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N)-$start}") s (load $(cut -d' ' -f1-3 /proc/loadavg))" \

@@ -103,3 +103,30 @@ def test_a_new_branch_and_an_untouched_file_are_told_apart(tmp_path: Path) -> No
     changes = pr_check.changed_branches([_check("sm103", [untouched, new], 1)], base, pr)
     assert [(c.branch.line, c.change, c.covered) for c in changes] == [(9, "new branch", False)]
     assert pr_check.changed_branches([_check("sm103", [untouched], 1)], base, base) == []  # no diff, nothing
+
+
+def test_a_pr_that_moves_a_kept_dispatch_flag_changes_its_guard_not_an_arm(tmp_path: Path) -> None:
+    """SGLang keeps the MHA-vs-MLA choice as a flag (`self.use_mha = (... and (device_sm == 90 or (device_sm
+    >= 100 and device_sm < 110)) and ...)`): a decision made as a value has no arm of its own, so any
+    changed line of it is its guard, and the comment spells it as SGLang does, not as an `if`."""
+    base_text = BASE + """
+    def prefill(self, device_sm, short):
+        self.use_mha = (
+            short
+            and (device_sm == 90 or (device_sm >= 100 and device_sm < 110))
+        )
+"""
+    pr_text = base_text.replace("device_sm < 110", "device_sm < 103")
+    for tree, text in (("base", base_text), ("pr", pr_text)):
+        path = tmp_path / tree / "sglang" / FILE
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+    flag = {**_record(12, 12, 15, "short and (device_sm == 90 or (device_sm >= 100 and device_sm < 103))", "ran"),
+            "takes": "False", "value": "self.use_mha ="}
+    checks = [_check("sm103", [flag], base_ran=0)]
+    changes = pr_check.changed_branches(checks, tmp_path / "base" / "sglang", tmp_path / "pr" / "sglang")
+    assert [(c.branch.line, c.change, c.where, c.covered) for c in changes] == [
+        (12, "guard changed", f"sglang/{FILE}:14", True)]
+    text = render(pr_check.comment(PrCheck("base-src", "pr-src", checks, [], (), changes)))
+    assert (f"| sglang/{FILE}:12: self.use_mha = short and (device_sm == 90 or (device_sm >= 100 and "
+            f"device_sm < 103)) | guard changed | sglang/{FILE}:14 | ran on sm103 (simulated) |") in text

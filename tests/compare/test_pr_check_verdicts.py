@@ -161,10 +161,10 @@ def test_every_verdict_with_its_detail_explanation_and_both_outcomes() -> None:
     skip = _out("skipped", reason="no GPU", explained="skip words")
     base = {"t::reg": _out("passed"), "t::flaky_pr": _out("passed"), "t::flaky_base": boom, "t::pre": boom,
             "t::differ": _out("failed", message="KeyError: 'k'", frame="t.py:9"), "t::fixed": boom,
-            "t::skipchg": _out("passed"), "t::notrun": skip, "t::passed": _out("passed"), "t::gone": skip,
+            "t::newskip": _out("passed"), "t::unskip": skip, "t::notrun": skip, "t::passed": _out("passed"), "t::gone": skip,
             "t::xfail": _out("xfailed")}
     pr = {"t::reg": boom, "t::flaky_pr": boom, "t::flaky_base": boom, "t::pre": boom, "t::differ": boom,
-          "t::fixed": _out("passed"), "t::skipchg": skip, "t::notrun": skip, "t::passed": _out("passed"),
+          "t::fixed": _out("passed"), "t::newskip": skip, "t::unskip": _out("passed"), "t::notrun": skip, "t::passed": _out("passed"),
           "t::added_fail": boom, "t::added_pass": _out("passed"), "t::added_skip": skip, "t::xfail": _out("xfailed")}
     check = _check(base, pr, reruns={"pr": {"t::flaky_pr": _out("passed"), "t::reg": _out("failed")},
                                      "base": {"t::flaky_base": _out("xfailed")}})
@@ -178,7 +178,8 @@ def test_every_verdict_with_its_detail_explanation_and_both_outcomes() -> None:
         "t::differ": ("pre-existing", f"base: KeyError: 'k' @ t.py | pr: {sig}", "why\n  the read lacks it",
                       "failed: KeyError: 'k' @ t.py", f"failed: {sig}"),
         "t::fixed": ("fixed", f"was: {sig}", "why\n  the read lacks it", f"failed: {sig}", "passed"),
-        "t::skipchg": ("skip-change", "no GPU", "", "passed", "skipped: no GPU"),
+        "t::newskip": ("newly-skipped", "no GPU", "", "passed", "skipped: no GPU"),
+        "t::unskip": ("skip-change", "no GPU", "skip words", "skipped: no GPU", "passed"),
         "t::notrun": ("not-run", "", "skip words", "skipped: no GPU", "skipped: no GPU"),
         "t::passed": ("passed", "", "", "passed", "passed"),
         "t::gone": ("not-run", "no GPU", "skip words", "skipped: no GPU", "not collected"),
@@ -210,6 +211,13 @@ def test_exit_codes_and_must_run() -> None:
     regressed = _check({"t::a": _out("passed")}, {"t::a": boom})
     assert _pr_check(clean, regressed).exit_code() == 1
     assert _pr_check(_check({"t::a": boom}, {"t::a": boom})).exit_code() == 0  # pre-existing only
+    # a test that passes on base and skips on the PR: the PR stops running it there (a dispatch change
+    # that sends the simulated B300 down a path the test does not cover skips it, fails nothing)
+    lost = _check({"t::a": _out("passed")}, {"t::a": _out("skipped", reason="MHA_ONE_SHOT is not selected here")},
+                  device="sm103", runs_as="sm103")
+    assert [v.verdict for v in lost.verdicts] == ["newly-skipped"] and _pr_check(lost).exit_code() == 1
+    unskipped = _check({"t::a": _out("skipped", reason="r")}, {"t::a": _out("passed")})
+    assert [v.verdict for v in unskipped.verdicts] == ["skip-change"] and _pr_check(unskipped).exit_code() == 0
     clean.pr_gates = {"t::a": ("cuda",), "t::s": ("fa3",)}
     assert _pr_check(clean, must_run=("cuda",)).must_run_failures() == {}
     assert _pr_check(clean, must_run=("fa3", "aiter")).must_run_failures() == {
@@ -305,7 +313,7 @@ def test_the_json_counts_each_verdict_and_names_the_runs() -> None:
     check = _check({"t::a": _out("passed"), "t::b": boom}, {"t::a": boom, "t::b": boom})
     check.pr.sglang = {"version": "0.5.23"}  # type: ignore[union-attr]
     data = pr_check.as_json(_pr_check(check, must_run=("cuda",)))
-    assert data["counts"] == {"regression": 1, "flaky": 0, "pre-existing": 1, "fixed": 0, "not-run": 0,
+    assert data["counts"] == {"regression": 1, "newly-skipped": 0, "flaky": 0, "pre-existing": 1, "fixed": 0, "not-run": 0,
                               "skip-change": 0, "passed": 0}
     assert data["devices"] == [{"device": "sm90", "runs_as": "sm90", "label": "sm90 (simulated)", "base_exit": 0,
                                 "pr_exit": 0, "sglang": {"base": {}, "pr": {"version": "0.5.23"}}}]
@@ -320,9 +328,10 @@ def _everything() -> PrCheck:
     old = _out("failed", message="KeyError: 'k'", frame="t.py:9")
     skip = _out("skipped", reason="[cuda] no GPU")
     a = _check({"t::reg": _out("passed"), "t::pre": old, "t::flaky": _out("passed"), "t::fixed": old,
-                  "t::chg": _out("passed"), "t::nr": skip},
+                  "t::lost": _out("passed"), "t::chg": skip, "t::nr": skip},
                  {"t::reg": boom, "t::pre": old, "t::flaky": boom, "t::fixed": _out("passed"),
-                  "t::chg": _out("skipped", reason="[fa3] FA3 needs SM 9.x"), "t::nr": skip},
+                  "t::lost": _out("skipped", reason="[fa3] FA3 needs SM 9.x"), "t::chg": _out("passed"),
+                  "t::nr": skip},
                  device="sm90", runs_as="real", reruns={"pr": {"t::flaky": _out("passed")}})
     b = _check({"t::reg": _out("passed"), "t::nr": skip}, {"t::reg": boom, "t::nr": skip}, device="sm100")
     assert a.base is not None and a.pr is not None and b.pr is not None
@@ -344,7 +353,7 @@ def test_the_pr_comment_of_every_kind_of_finding() -> None:
         '## dsakit pr-check',
         '',
         '- base `base-src`, PR `pr-src` on sm90 (real), sm100 (simulated)',
-        '- test x device: 2 regression, 1 flaky, 1 pre-existing, 1 fixed, 2 not-run, 1 skip-change',
+        '- test x device: 2 regression, 1 newly-skipped, 1 flaky, 1 pre-existing, 1 fixed, 2 not-run, 1 skip-change',
         '- must-run gate `aiter`: no test behind it ran on any device in the PR runs',
         '- **sm100 (simulated): the pr run (p) was interrupted (collection errors or Ctrl-C) (pytest exit 2)** (the PR breaks the selection: a regression)',
         '- sm90 (real): the two runs differ in environment: torch: base 2.1 vs pr 2.2',
@@ -373,6 +382,14 @@ def test_the_pr_comment_of_every_kind_of_finding() -> None:
         '| read | site |',
         '|---|---|',
         '| model_runner.z in g | d.py:2 |',
+        '',
+        '### Newly skipped (pass on base, skip on the PR: the PR stops running them there), by device and skip reason (1)',
+        '',
+        '1 test x device in 1 row(s) (one per device and signature)',
+        '',
+        '| test | where | signature |',
+        '|---|---|---|',
+        '| `t::lost` | sm90 (real) | `[fa3] FA3 needs SM 9.x` |',
         '',
         '### Pre-existing failures (fail on base and PR), by device and signature (1)',
         '',
@@ -414,7 +431,7 @@ def test_the_pr_comment_of_every_kind_of_finding() -> None:
         '',
         '| test | device | base | PR |',
         '|---|---|---|---|',
-        '| `t::chg` | sm90 (real) | passed | skipped: [fa3] FA3 needs SM 9.x |',
+        '| `t::chg` | sm90 (real) | skipped: [cuda] no GPU | passed |',
         '',
     ]
 

@@ -373,9 +373,12 @@ def test_pr_check_names_each_skip_change_with_both_reasons_and_explains_each_dev
     check.verdicts = verdicts(check)
     result = PrCheck("b", "p", [check], [])
     md = render(comment(result))
-    assert "### Skip changes (2): skipped on one tree only, or for another reason" in md
+    assert "### Skip changes (1): skipped on one tree only, or for another reason" in md
     assert f"| `{variants} (impl='fa3')` | sm103 (simulated) | skipped: {FA3} | passed |" in md
-    assert f"| `{variants} (impl='trtllm')` | sm103 (simulated) | passed | skipped: {TRTLLM} |" in md
+    # the trtllm subtest passed on base and skips on the PR: the PR stops running it on sm103, which fails the gate
+    assert "### Newly skipped (pass on base, skip on the PR: the PR stops running them there)" in md
+    assert f"| `{variants} (impl='trtllm')` | sm103 (simulated) | {TRTLLM} |" in md
+    assert result.exit_code() == 1
     why = ("why these skipped on sm103 (simulated), PR run: AITER is AMD-only (1); "
            "TensorRT-LLM DSA decode covers SM 10.0, not 10.3 (1)")
     assert f"- {why}" in md and as_json(result)["why"] == [why]
@@ -383,7 +386,7 @@ def test_pr_check_names_each_skip_change_with_both_reasons_and_explains_each_dev
     assert (f"| `aiter` | 1 | sm103 (simulated) | gfx942, gfx950 (no node here) | no device | {AITER} |") in md
     skip_change = next(v for v in check.verdicts if v.test.endswith("(impl='trtllm')"))
     assert (skip_change.verdict, skip_change.base_reason, skip_change.pr_reason) == (
-        "skip-change", "passed", f"skipped: {TRTLLM}")
+        "newly-skipped", "passed", f"skipped: {TRTLLM}")
 
 
 def test_pr_check_reruns_a_failed_subtest_through_its_test(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,6 +176,24 @@ def _dsv4_line(text: str) -> int:
     return next(n for n, line in enumerate(DSV4.splitlines(), start=1) if text in line)
 
 
+def _watched_run(branches: list[Any], backend_file: Path, call: Callable[[Any], Any]) -> dict[str, set[int]]:
+    """The branches' lines that ran while `backend_file` was imported and `call(module)` ran."""
+    wanted: dict[str, set[int]] = {}
+    for b, _, _ in branches:
+        wanted.setdefault(b.file, set()).update(n for n in (b.line, b.entry, b.body, b.orelse) if n)
+    watch = LineWatch(wanted)
+    spec = importlib.util.spec_from_file_location(f"dsakit_test_{backend_file.stem}", backend_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    watch.start()
+    try:
+        spec.loader.exec_module(module)
+        call(module)
+    finally:
+        watch.stop()
+    return watch.ran
+
+
 def test_a_device_decision_handed_on_as_a_value_is_a_branch_too(tmp_path: Path) -> None:
     """`fuse_index_store=is_sm100_or_newer()`, a `return` of a probe, a conditional expression: the
     simulated device's value is passed where their line runs. A suite that builds the DeepSeek-V4
@@ -189,20 +209,9 @@ def test_a_device_decision_handed_on_as_a_value_is_a_branch_too(tmp_path: Path) 
         (_dsv4_line("padding = 128"), "if-else self.device_sm_major >= 10"),
         (_dsv4_line("if self.is_dsv41"), "if self.is_dsv41 and get_platform().is_sm100"),
     }
-    wanted: dict[str, set[int]] = {}
-    for b, _, _ in branches:
-        wanted.setdefault(b.file, set()).update(n for n in (b.line, b.entry, b.body, b.orelse) if n)
-    watch = LineWatch(wanted)
-    spec = importlib.util.spec_from_file_location("dsakit_test_dsv4", backend_file)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    watch.start()
-    try:
-        spec.loader.exec_module(module)
-        module.Backend(is_dsv41=False).forward(1)  # the kit's DeepSeek-V4 config: no model_type deepseek_v41
-    finally:
-        watch.stop()
-    found = {v.branch.text: v for v in verdicts(branches, watch.ran, "sm103")}
+    # the kit's DeepSeek-V4 config: no model_type deepseek_v41
+    ran = _watched_run(branches, backend_file, lambda module: module.Backend(is_dsv41=False).forward(1))
+    found = {v.branch.text: v for v in verdicts(branches, ran, "sm103")}
     assert (found["if-else self.device_sm_major >= 10"].status, found["if-else self.device_sm_major >= 10"].takes) \
         == ("ran", "True")
     store = found["fuse_index_store=is_sm100_or_newer()"]
@@ -213,6 +222,56 @@ def test_a_device_decision_handed_on_as_a_value_is_a_branch_too(tmp_path: Path) 
     assert (swap_ab.status, swap_ab.takes) == ("other-arm", "body where self.is_dsv41")
     assert "also needs self.is_dsv41, which no test set" in swap_ab.why
     assert store.as_dict()["value"] == "fuse_index_store=" and "value" not in swap_ab.as_dict()
+
+
+# SGLang 0.5.21's dsa_backend.py:3617, the MHA-vs-MLA choice of set_dsa_prefill_impl, kept as a flag
+PREFILL = """
+def get_device_sm():
+    return 90
+
+
+class Backend:
+    supports_mha_one_shot = True
+
+    def set_prefill_impl(self, max_kv_len):
+        device_sm = get_device_sm()
+        self.use_mha = (
+            self.supports_mha_one_shot
+            and (device_sm == 90 or (device_sm >= 100 and device_sm < 110))
+            and max_kv_len <= 2048
+        )
+        wide: bool = device_sm >= 100
+        return wide
+"""
+
+
+def test_a_device_decision_kept_as_a_flag_is_a_branch_when_the_devices_decide_it_apart(tmp_path: Path) -> None:
+    """`self.use_mha = (...)` decides SM 9.0 and SM 10.x alike; narrowed to `device_sm < 103` (a B300
+    left out of the MHA one-shot prefill) an H200 and a B300 decide it apart, and it is a branch whose
+    line ran: the B300's False was kept. A probe's bare answer kept under a name decides nothing."""
+    backend_file = tmp_path / "sglang/srt/layers/attention/dsa_backend.py"
+    backend_file.parent.mkdir(parents=True)
+
+    def scanned(text: str) -> dict[str, tuple[int, bool]]:
+        backend_file.write_text(text)
+        return {b.text: (b.line, holds) for b, holds, _ in
+                divergent(scan_branches(tmp_path / "sglang"), simulated_model("sm103"), simulated_model("sm90"))}
+
+    assert scanned(PREFILL) == {"wide = device_sm >= 100": (_prefill_line(PREFILL, "wide: bool"), True)}
+    narrowed = PREFILL.replace("device_sm < 110", "device_sm < 103")
+    found = scanned(narrowed)
+    use_mha = ("self.use_mha = self.supports_mha_one_shot and (device_sm == 90 or (device_sm >= 100 and "
+               "device_sm < 103)) and (max_kv_len <= 2048)")
+    assert found[use_mha] == (_prefill_line(narrowed, "self.use_mha = (") + 1, False)  # the value's first line
+    assert not any(text.startswith("device_sm =") for text in found)
+    branches = divergent(scan_branches(tmp_path / "sglang"), simulated_model("sm103"), simulated_model("sm90"))
+    ran = _watched_run(branches, backend_file, lambda module: module.Backend().set_prefill_impl(100))
+    flag = next(v for v in verdicts(branches, ran, "sm103") if v.branch.text == use_mha)
+    assert (flag.status, flag.takes, flag.as_dict()["value"]) == ("ran", "False", "self.use_mha =")
+
+
+def _prefill_line(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), start=1) if needle in line)
 
 
 SUITE = '''
