@@ -36,15 +36,14 @@ else
   R=test/registered
   FILES=${FILES:-$R/attention/unittests/dsa/test_dsa.py $R/attention/unittests/dsv4/test_deepseek_v4.py}
 fi
-ATTN=sglang/srt/layers/attention
 
 source "$(dirname "${BASH_SOURCE[0]}")/plant_table.sh"
 
 apply() {  # plant -> a folder shadowing dsa_backend.py with the edit, on stdout (rc 1: the edit did not apply)
   # Only the planted module is copied, to sglang/<its path> under the folder, and loaded in its place by the
   # folder's sitecustomize.py (a copy of the whole package would move SGLang's JIT kernels' cache keys).
-  local name=$1 spec dir B module
-  spec=$(plant_edit "$name") || { echo "unknown plant $name" >&2; return 1; }
+  local name=$1 dir B module
+  plant_edit "$name" > /dev/null || { echo "unknown plant $name" >&2; return 1; }
   dir=$WORK/site-$name; mkdir -p "$dir"
   [ "$name" = none ] && { echo "$dir"; return 0; }
   B=$(plant_file "$name"); module=${B%.py}; module=${module//\//.}
@@ -58,19 +57,7 @@ class _Planted(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, _Planted())
 PY
-  SPEC=$spec FILE=$dir/$B WORK=$WORK python - <<'EOF' || return 1
-import os, sys
-old, new, _ = os.environ["SPEC"].split("|")
-path = os.environ["FILE"]
-if not os.path.realpath(path).startswith(os.path.realpath(os.environ["WORK"]) + os.sep):
-    sys.exit(f"refusing to plant: {path} resolves outside the copy ({os.path.realpath(path)})")
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(f"plant not applied: {text.count(old)} matches of {old!r} in {path}")
-open(path, "w").write(text.replace(old, new))
-if new not in open(path).read():
-    sys.exit(f"plant not applied: {new!r} absent after the edit")
-EOF
+  plant_apply "$name" "$dir/$B" "$WORK" || return 1
   echo "$dir"
 }
 

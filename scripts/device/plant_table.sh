@@ -1,7 +1,8 @@
 # The B300-only bugs planted in SGLang 0.5.21 (issue 42), one record per plant: the module each edits
 # (plant_file), its edit "old|new|what" (plant_edit) and the simulated device whose branch takes the
 # line (plant_device). Sourced by arch_rules_plants.sh (each plant run plain and simulated) and
-# pr_check_on_the_node.sh (PLANT=NAME: the plant as a PR against the stack's SGLang). Needs ATTN set.
+# pr_check_on_the_node.sh (PLANT=NAME: the plant as a PR against the stack's SGLang); plant_apply makes
+# the edit in a copy for both.
 ATTN=${ATTN:-sglang/srt/layers/attention}
 
 plant_file() {  # plant -> the SGLang module it edits (the DeepSeek-V4 plants: deepseek_v4_backend.py)
@@ -78,4 +79,22 @@ plant_device() {  # the simulated device whose SGLang branch takes the planted l
     v41_*) echo sm100 ;;  # get_platform().is_sm100 / is_blackwell / is_sm100_or_newer: sm100 and sm103 alike
     *) echo sm103 ;;
   esac
+}
+
+plant_apply() {  # plant file root: make the plant's edit in file, a copy under root (rc 1: not applied)
+  local spec
+  spec=$(plant_edit "$1") || { echo "unknown plant $1 (see scripts/device/plant_table.sh)" >&2; return 1; }
+  SPEC=$spec FILE=$2 ROOT=$3 python - <<'EOF'
+import os, sys
+old, new, _ = os.environ["SPEC"].split("|")
+path = os.environ["FILE"]
+if not os.path.realpath(path).startswith(os.path.realpath(os.environ["ROOT"]) + os.sep):
+    sys.exit(f"refusing to plant: {path} resolves outside the copy ({os.path.realpath(path)})")
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"plant not applied: {text.count(old)} matches of {old!r} in {path}")
+open(path, "w").write(text.replace(old, new))
+if new not in open(path).read():
+    sys.exit(f"plant not applied: {new!r} absent after the edit")
+EOF
 }

@@ -32,23 +32,15 @@ mkdir -p "$PR" && cp -a "$BASE/sglang" "$PR/sglang" || { echo "no sglang package
 RUN_DIR=$PWD
 if [ -n "${PLANT:-}" ]; then
   source "$(dirname "${BASH_SOURCE[0]}")/plant_table.sh"
-  spec=$(plant_edit "$PLANT") || { echo "unknown plant $PLANT (see scripts/device/plant_table.sh)"; exit 2; }
+  plant_edit "$PLANT" > /dev/null || { echo "unknown plant $PLANT (see scripts/device/plant_table.sh)"; exit 2; }
   [ -d "${UPSTREAM:-}/test/registered" ] || { echo "PLANT needs UPSTREAM=DIR holding test/registered/..."; exit 2; }
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # dsakit from the project, run from the copy
   RUN_DIR=$WORK/upstream; mkdir -p "$RUN_DIR" && cp -r "$UPSTREAM/test" "$RUN_DIR/"
   R=test/registered/attention/unittests
   SELECTION=${SELECTION:-$R/dsa/test_dsa.py $R/dsv4/test_deepseek_v4.py}
   DEVICES=${DEVICES:-sm90,$(plant_device "$PLANT")}
-  SPEC=$spec python - "$PR/$(plant_file "$PLANT")" <<'PY' || exit 2
-import os, sys
-old, new, what = os.environ["SPEC"].split("|")
-path = sys.argv[1]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(f"{path}: {text.count(old)} matches of the plant's line; cannot make the PR tree")
-open(path, "w").write(text.replace(old, new))
-print(f"PR: {what}")
-PY
+  plant_apply "$PLANT" "$PR/$(plant_file "$PLANT")" "$WORK" || exit 2
+  echo "PR: $(plant_edit "$PLANT" | awk -F'|' 'END{print $NF}')"
 else
 SELECTION=${SELECTION:-.device/upstream/test_dsa_indexer.py contracts}
 DEVICES=${DEVICES:-sm90,sm100,sm103,gfx942}
