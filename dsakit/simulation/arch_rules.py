@@ -67,14 +67,17 @@ class ArchEntry:
 @dataclass(frozen=True)
 class Breach:
     """One simulated-arch rule a call breaks; `here` is the real arch's rule for the same argument
-    (None: the real arch has no such rule, e.g. its build lacks the kernel)."""
+    (None: the real arch has no such rule, e.g. its build lacks the kernel) and `breaks_here` whether
+    the call breaks that one too (SGLang then takes this line only where it simulates a device)."""
 
     rule: ArchRule
     value: Any
     here: ArchRule | None
+    breaks_here: bool = False
 
     def describe(self, simulated: str, real: str | None) -> str:
-        here = (f"{real}'s rule: {self.here.says} ({self.here.source})" if self.here is not None
+        kept = "this call breaks it too" if self.breaks_here else "this call keeps it"
+        here = (f"{real}'s rule: {self.here.says} ({self.here.source}; {kept})" if self.here is not None
                 else f"{real or 'this GPU'} has no such rule")
         return (f"{self.rule.argument} = {self.value}: simulated {simulated}'s rule: {self.rule.says} "
                 f"({self.rule.source}); {here}")
@@ -276,6 +279,20 @@ def _bounds_lengths(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     return None if bound >= longest else f"{bound} < the longest request's {longest}"
 
 
+def _last_column_longest(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
+    """A [batch, next_n] args[0] holds each request's longest length in its last column (read from the
+    device, so not while a CUDA graph is captured); 1-D lengths and a single column pass."""
+    lens = _arg(a, rule.args[0])
+    if not _tensor(lens) or len(lens.shape) != 2 or int(lens.shape[1]) < 2 or _capturing():
+        return None
+    for request, row in enumerate(lens.tolist()):
+        longest = max(row)
+        if row[-1] < longest:
+            return (f"request {request}'s row {row}: column {row.index(longest)} holds {longest}, "
+                    f"the last column {row[-1]}")
+    return None
+
+
 def _unit_stride(rule: ArchRule, a: Mapping[str, Any], arch: str) -> Any:
     """args[0].stride(dim) == 1 (param: dim): the kernel walks that dimension element by element."""
     value = _arg(a, rule.args[0])
@@ -320,7 +337,7 @@ _EVALUATORS: dict[str, Callable[[ArchRule, Mapping[str, Any], str], Any]] = {
     "counter_bytes": _counter_bytes, "build_dim_in": _build_dim_in, "dtype_in": _dtype_in,
     "same_device": _same_device, "bounds_lengths": _bounds_lengths, "unit_stride": _unit_stride,
     "contiguous": _contiguous, "covers_heads": _covers_heads, "paired": _paired,
-    "decode_schedule": _decode_schedule,
+    "decode_schedule": _decode_schedule, "last_column_longest": _last_column_longest,
 }
 
 
@@ -403,6 +420,14 @@ _ARCH_RULES_FLASHMLA_DECODE = (
              "shape (max(the SM count // s_q // (h_q / 64), 1), 8) int32 with num_splits (b + 1,), and the rows "
              "FlashMLA's scheduler computes" + _OWN_SCHEDULE, f"{_SPARSE_DECODE}: Decode_Sm90_Impl::get_meta; {_SCHED_META}"),
 )
+_LAST_COLUMN_SAYS = ("each request's last column holds its longest length: the schedule gives each request "
+                     "ceil(last column / block) KV blocks, so a longer row's later keys are never scored "
+                     "(their logits stay unwritten)")
+_LAST_COLUMN_SOURCE = ("DeepGEMM deep_gemm/include/deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh "
+                       "PagedMQALogitsScheduler::get_num_kv: lens_idx = kIsContextLens2D ? q_idx * kNextN + "
+                       "kNextN - 1 : q_idx (the SM100 kernel schedules with the same class; the metadata "
+                       "kernel reads the same column); tests/test_attention.py: context_lens_2d[:, next_n-1] "
+                       "= context_lens")
 ARCH_RULES: tuple[ArchEntry, ...] = (
     ArchEntry(
         "FlashMLA sparse prefill (flash_mla_sparse_fwd)",
@@ -433,8 +458,12 @@ ARCH_RULES: tuple[ArchEntry, ...] = (
             ArchRule(SM10X, "block_kv", "int_in", ("block_kv",), "block_kv must be 32 or 64",
                      "DeepGEMM csrc/apis/attention.hpp get_paged_mqa_logits_metadata: DG_HOST_ASSERT(block_kv "
                      "== 64 or (arch_major == 10 and block_kv == 32))", (32, 64)),
+            *(ArchRule(archs, "context_lens ([batch, next_n])", "last_column_longest", ("context_lens",),
+                       _LAST_COLUMN_SAYS, _LAST_COLUMN_SOURCE) for archs in (SM90, SM10X)),
         ),
-        callers="sglang/srt/layers/attention/dsa/dsa_indexer.py (the paged MQA logits schedule)",
+        callers="sglang/srt/layers/attention/dsa/dsa_indexer.py (the paged MQA logits schedule); dsa_backend.py "
+                "DSABackend's forward metadata (paged_mqa_ctx_lens_2d from _build_paged_mqa_schedule_2d_ctx_lens: "
+                "[batch, next_n] for target verify where get_platform().is_sm100)",
         params=("context_lens", "block_kv", "num_sms"),
     ),
     ArchEntry(
@@ -526,7 +555,8 @@ def breaches(entry: ArchEntry, arguments: Mapping[str, Any], simulated: str, rea
         value = _EVALUATORS[rule.kind](rule, arguments, simulated)
         if value is not None:
             here = next((r for r in entry.rules if real in r.archs and r.argument == rule.argument), None)
-            found.append(Breach(rule, value, here))
+            breaks_here = here is not None and _EVALUATORS[here.kind](here, arguments, real) is not None
+            found.append(Breach(rule, value, here, breaks_here))
     return found
 
 

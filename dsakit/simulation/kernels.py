@@ -340,9 +340,11 @@ def arch_rule_breach(kernel: str, entry: ArchEntry, arguments: dict[str, Any], d
         return None
     site = launch_site()
     lines = "\n".join(f"  {b.describe(device.key, real)}" for b in found)
+    here = (f"which {real or 'this GPU'} accepts" if not any(b.breaks_here for b in found)
+            else f"as {real} would (SGLang takes this call only where it simulates {device.key})")
     return ArchRuleBreach(
         f"{entry.kernel} ({kernel}), called at {site}, breaks simulated {device.key}'s rules for it: a real "
-        f"{device.name} refuses this call, which {real or 'this GPU'} accepts:\n{lines}\nSGLang's call site: "
+        f"{device.name} refuses or miscomputes this call, {here}:\n{lines}\nSGLang's call site: "
         f"{entry.callers} (nothing was launched; dsakit/simulation/arch_rules.py)",
         kernel=kernel, argument=found[0].rule.argument, site=site)
 

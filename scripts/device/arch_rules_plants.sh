@@ -7,7 +7,7 @@
 # PLANTS: names from plant_table.sh (default: none, then every plant). Each plant edits one SM 10.x-only
 # line of SGLang 0.5.21's dsa_backend.py (eight classes: workspace, cumulative lengths,
 # multi-CTA counters, numerics through a stand-in, a length tensor's dtype, a length tensor on the host,
-# the q-length bound of the grid, a swapped operand; sched_nc, sched_pos, mha_sm and pad64 probe the
+# the q-length bound of the grid, a swapped operand; sched_nc, sched_rev, mha_sm and pad64 probe the
 # issue's own classes: the SM100 schedule's context lengths, SM 10.3 dispatch, the Blackwell pad width; v41_* edit
 # deepseek_v4_backend.py's DSv4.1 SM100 lines: the swap-AB decode's heads, compressed keys and sink, run
 # against contracts/test_deepseek_v4_attention.py) in its own copy of that module (loaded in its place at
@@ -20,7 +20,7 @@ shift
 # pad64 is kept as a check of the build-dependent head rule, not among the plants: the H200 pack's
 # sglang-kernel 0.4.5 FlashMLA has Fwd_Sm100_Head64_Impl (its flashmla_ops carries the class), so a B300
 # runs 64 heads and padding to 64 there is no bug (SGLang's "128 (Blackwell)" predates that kernel).
-PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1 value_k sched_nc}
+PLANTS=${*:-none ws_none cum_q scale counters mla_scale seq_i64 cum_kv_host max_q1 value_k sched_nc sched_rev}
 OUT=${OUT:-/tmp/dsakit-node}/plants; mkdir -p "$OUT"
 LIMIT=${LIMIT:-420}
 SIM_TIMEOUT=${SIM_TIMEOUT:-150}

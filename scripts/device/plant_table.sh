@@ -40,7 +40,7 @@ plant_edit() {
                 workspace_buffer=self.workspace_buffer,|the SM 10.x ragged prefill hands TRT-LLM the keys as values (a swapped operand: judged on the stand-in's output; at DeepSeek's (192, 192, 128) dims the head-dims rule refuses it)" ;;
     max_q1) echo "max_q_len=metadata.max_seq_len_q,|max_q_len=1,|the SM 10.x ragged prefill bounds the q length by 1 (the grid covers one row per request)" ;;
     sched_nc) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return cache_seqlens_int32.view(-1, 1).expand(-1, next_n)|the SM100 DG-native verify schedule hands DeepGEMM a stride-0 [B, next_n] view of the context lengths" ;;
-    sched_pos) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return seqlens_expanded.reshape(-1, next_n).contiguous()|the SM100 DG-native verify schedule hands DeepGEMM per-position lengths (it adds each position's offset itself)" ;;
+    sched_rev) echo "return cache_seqlens_int32.view(-1, 1).expand(-1, next_n).contiguous()|return seqlens_expanded.reshape(-1, next_n).flip(1).contiguous()|the SM100 DG-native verify schedule's [batch, next_n] lengths run longest-first: DeepGEMM plans each request from its last column, so earlier positions' later keys are never scored" ;;
     mha_sm) echo "or (device_sm >= 100 and device_sm < 110)|or (device_sm >= 100 and device_sm < 103)|the MHA one-shot prefill leaves out SM 10.3 (a B300 takes the MLA path)" ;;
     v41_heads) echo "                    q[..., :16, :],|                    q[..., -16:, :],|the DSv4.1 SM100 swap-AB decode reads the last 16 heads of the padded q (the zero pad) instead of the 16 real ones" ;;
     v41_extra) echo "                    extra_k_cache,

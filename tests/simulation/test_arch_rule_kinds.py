@@ -53,7 +53,9 @@ def test_a_breach_names_both_archs_rules_or_that_this_gpu_has_none() -> None:
     hopper = ArchRule(("sm90",), "q.shape[1] (h_q)", "dim_in", ("q",), "h_q must be 64 or 128", "sm90 source")
     assert Breach(rule, 64, hopper).describe("sm100", "sm90") == (
         "q.shape[1] (h_q) = 64: simulated sm100's rule: h_q must be 128 (sm100 source); "
-        "sm90's rule: h_q must be 64 or 128 (sm90 source)")
+        "sm90's rule: h_q must be 64 or 128 (sm90 source; this call keeps it)")
+    assert Breach(rule, 64, hopper, breaks_here=True).describe("sm100", "sm90").endswith(
+        "(sm90 source; this call breaks it too)")
     assert Breach(rule, 64, None).describe("sm100", "sm120").endswith("; sm120 has no such rule")
     assert Breach(rule, 64, None).describe("sm100", None).endswith("; this GPU has no such rule")
 
@@ -108,6 +110,26 @@ def test_a_cumulative_array_has_batch_size_plus_one_entries() -> None:
     assert _value("cumulative", args, cu=_t(5, 1, dtype="int32"), batch_size=3) is None  # nor a wrong 2-D one
     assert _value("cumulative", args, cu=None, batch_size=3) is None
     assert _value("cumulative", args, cu=_t(9, dtype="int32"), batch_size=None) is None
+
+
+def test_a_2d_lengths_row_holds_its_longest_length_in_its_last_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from dsakit.simulation import arch_rules
+
+    def lens(*rows: tuple[int, ...]) -> Any:
+        return torch.tensor(rows, dtype=torch.int32)
+
+    assert _value("last_column_longest", ("lens",), lens=lens((129, 130, 131), (7, 7, 7))) is None  # per position
+    assert _value("last_column_longest", ("lens",), lens=lens((5, 131, 131))) is None  # shorter rows before: fine
+    assert _value("last_column_longest", ("lens",), lens=lens((129, 130, 131), (131, 130, 129))) == (
+        "request 1's row [131, 130, 129]: column 0 holds 131, the last column 129")
+    assert _value("last_column_longest", ("lens",), lens=lens((9, 8))) == (
+        "request 0's row [9, 8]: column 0 holds 9, the last column 8")  # one short is enough
+    for other in (torch.tensor([9, 8], dtype=torch.int32), lens((9,), (8,)), None, 3):  # 1-D, one column, none
+        assert _value("last_column_longest", ("lens",), lens=other) is None
+    monkeypatch.setattr(arch_rules, "_capturing", lambda: True)  # a CUDA graph being captured: nothing is read
+    assert _value("last_column_longest", ("lens",), lens=lens((9, 8))) is None
 
 
 # ---------------------------------------------------------------- flashinfer's byte counts

@@ -168,10 +168,11 @@ def test_a_portable_kernel_breaking_the_simulated_archs_rule_fails_before_it_lau
     message = str(caught.value)
     assert message.startswith("FlashMLA sparse prefill (flash_mla_sparse_fwd) (sgl_kernel.flash_mla."
                               "flash_mla_sparse_fwd), called at ")
-    assert "a real NVIDIA B300 refuses this call, which sm90 accepts" in message
+    assert "a real NVIDIA B300 refuses or miscomputes this call, which sm90 accepts" in message
     assert "q.shape[1] (h_q) = 64 (no installed build to read; taken as one without Fwd_Sm100_Head64_Impl): " \
            "simulated sm103's rule: h_q must be 128, or 64 where the SM100 build has the head64 kernel" in message
     assert "sm90's rule: h_q must be 64 or 128" in message and "sparse_fwd.h" in message
+    assert "this call keeps it" in message
     assert "SGLang's call site: sglang/srt/layers/attention/dsa_backend.py DSABackend._forward_flashmla_sparse" in message
     assert "deepseek_v4_backend.py _forward_prefill_sparse" in message
     assert caught.value.argument == "q.shape[1] (h_q)"
@@ -192,6 +193,36 @@ def test_a_kernel_without_a_python_signature_is_bound_by_the_declared_parameter_
                                                  r"sm103's rule: block_kv must be 32 or 64"):
             builtin.get_paged_mqa_logits_metadata(torch.zeros(2, 1), 32, 132)
         assert builtin.get_paged_mqa_logits_metadata(3, 64, 5) == 64  # within the rule: the real one answers
+    finally:
+        patches.restore()
+
+
+def test_a_verify_schedule_whose_last_column_is_not_each_requests_longest_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SM100 DG-native target-verify schedule: per-position [batch, next_n] lengths pass, the same
+    lengths reversed (DeepGEMM plans each request from the last column) fail on either arch."""
+    import torch
+
+    from dsakit.simulation.kernels import check_arch_rules
+
+    def get_paged_mqa_logits_metadata(context_lens: Any, block_kv: int, num_sms: int) -> Any:
+        return context_lens
+
+    library = _library(monkeypatch, "deep_gemm", get_paged_mqa_logits_metadata=get_paged_mqa_logits_metadata)
+    patches = Patches()
+    try:
+        check_arch_rules(patches, library, arch_rules.entries_by_module()["deep_gemm"], simulated_model("sm103"),
+                         "sm90")
+        per_position = torch.tensor([[129, 130, 131]], dtype=torch.int32)  # SM100 target verify, next_n 3
+        assert library.get_paged_mqa_logits_metadata(per_position, 64, 132) is per_position
+        with pytest.raises(ArchRuleBreach, match=r"context_lens \(\[batch, next_n\]\) = request 0's row "
+                                                 r"\[131, 130, 129\]: column 0 holds 131, the last column 129: "
+                                                 r"simulated sm103's rule: each request's last column .*"
+                                                 r"sm90's rule: each request's last column .*this call breaks it "
+                                                 r"too") as caught:
+            library.get_paged_mqa_logits_metadata(per_position.flip(1), 64, 132)
+        assert "miscomputes this call, as sm90 would (SGLang takes this call only where it simulates sm103)" \
+            in str(caught.value)
     finally:
         patches.restore()
 
